@@ -1,0 +1,345 @@
+//! Embedded migrations with fail-closed verification.
+//!
+//! Start-up refuses to continue when (1) an applied migration's checksum differs from this
+//! build's copy, (2) the database carries a migration this build does not know, or (3) the schema
+//! objects (tables, columns, indexes, triggers, constraints) differ from the fingerprint recorded
+//! when migrations last ran — i.e. someone altered the schema by hand.
+
+use std::collections::HashMap;
+
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+use sqlx::migrate::{MigrateError, Migrator};
+
+use super::{Backend, Db, Pool, StoreError};
+use crate::clock::now_ms;
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// Why the database cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    #[error(
+        "applied migration {version} ({description}) does not match this build's copy: the \
+         database was migrated by a different build or its migration history was edited. \
+         Refusing to start; restore the database or run the build that migrated it"
+    )]
+    Altered { version: i64, description: String },
+    #[error(
+        "the database has applied migration {version}, which this build does not know (it was \
+         migrated by a newer Zuno). Refusing to start"
+    )]
+    Unknown { version: i64 },
+    #[error(
+        "migration {version} was left partially applied (dirty). Refusing to start; restore the \
+         database from a backup"
+    )]
+    Dirty { version: i64 },
+    #[error(
+        "the database schema was altered outside Zuno's migrations (expected fingerprint \
+         {expected}, found {found}). Refusing to start"
+    )]
+    SchemaAltered { expected: String, found: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("migration failed: {0}")]
+    Failed(String),
+}
+
+impl From<sqlx::Error> for MigrationError {
+    fn from(error: sqlx::Error) -> Self {
+        MigrationError::Store(StoreError::Database(error))
+    }
+}
+
+/// What [`migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    pub backend: Backend,
+    pub applied_now: Vec<i64>,
+    pub current_version: i64,
+    pub fingerprint: String,
+}
+
+/// The verified state of an already migrated database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaCheck {
+    pub current_version: i64,
+    pub pending: Vec<i64>,
+    pub fingerprint: String,
+}
+
+fn migrator(backend: Backend) -> &'static Migrator {
+    match backend {
+        Backend::Sqlite => &SQLITE_MIGRATIONS,
+        Backend::Postgres => &POSTGRES_MIGRATIONS,
+    }
+}
+
+/// Applies pending migrations after verifying what is already applied.
+pub(super) async fn migrate(db: &Db) -> Result<MigrationReport, MigrationError> {
+    let verified = verify(db).await?;
+    let migrator = migrator(db.backend());
+    // Postgres serializes concurrent migrators with an advisory lock inside sqlx. SQLite has no
+    // such lock: when another process applies the same migration first, ours fails on an object
+    // that now exists. Re-verifying then shows whether the database is already where we need it.
+    let mut tries = 0;
+    loop {
+        match crate::on_db!(db, pool => migrator.run(pool).await) {
+            Ok(()) => break,
+            Err(error) => {
+                tries += 1;
+                let settled = db.backend() == Backend::Sqlite
+                    && tries < 5
+                    && matches!(check(db).await, Ok(ref state) if state.pending.is_empty());
+                if settled {
+                    break;
+                }
+                if db.backend() == Backend::Sqlite && tries < 5 {
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
+                    continue;
+                }
+                return Err(map_migrate_error(error));
+            }
+        }
+    }
+    let current_version = applied_versions(db)
+        .await?
+        .keys()
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let fingerprint = fingerprint(db).await?;
+    record_fingerprint(db, current_version, &fingerprint).await?;
+    let applied_now = migrator
+        .iter()
+        .map(|m| m.version)
+        .filter(|v| !verified.applied.contains_key(v))
+        .collect();
+    Ok(MigrationReport {
+        backend: db.backend(),
+        applied_now,
+        current_version,
+        fingerprint,
+    })
+}
+
+/// Verifies applied migrations and the schema fingerprint without changing anything.
+pub(super) async fn check(db: &Db) -> Result<SchemaCheck, MigrationError> {
+    let verified = verify(db).await?;
+    let pending = migrator(db.backend())
+        .iter()
+        .map(|m| m.version)
+        .filter(|v| !verified.applied.contains_key(v))
+        .collect();
+    Ok(SchemaCheck {
+        current_version: verified.applied.keys().copied().max().unwrap_or(0),
+        pending,
+        fingerprint: fingerprint(db).await?,
+    })
+}
+
+struct Verified {
+    applied: HashMap<i64, AppliedMigration>,
+}
+
+struct AppliedMigration {
+    checksum: Vec<u8>,
+    success: bool,
+}
+
+async fn verify(db: &Db) -> Result<Verified, MigrationError> {
+    let applied = applied_versions(db).await?;
+    let known: HashMap<i64, &sqlx::migrate::Migration> = migrator(db.backend())
+        .iter()
+        .map(|m| (m.version, m))
+        .collect();
+    let mut versions: Vec<&i64> = applied.keys().collect();
+    versions.sort();
+    for version in versions {
+        let row = &applied[version];
+        if !row.success {
+            return Err(MigrationError::Dirty { version: *version });
+        }
+        match known.get(version) {
+            None => return Err(MigrationError::Unknown { version: *version }),
+            Some(migration) if migration.checksum.as_ref() != row.checksum.as_slice() => {
+                return Err(MigrationError::Altered {
+                    version: *version,
+                    description: migration.description.to_string(),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some((recorded_version, expected)) = recorded_fingerprint(db).await? {
+        let current_version = applied.keys().copied().max().unwrap_or(0);
+        // A crash between applying migrations and recording the fingerprint leaves an older
+        // record behind; only a record for the current version is authoritative.
+        if recorded_version == current_version {
+            let found = fingerprint(db).await?;
+            if found != expected {
+                return Err(MigrationError::SchemaAltered { expected, found });
+            }
+        }
+    }
+    Ok(Verified { applied })
+}
+
+fn map_migrate_error(error: MigrateError) -> MigrationError {
+    match error {
+        MigrateError::VersionMismatch(version) => MigrationError::Altered {
+            version,
+            description: String::from("checksum mismatch"),
+        },
+        MigrateError::VersionMissing(version) => MigrationError::Unknown { version },
+        MigrateError::Dirty(version) => MigrationError::Dirty { version },
+        MigrateError::Execute(error) => MigrationError::Store(StoreError::Database(error)),
+        other => MigrationError::Failed(other.to_string()),
+    }
+}
+
+async fn applied_versions(db: &Db) -> Result<HashMap<i64, AppliedMigration>, MigrationError> {
+    if !table_exists(db, "_sqlx_migrations").await? {
+        return Ok(HashMap::new());
+    }
+    let sql = "SELECT version, checksum, success FROM _sqlx_migrations";
+    let rows: Vec<(i64, Vec<u8>, bool)> = crate::on_db!(db, pool => {
+        sqlx::query(sql)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+            .collect::<Result<Vec<_>, sqlx::Error>>()?
+    });
+    Ok(rows
+        .into_iter()
+        .map(|(version, checksum, success)| (version, AppliedMigration { checksum, success }))
+        .collect())
+}
+
+async fn table_exists(db: &Db, table: &str) -> Result<bool, MigrationError> {
+    let found: Option<i64> =
+        match db.pool() {
+            Pool::Sqlite(pool) => sqlx::query_scalar(
+                "SELECT CAST(1 AS BIGINT) FROM sqlite_master WHERE type = 'table' AND name = $1",
+            )
+            .bind(table)
+            .fetch_optional(pool)
+            .await?,
+            Pool::Postgres(pool) => {
+                sqlx::query_scalar(
+                    "SELECT 1::BIGINT FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_name = $1",
+                )
+                .bind(table)
+                .fetch_optional(pool)
+                .await?
+            }
+        };
+    Ok(found.is_some())
+}
+
+const META_TABLE_DDL: &str = "CREATE TABLE IF NOT EXISTS zuno_schema (\
+    id BIGINT PRIMARY KEY CHECK (id = 1), \
+    migration_version BIGINT NOT NULL, \
+    fingerprint TEXT NOT NULL, \
+    recorded_at BIGINT NOT NULL)";
+
+async fn recorded_fingerprint(db: &Db) -> Result<Option<(i64, String)>, MigrationError> {
+    if !table_exists(db, "zuno_schema").await? {
+        return Ok(None);
+    }
+    let sql = "SELECT migration_version, fingerprint FROM zuno_schema WHERE id = 1";
+    let row: Option<(i64, String)> =
+        crate::on_db!(db, pool => sqlx::query_as(sql).fetch_optional(pool).await?);
+    Ok(row)
+}
+
+async fn record_fingerprint(
+    db: &Db,
+    version: i64,
+    fingerprint: &str,
+) -> Result<(), MigrationError> {
+    crate::on_db!(db, pool => sqlx::query(META_TABLE_DDL).execute(pool)
+.await
+.map(|done| done.rows_affected()))?;
+    let sql = "INSERT INTO zuno_schema (id, migration_version, fingerprint, recorded_at) \
+               VALUES (1, $1, $2, $3) \
+               ON CONFLICT (id) DO UPDATE SET migration_version = excluded.migration_version, \
+               fingerprint = excluded.fingerprint, recorded_at = excluded.recorded_at";
+    crate::on_db!(db, pool => sqlx::query(sql)
+        .bind(version)
+        .bind(fingerprint)
+        .bind(now_ms())
+        .execute(pool)
+.await
+.map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// A digest of every schema object Zuno owns, in a stable order.
+pub(super) async fn fingerprint(db: &Db) -> Result<String, MigrationError> {
+    let lines: Vec<String> = match db.pool() {
+        Pool::Sqlite(pool) => {
+            let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
+                "SELECT type, name, tbl_name, sql FROM sqlite_master \
+                 WHERE name NOT LIKE 'sqlite_%' AND tbl_name NOT IN ('_sqlx_migrations', 'zuno_schema') \
+                 ORDER BY type, name",
+            )
+            .fetch_all(pool)
+            .await?;
+            rows.into_iter()
+                .map(|(kind, name, table, sql)| {
+                    format!(
+                        "{kind}|{name}|{table}|{}",
+                        normalize(sql.as_deref().unwrap_or(""))
+                    )
+                })
+                .collect()
+        }
+        Pool::Postgres(pool) => {
+            let rows: Vec<(String,)> = sqlx::query_as(
+                "SELECT line FROM ( \
+                   SELECT 'column|' || table_name || '|' || column_name || '|' || data_type || '|' \
+                          || is_nullable || '|' || COALESCE(column_default, '') AS line \
+                   FROM information_schema.columns WHERE table_schema = current_schema() \
+                   UNION ALL \
+                   SELECT 'index|' || tablename || '|' || indexname || '|' || indexdef \
+                   FROM pg_indexes WHERE schemaname = current_schema() \
+                   UNION ALL \
+                   SELECT 'constraint|' || c.conrelid::regclass::text || '|' || c.conname || '|' \
+                          || pg_get_constraintdef(c.oid) \
+                   FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace \
+                   WHERE n.nspname = current_schema() \
+                   UNION ALL \
+                   SELECT 'trigger|' || t.tgrelid::regclass::text || '|' || t.tgname || '|' \
+                          || pg_get_triggerdef(t.oid) \
+                   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+                   JOIN pg_namespace n ON n.oid = c.relnamespace \
+                   WHERE n.nspname = current_schema() AND NOT t.tgisinternal \
+                   UNION ALL \
+                   SELECT 'function|' || p.proname || '|' || md5(p.prosrc) \
+                   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+                   WHERE n.nspname = current_schema() \
+                 ) objects \
+                 WHERE line NOT LIKE '%_sqlx_migrations%' AND line NOT LIKE '%zuno_schema%' \
+                 ORDER BY line COLLATE \"C\"",
+            )
+            .fetch_all(pool)
+            .await?;
+            rows.into_iter().map(|(line,)| line).collect()
+        }
+    };
+    let mut hasher = Sha256::new();
+    for line in &lines {
+        hasher.update(line.as_bytes());
+        hasher.update(b"\n");
+    }
+    Ok(hex::encode(&hasher.finalize()[..12]))
+}
+
+fn normalize(sql: &str) -> String {
+    sql.split_whitespace().collect::<Vec<_>>().join(" ")
+}

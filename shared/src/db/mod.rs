@@ -1,0 +1,293 @@
+//! One storage interface over two sqlx backends.
+//!
+//! Every query body is written once and compiled for both drivers through [`on_db!`] and
+//! [`on_tx!`]: the SQL text uses `$N` placeholders (which sqlx binds positionally on SQLite too),
+//! integers are `i64`, timestamps are Unix milliseconds and JSON is stored as text, so the same
+//! statement means the same thing on SQLite and Postgres. Where the dialects differ (claiming with
+//! `FOR UPDATE SKIP LOCKED`, notifications) the caller matches on [`Backend`] explicitly.
+
+mod connect;
+mod migrate;
+
+use std::time::Duration;
+
+use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
+
+pub use connect::{ConnectOptions, SqliteSynchronous, redact_url};
+pub use migrate::{MigrationError, MigrationReport, SchemaCheck};
+
+/// Which database engine a [`Db`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// A connection pool on one of the two supported backends.
+#[derive(Debug, Clone)]
+pub enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// The database handle every store and the ledger share: a pool plus the in-process wake bus
+/// that tells co-located workers about work committed through this handle.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pool: Pool,
+    wake: WakeBus,
+}
+
+/// The connection of an open write transaction.
+pub enum TxConn {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+/// An open write transaction on either backend.
+///
+/// On SQLite it was opened with `BEGIN IMMEDIATE`, so it holds the database's write lock from its
+/// first statement: a read followed by a write inside it can never fail with a stale snapshot.
+/// Wake-ups requested inside it are delivered only after a successful commit, so a woken worker
+/// always finds the committed job.
+pub struct Tx {
+    conn: TxConn,
+    wake: WakeBus,
+    wake_on_commit: bool,
+}
+
+/// Errors from the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("stored value is corrupt: {0}")]
+    Corrupt(String),
+    #[error("unsupported database URL `{0}`: expected sqlite:… or postgres://…")]
+    UnsupportedUrl(String),
+}
+
+impl StoreError {
+    /// True when the error is a broken or refused connection rather than a statement failure,
+    /// so callers (workers) retry instead of recording a job failure.
+    pub fn is_connection(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database(
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+                    | sqlx::Error::Tls(_)
+            )
+        )
+    }
+
+    /// True when a unique or check constraint rejected the statement.
+    pub fn constraint_violation(&self) -> Option<String> {
+        match self {
+            StoreError::Database(sqlx::Error::Database(db)) => {
+                use sqlx::error::ErrorKind;
+                match db.kind() {
+                    ErrorKind::UniqueViolation
+                    | ErrorKind::CheckViolation
+                    | ErrorKind::ForeignKeyViolation
+                    | ErrorKind::NotNullViolation => Some(db.message().to_owned()),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Runs `$body` with `$pool` bound to the concrete pool of the [`Db`] `$db`.
+#[macro_export]
+macro_rules! on_db {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db.pool() {
+            $crate::db::Pool::Sqlite($pool) => $body,
+            $crate::db::Pool::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Runs `$body` with `$conn` bound to the concrete connection of the [`Tx`] `$tx`.
+#[macro_export]
+macro_rules! on_tx {
+    ($tx:expr, $conn:ident => $body:expr) => {
+        match $tx.conn_mut() {
+            $crate::db::TxConn::Sqlite(tx) => {
+                let $conn = &mut **tx;
+                $body
+            }
+            $crate::db::TxConn::Postgres(tx) => {
+                let $conn = &mut **tx;
+                $body
+            }
+        }
+    };
+}
+
+impl Db {
+    /// Connects without running migrations. Use [`Db::open`] for the normal start-up path.
+    pub async fn connect(options: &ConnectOptions) -> Result<Db, StoreError> {
+        connect::connect(options).await
+    }
+
+    /// Connects, applies pending migrations and refuses to continue when the applied history or
+    /// the schema itself was altered.
+    pub async fn open(options: &ConnectOptions) -> Result<Db, MigrationError> {
+        let db = Db::connect(options).await?;
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    pub(crate) fn from_pool(pool: Pool) -> Db {
+        Db {
+            pool,
+            wake: WakeBus::new(),
+        }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The in-process wake bus shared by every clone of this handle.
+    pub fn wake_bus(&self) -> &WakeBus {
+        &self.wake
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Opens a write transaction (`BEGIN IMMEDIATE` on SQLite).
+    pub async fn begin(&self) -> Result<Tx, StoreError> {
+        let conn = match &self.pool {
+            Pool::Sqlite(pool) => TxConn::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Pool::Postgres(pool) => TxConn::Postgres(pool.begin().await?),
+        };
+        Ok(Tx {
+            conn,
+            wake: self.wake.clone(),
+            wake_on_commit: false,
+        })
+    }
+
+    /// Applies pending migrations and verifies the schema (see [`migrate`]).
+    pub async fn migrate(&self) -> Result<MigrationReport, MigrationError> {
+        migrate::migrate(self).await
+    }
+
+    /// Checks applied migrations and schema fingerprint without applying anything.
+    pub async fn check_schema(&self) -> Result<SchemaCheck, MigrationError> {
+        migrate::check(self).await
+    }
+
+    /// A cheap liveness probe used by `/readyz` and worker reconnect loops.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        on_db!(self, pool => sqlx::query("SELECT 1").execute(pool)
+.await
+.map(|done| done.rows_affected()))?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        on_db!(self, pool => pool.close().await)
+    }
+
+    /// The Postgres pool, when this is a Postgres database (used for LISTEN/NOTIFY).
+    pub fn as_postgres(&self) -> Option<&PgPool> {
+        match &self.pool {
+            Pool::Postgres(pool) => Some(pool),
+            Pool::Sqlite(_) => None,
+        }
+    }
+
+    /// Pool acquire timeout applied to both backends.
+    pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+}
+
+impl Tx {
+    pub fn backend(&self) -> Backend {
+        match self.conn {
+            TxConn::Sqlite(_) => Backend::Sqlite,
+            TxConn::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    pub fn conn_mut(&mut self) -> &mut TxConn {
+        &mut self.conn
+    }
+
+    /// Asks for co-located workers to be woken once this transaction commits.
+    pub fn wake_after_commit(&mut self) {
+        self.wake_on_commit = true;
+    }
+
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self.conn {
+            TxConn::Sqlite(tx) => tx.commit().await?,
+            TxConn::Postgres(tx) => tx.commit().await?,
+        }
+        if self.wake_on_commit {
+            self.wake.wake();
+        }
+        Ok(())
+    }
+
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        match self.conn {
+            TxConn::Sqlite(tx) => tx.rollback().await?,
+            TxConn::Postgres(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
+}
+
+/// Coalescing in-process wake-ups: a generation counter that every waiter observes.
+///
+/// A wake sent while nobody waits is not lost (the waiter sees the new generation on its next
+/// wait), and any number of wakes between two waits collapse into one.
+#[derive(Debug, Clone)]
+pub struct WakeBus {
+    sender: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl WakeBus {
+    pub fn new() -> Self {
+        let (sender, _) = tokio::sync::watch::channel(0);
+        WakeBus {
+            sender: std::sync::Arc::new(sender),
+        }
+    }
+
+    pub fn wake(&self) {
+        self.sender
+            .send_modify(|generation| *generation = generation.wrapping_add(1));
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.sender.subscribe()
+    }
+}
+
+impl Default for WakeBus {
+    fn default() -> Self {
+        WakeBus::new()
+    }
+}

@@ -1,0 +1,281 @@
+//! Claiming: expired-lease rescue, selection, the claim gate and lease hand-out, all in one
+//! short transaction.
+
+use async_trait::async_trait;
+
+use super::model::{ClaimedJob, Job, JobKind, JobState, Lease};
+use super::row::{JOB_COLUMNS, JobRow};
+use super::{Ledger, LedgerError, insert_event};
+use crate::db::{Backend, StoreError, Tx};
+
+/// What a worker asks for on one wake.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub worker_id: &'a str,
+    pub kinds: &'a [JobKind],
+    /// At most this many jobs are handed out (`max_jobs_per_wake`, default 2).
+    pub limit: usize,
+    /// How long the lease lasts without a heartbeat.
+    pub lease_ms: i64,
+    /// When set, only jobs with no scope or one of these scopes are eligible.
+    pub scopes: Option<&'a [String]>,
+}
+
+/// The gate's verdict on one candidate job, made inside the claim transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateDecision {
+    /// The job may run.
+    Proceed,
+    /// The job's source changed, became unavailable, or its policy forbids the work: it settles
+    /// `skipped` without consuming an attempt.
+    Skip { reason: String },
+}
+
+/// Kind-specific admission checks that must see the same snapshot as the claim itself
+/// (spec 002: "Claiming, source validation, session policy, and attempt admission share the
+/// database boundary").
+#[async_trait]
+pub trait ClaimGate: Send + Sync {
+    async fn check(&self, tx: &mut Tx, job: &Job) -> Result<GateDecision, StoreError>;
+}
+
+/// A gate that lets every job through (for kinds without sources to revalidate).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AllowAll;
+
+#[async_trait]
+impl ClaimGate for AllowAll {
+    async fn check(&self, _tx: &mut Tx, _job: &Job) -> Result<GateDecision, StoreError> {
+        Ok(GateDecision::Proceed)
+    }
+}
+
+/// A job the gate settled as skipped.
+#[derive(Debug, Clone)]
+pub struct SkippedAtClaim {
+    pub job_id: String,
+    pub kind: JobKind,
+    pub reason: String,
+}
+
+/// Everything one claim transaction did.
+#[derive(Debug, Default)]
+pub struct ClaimBatch {
+    pub claimed: Vec<ClaimedJob>,
+    pub skipped: Vec<SkippedAtClaim>,
+    /// Jobs whose lease had expired: returned to the queue, or failed at the attempt ceiling.
+    pub rescued: Vec<(String, JobState)>,
+}
+
+/// Upper bound on expired leases rescued per claim transaction.
+const RESCUE_BATCH: i64 = 100;
+
+impl Ledger {
+    /// Rescues expired leases, then hands out up to `limit` due jobs of the requested kinds.
+    ///
+    /// One transaction: on Postgres the candidate rows are locked with `FOR UPDATE SKIP LOCKED`,
+    /// so concurrent claimers take disjoint rows; on SQLite the transaction began with
+    /// `BEGIN IMMEDIATE` and holds the only write lock. Each claimed job gets a fresh random
+    /// lease token, a deadline and `attempts + 1` — the increment happens at claim, so a worker
+    /// that crashes mid-job still spends the attempt, and the schema's `CHECK (attempts <=
+    /// max_attempts)` makes a fourth attempt impossible whatever the code does.
+    pub async fn claim(
+        &self,
+        request: &ClaimRequest<'_>,
+        gate: &dyn ClaimGate,
+    ) -> Result<ClaimBatch, LedgerError> {
+        if request.kinds.is_empty() || request.limit == 0 {
+            return Ok(ClaimBatch::default());
+        }
+        let started = std::time::Instant::now();
+        let now = self.now_ms();
+        let mut tx = self.db.begin().await?;
+        let mut batch = ClaimBatch {
+            rescued: rescue_expired(&mut tx, now).await?,
+            ..ClaimBatch::default()
+        };
+
+        let candidates = select_candidates(&mut tx, request, now).await?;
+        for job in candidates {
+            match gate.check(&mut tx, &job).await? {
+                GateDecision::Proceed => {
+                    let lease = Lease {
+                        job_id: job.id.clone(),
+                        kind: job.kind,
+                        token: crate::ids::new_lease_token(),
+                        worker_id: request.worker_id.to_owned(),
+                        attempt: job.attempts + 1,
+                        expires_at: now + request.lease_ms,
+                    };
+                    let sql = format!(
+                        "UPDATE learning_job SET state = 'running', attempts = attempts + 1, \
+                           lease_token = $2, lease_owner = $3, lease_expires_at = $4, \
+                           heartbeat_at = $5, updated_at = $5 \
+                         WHERE id = $1 AND state = 'queued' RETURNING {JOB_COLUMNS}"
+                    );
+                    let row: JobRow = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                        .bind(&lease.job_id)
+                        .bind(&lease.token)
+                        .bind(&lease.worker_id)
+                        .bind(lease.expires_at)
+                        .bind(now)
+                        .fetch_one(conn)
+                        .await)?;
+                    batch.claimed.push(ClaimedJob {
+                        job: Job::try_from(row)?,
+                        lease,
+                    });
+                }
+                GateDecision::Skip { reason } => {
+                    let result = serde_json::json!({ "skipped": reason }).to_string();
+                    let sql = "UPDATE learning_job SET state = 'skipped', result = $2, \
+                                 finished_at = $3, updated_at = $3 \
+                               WHERE id = $1 AND state = 'queued'";
+                    crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+                        .bind(&job.id)
+                        .bind(&result)
+                        .bind(now)
+                        .execute(conn)
+.await
+.map(|done| done.rows_affected()))?;
+                    insert_event(
+                        &mut tx,
+                        &job.id,
+                        "skipped",
+                        Some(request.worker_id),
+                        &reason,
+                        now,
+                    )
+                    .await?;
+                    batch.skipped.push(SkippedAtClaim {
+                        job_id: job.id,
+                        kind: job.kind,
+                        reason,
+                    });
+                }
+            }
+        }
+        tx.commit().await?;
+
+        let metrics = crate::telemetry::metrics::ledger();
+        metrics.claim_latency(started.elapsed());
+        for claimed in &batch.claimed {
+            metrics.claimed(claimed.job.kind, claimed.lease.attempt);
+        }
+        for skipped in &batch.skipped {
+            metrics.skipped_at_claim(skipped.kind);
+            tracing::info!(job.id = %skipped.job_id, job.kind = %skipped.kind,
+                reason = %skipped.reason, "job skipped at claim; no attempt spent");
+        }
+        for (job_id, state) in &batch.rescued {
+            metrics.lease_expired();
+            tracing::warn!(job.id = %job_id, job.state = %state,
+                "lease expired without settlement; job rescued");
+        }
+        Ok(batch)
+    }
+}
+
+async fn select_candidates(
+    tx: &mut Tx,
+    request: &ClaimRequest<'_>,
+    now: i64,
+) -> Result<Vec<Job>, LedgerError> {
+    // Placeholders: $1 = now, $2 = limit, then the kinds, then the scopes.
+    let mut next = 3;
+    let kinds = placeholders(&mut next, request.kinds.len());
+    let scope_filter = match request.scopes {
+        Some(scopes) if !scopes.is_empty() => format!(
+            " AND (claim_scope IS NULL OR claim_scope IN ({}))",
+            placeholders(&mut next, scopes.len())
+        ),
+        Some(_) => String::from(" AND claim_scope IS NULL"),
+        None => String::new(),
+    };
+    let lock = match tx.backend() {
+        Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+        Backend::Sqlite => "",
+    };
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM learning_job \
+         WHERE state = 'queued' AND run_at <= $1 AND attempts < max_attempts \
+           AND kind IN ({kinds}){scope_filter} \
+         ORDER BY priority DESC, run_at, id LIMIT $2{lock}"
+    );
+    let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
+    let rows: Vec<JobRow> = crate::on_tx!(tx, conn => {
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(now).bind(limit);
+        for kind in request.kinds {
+            query = query.bind(kind.as_str());
+        }
+        for scope in request.scopes.unwrap_or_default() {
+            query = query.bind(scope.as_str());
+        }
+        query.fetch_all(conn).await
+    })?;
+    rows.into_iter()
+        .map(|row| Job::try_from(row).map_err(LedgerError::from))
+        .collect()
+}
+
+/// Returns expired leases to the queue, or fails them when their attempts are spent.
+///
+/// Because the attempt was counted at claim, a job whose worker keeps dying still reaches the
+/// ceiling and settles `failed` instead of being retried forever.
+async fn rescue_expired(tx: &mut Tx, now: i64) -> Result<Vec<(String, JobState)>, LedgerError> {
+    let lock = match tx.backend() {
+        Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+        Backend::Sqlite => "",
+    };
+    let select = format!(
+        "SELECT id, lease_owner, attempts, max_attempts FROM learning_job \
+         WHERE state = 'running' AND lease_expires_at < $1 \
+         ORDER BY lease_expires_at LIMIT $2{lock}"
+    );
+    let expired: Vec<(String, Option<String>, i64, i64)> = crate::on_tx!(tx, conn =>
+        sqlx::query_as(sqlx::AssertSqlSafe(select.as_str())).bind(now).bind(RESCUE_BATCH).fetch_all(conn).await)?;
+    let mut rescued = Vec::with_capacity(expired.len());
+    for (job_id, owner, attempts, max_attempts) in expired {
+        let exhausted = attempts >= max_attempts;
+        let (state, error) = if exhausted {
+            (
+                JobState::Failed,
+                format!(
+                    "lease held by worker `{}` expired on the final attempt ({attempts} of \
+                     {max_attempts})",
+                    owner.as_deref().unwrap_or("?")
+                ),
+            )
+        } else {
+            (
+                JobState::Queued,
+                format!(
+                    "lease held by worker `{}` expired on attempt {attempts} of {max_attempts}",
+                    owner.as_deref().unwrap_or("?")
+                ),
+            )
+        };
+        let sql = "UPDATE learning_job SET state = $2, last_error = $3, lease_token = NULL, \
+                     lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
+                     run_at = $4, updated_at = $4, \
+                     finished_at = CASE WHEN $2 = 'failed' THEN $4 ELSE NULL END \
+                   WHERE id = $1 AND state = 'running'";
+        crate::on_tx!(tx, conn => sqlx::query(sql)
+            .bind(&job_id)
+            .bind(state.as_str())
+            .bind(&error)
+            .bind(now)
+            .execute(conn)
+.await
+.map(|done| done.rows_affected()))?;
+        insert_event(tx, &job_id, "lease_expired", owner.as_deref(), &error, now).await?;
+        rescued.push((job_id, state));
+    }
+    Ok(rescued)
+}
+
+fn placeholders(next: &mut usize, count: usize) -> String {
+    let list: Vec<String> = (0..count).map(|i| format!("${}", *next + i)).collect();
+    *next += count;
+    list.join(", ")
+}

@@ -1,0 +1,122 @@
+//! The durable job ledger: idempotent admission, leased claims with fencing tokens, heartbeats,
+//! a database-enforced three-attempt ceiling, interval buckets and restart recovery.
+//!
+//! Every operation is one short transaction. Work runs outside any transaction; every later
+//! write for a claimed job presents its lease token and is refused once the token is stale.
+//! See docs/adr/0002-job-ledger.md for the design and the patterns it borrows.
+
+mod admit;
+mod claim;
+mod model;
+mod query;
+mod row;
+mod settle;
+
+use crate::clock::SharedClock;
+use crate::db::{Db, StoreError, Tx};
+
+pub use admit::Admission;
+pub use claim::{AllowAll, ClaimBatch, ClaimGate, ClaimRequest, GateDecision, SkippedAtClaim};
+pub use model::{
+    ClaimedJob, Job, JobIdentity, JobKind, JobOrigin, JobState, Lease, MAX_ATTEMPTS, NewJob,
+    bucket_start,
+};
+pub use query::{JobEvent, JobFilter, QueueCount};
+pub use settle::{HeartbeatOutcome, Settlement, retry_backoff_ms};
+
+/// Errors from ledger operations.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("job `{0}` was not found")]
+    NotFound(String),
+    /// The lease token no longer matches: the job expired and was claimed elsewhere, was
+    /// revoked, or was already settled. Nothing was written.
+    #[error("the lease on job `{job_id}` was lost; nothing was committed")]
+    LeaseLost { job_id: String },
+    #[error("invalid job: {0}")]
+    Invalid(String),
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(error: sqlx::Error) -> Self {
+        LedgerError::Store(StoreError::Database(error))
+    }
+}
+
+/// Handle to the ledger. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    db: Db,
+    clock: SharedClock,
+}
+
+impl Ledger {
+    pub fn new(db: Db, clock: SharedClock) -> Ledger {
+        Ledger { db, clock }
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// Appends an audit event for a job in its own transaction (used for refusals, which by
+    /// definition happen after the refused transaction rolled back).
+    pub(crate) async fn record_event(
+        &self,
+        job_id: &str,
+        event: &str,
+        worker_id: Option<&str>,
+        detail: &str,
+    ) -> Result<(), LedgerError> {
+        let mut tx = self.db.begin().await?;
+        insert_event(&mut tx, job_id, event, worker_id, detail, self.now_ms()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+pub(crate) async fn insert_event(
+    tx: &mut Tx,
+    job_id: &str,
+    event: &str,
+    worker_id: Option<&str>,
+    detail: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    let sql = "INSERT INTO learning_job_event (id, job_id, event, worker_id, detail, at) \
+               VALUES ($1, $2, $3, $4, $5, $6)";
+    crate::on_tx!(tx, conn => sqlx::query(sql)
+        .bind(crate::ids::new_id("jev"))
+        .bind(job_id)
+        .bind(event)
+        .bind(worker_id)
+        .bind(truncate_detail(detail))
+        .bind(now)
+        .execute(conn)
+.await
+.map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Bounds stored diagnostics so a runaway error text cannot bloat the ledger.
+pub(crate) fn truncate_detail(detail: &str) -> String {
+    const LIMIT: usize = 2000;
+    if detail.len() <= LIMIT {
+        return detail.to_owned();
+    }
+    let mut end = LIMIT;
+    while !detail.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &detail[..end])
+}

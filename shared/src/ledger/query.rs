@@ -1,0 +1,163 @@
+//! Read-only views of the ledger.
+
+use serde::Serialize;
+
+use super::model::{Job, JobKind, JobState};
+use super::row::{JOB_COLUMNS, JobRow};
+use super::{Ledger, LedgerError};
+
+/// Filters for [`Ledger::list`]. Results are newest first.
+#[derive(Debug, Clone)]
+pub struct JobFilter {
+    pub kind: Option<JobKind>,
+    pub state: Option<JobState>,
+    /// Restrict to these projects (a scoped token's view). `None` = all.
+    pub projects: Option<Vec<String>>,
+    pub session_id: Option<String>,
+    /// Only jobs whose id sorts before this one (pagination cursor).
+    pub before_id: Option<String>,
+    pub limit: i64,
+}
+
+impl Default for JobFilter {
+    fn default() -> Self {
+        JobFilter {
+            kind: None,
+            state: None,
+            projects: None,
+            session_id: None,
+            before_id: None,
+            limit: 100,
+        }
+    }
+}
+
+/// Number of jobs of one kind in one state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueCount {
+    pub kind: JobKind,
+    pub state: JobState,
+    pub count: i64,
+}
+
+/// One audit event of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct JobEvent {
+    pub job_id: String,
+    pub event: String,
+    pub worker_id: Option<String>,
+    pub detail: Option<String>,
+    pub at: i64,
+}
+
+impl Ledger {
+    pub async fn get(&self, job_id: &str) -> Result<Job, LedgerError> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE id = $1");
+        let row: Option<JobRow> = crate::on_db!(self.db(), pool =>
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(job_id).fetch_optional(pool).await)?;
+        match row {
+            Some(row) => Ok(Job::try_from(row)?),
+            None => Err(LedgerError::NotFound(job_id.to_owned())),
+        }
+    }
+
+    pub async fn list(&self, filter: &JobFilter) -> Result<Vec<Job>, LedgerError> {
+        let mut clauses = Vec::new();
+        let mut next = 1;
+        let mut arg = |clauses: &mut Vec<String>, template: &str| {
+            clauses.push(template.replace('?', &format!("${next}")));
+            next += 1;
+        };
+        if filter.kind.is_some() {
+            arg(&mut clauses, "kind = ?");
+        }
+        if filter.state.is_some() {
+            arg(&mut clauses, "state = ?");
+        }
+        if filter.session_id.is_some() {
+            arg(&mut clauses, "session_id = ?");
+        }
+        if filter.before_id.is_some() {
+            arg(&mut clauses, "id < ?");
+        }
+        if let Some(projects) = &filter.projects {
+            if projects.is_empty() {
+                return Ok(Vec::new());
+            }
+            let list: Vec<String> = (0..projects.len())
+                .map(|i| format!("${}", next + i))
+                .collect();
+            next += projects.len();
+            clauses.push(format!("project_id IN ({})", list.join(", ")));
+        }
+        let where_clause = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", clauses.join(" AND "))
+        };
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM learning_job{where_clause} ORDER BY id DESC LIMIT ${next}"
+        );
+        let limit = filter.limit.clamp(1, 1000);
+        let rows: Vec<JobRow> = crate::on_db!(self.db(), pool => {
+            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
+            if let Some(kind) = filter.kind {
+                query = query.bind(kind.as_str());
+            }
+            if let Some(state) = filter.state {
+                query = query.bind(state.as_str());
+            }
+            if let Some(session) = &filter.session_id {
+                query = query.bind(session.as_str());
+            }
+            if let Some(before) = &filter.before_id {
+                query = query.bind(before.as_str());
+            }
+            for project in filter.projects.iter().flatten() {
+                query = query.bind(project.as_str());
+            }
+            query.bind(limit).fetch_all(pool).await
+        })?;
+        rows.into_iter()
+            .map(|row| Job::try_from(row).map_err(LedgerError::from))
+            .collect()
+    }
+
+    /// Jobs per kind and state (queue depth).
+    pub async fn counts(&self) -> Result<Vec<QueueCount>, LedgerError> {
+        let sql = "SELECT kind, state, COUNT(*) FROM learning_job GROUP BY kind, state ORDER BY kind, state";
+        let rows: Vec<(String, String, i64)> =
+            crate::on_db!(self.db(), pool => sqlx::query_as(sql).fetch_all(pool).await)?;
+        rows.into_iter()
+            .map(|(kind, state, count)| {
+                Ok(QueueCount {
+                    kind: JobKind::parse(&kind).ok_or_else(|| {
+                        crate::db::StoreError::Corrupt(format!("job kind `{kind}`"))
+                    })?,
+                    state: JobState::parse(&state).ok_or_else(|| {
+                        crate::db::StoreError::Corrupt(format!("job state `{state}`"))
+                    })?,
+                    count,
+                })
+            })
+            .collect()
+    }
+
+    /// The audit events of one job, oldest first.
+    pub async fn events(&self, job_id: &str) -> Result<Vec<JobEvent>, LedgerError> {
+        let sql = "SELECT job_id, event, worker_id, detail, at FROM learning_job_event \
+                   WHERE job_id = $1 ORDER BY at, id";
+        let rows: Vec<JobEvent> = crate::on_db!(self.db(), pool =>
+            sqlx::query_as(sql).bind(job_id).fetch_all(pool).await)?;
+        Ok(rows)
+    }
+
+    /// How many refusals of each event kind were recorded (fenced, lease_expired, …).
+    pub async fn event_count(&self, event: &str) -> Result<i64, LedgerError> {
+        let sql = "SELECT COUNT(*) FROM learning_job_event WHERE event = $1";
+        let count: i64 = crate::on_db!(self.db(), pool =>
+            sqlx::query_scalar(sql).bind(event).fetch_one(pool).await)?;
+        Ok(count)
+    }
+}

@@ -1,0 +1,380 @@
+//! Fenced writes for a claimed job: heartbeats, settlement, release and revocation.
+//!
+//! Each statement is `UPDATE … WHERE id = ? AND lease_token = ? AND state = 'running'`; zero
+//! rows affected means the lease is gone, the transaction is rolled back, and the refusal is
+//! recorded as a `fenced` event, counted in metrics and logged.
+
+use super::claim::{ClaimGate, GateDecision};
+use super::model::{Job, JobKind, Lease};
+use super::row::{JOB_COLUMNS, JobRow};
+use super::{Ledger, LedgerError, insert_event, truncate_detail};
+use crate::db::Tx;
+
+/// What a heartbeat achieved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeartbeatOutcome {
+    /// The lease now lasts until `expires_at`.
+    Extended { expires_at: i64 },
+    /// The job's source changed or its policy no longer allows the work; the job was settled
+    /// `skipped` in the heartbeat's transaction and the worker must stop without committing.
+    SourceRevoked { reason: String },
+}
+
+/// Durable retry delay after failed attempt `attempt` (1-based): 10 s, 60 s, 6 min, capped at
+/// 30 min.
+pub fn retry_backoff_ms(attempt: i64) -> i64 {
+    let exponent = u32::try_from(attempt.clamp(1, 8) - 1).unwrap_or(0);
+    (10_000_i64 * 6_i64.pow(exponent)).min(30 * 60 * 1000)
+}
+
+impl Ledger {
+    /// Extends a lease, after rechecking the job's source through `gate` in the same
+    /// transaction.
+    pub async fn heartbeat(
+        &self,
+        lease: &Lease,
+        lease_ms: i64,
+        gate: &dyn ClaimGate,
+    ) -> Result<HeartbeatOutcome, LedgerError> {
+        let now = self.now_ms();
+        let mut tx = self.db.begin().await?;
+        let expires_at = now + lease_ms;
+        let sql = format!(
+            "UPDATE learning_job SET lease_expires_at = $3, heartbeat_at = $4, updated_at = $4 \
+             WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}"
+        );
+        let row: Option<JobRow> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(&lease.job_id)
+            .bind(&lease.token)
+            .bind(expires_at)
+            .bind(now)
+            .fetch_optional(conn)
+            .await)?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            self.refuse(lease, "heartbeat").await?;
+            return Err(LedgerError::LeaseLost {
+                job_id: lease.job_id.clone(),
+            });
+        };
+        let job = Job::try_from(row)?;
+        match gate.check(&mut tx, &job).await? {
+            GateDecision::Proceed => {
+                tx.commit().await?;
+                Ok(HeartbeatOutcome::Extended { expires_at })
+            }
+            GateDecision::Skip { reason } => {
+                finish(
+                    &mut tx,
+                    lease,
+                    "skipped",
+                    Some(&skip_result(&reason)),
+                    None,
+                    now,
+                )
+                .await?;
+                insert_event(
+                    &mut tx,
+                    &lease.job_id,
+                    "skipped",
+                    Some(&lease.worker_id),
+                    &reason,
+                    now,
+                )
+                .await?;
+                tx.commit().await?;
+                Ok(HeartbeatOutcome::SourceRevoked { reason })
+            }
+        }
+    }
+
+    /// Opens the settlement transaction for a claimed job, proving the lease first.
+    ///
+    /// The guarded `UPDATE` runs before any domain write: on Postgres it locks the job row until
+    /// commit, so no rescue or other claim can interleave; on SQLite the transaction already
+    /// holds the write lock. If the lease is gone, nothing is written and [`LedgerError::LeaseLost`]
+    /// is returned.
+    pub async fn begin_settlement(&self, lease: &Lease) -> Result<Settlement<'_>, LedgerError> {
+        let now = self.now_ms();
+        let mut tx = self.db.begin().await?;
+        let sql = format!(
+            "UPDATE learning_job SET updated_at = $3 \
+             WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}"
+        );
+        let row: Option<JobRow> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(&lease.job_id)
+            .bind(&lease.token)
+            .bind(now)
+            .fetch_optional(conn)
+            .await)?;
+        match row {
+            Some(row) => Ok(Settlement {
+                ledger: self,
+                tx,
+                lease: lease.clone(),
+                job: Job::try_from(row)?,
+            }),
+            None => {
+                tx.rollback().await?;
+                self.refuse(lease, "settlement").await?;
+                Err(LedgerError::LeaseLost {
+                    job_id: lease.job_id.clone(),
+                })
+            }
+        }
+    }
+
+    /// Returns a claimed job to the queue without spending its attempt (graceful shutdown).
+    pub async fn release(&self, lease: &Lease) -> Result<bool, LedgerError> {
+        let now = self.now_ms();
+        let mut tx = self.db.begin().await?;
+        let sql = "UPDATE learning_job SET state = 'queued', attempts = attempts - 1, \
+                     lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+                     heartbeat_at = NULL, run_at = $3, updated_at = $3 \
+                   WHERE id = $1 AND lease_token = $2 AND state = 'running'";
+        let released = crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+            .bind(&lease.job_id)
+            .bind(&lease.token)
+            .bind(now)
+            .execute(conn)
+.await
+.map(|done| done.rows_affected()))?
+            == 1;
+        if released {
+            insert_event(
+                &mut tx,
+                &lease.job_id,
+                "released",
+                Some(&lease.worker_id),
+                "released on shutdown; attempt not spent",
+                now,
+            )
+            .await?;
+            tx.wake_after_commit();
+        }
+        tx.commit().await?;
+        Ok(released)
+    }
+
+    /// Revokes queued or running extraction jobs for one source message, except `keep_job_id`,
+    /// inside the caller's transaction (a new explicit input supersedes older ones). A running
+    /// worker's lease stops matching, so its later writes are refused.
+    pub async fn revoke_source_jobs_in(
+        &self,
+        tx: &mut Tx,
+        session_id: &str,
+        source_message_id: &str,
+        keep_job_id: &str,
+        reason: &str,
+    ) -> Result<Vec<String>, LedgerError> {
+        let now = self.now_ms();
+        let sql = "UPDATE learning_job SET state = 'skipped', result = $4, lease_token = NULL, \
+                     lease_owner = NULL, lease_expires_at = NULL, finished_at = $5, updated_at = $5 \
+                   WHERE kind = 'extract' AND session_id = $1 AND source_message_id = $2 \
+                     AND id <> $3 AND state IN ('queued', 'running') \
+                   RETURNING id";
+        let result = skip_result(reason);
+        let revoked: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sql)
+            .bind(session_id)
+            .bind(source_message_id)
+            .bind(keep_job_id)
+            .bind(&result)
+            .bind(now)
+            .fetch_all(conn)
+            .await)?;
+        for job_id in &revoked {
+            insert_event(tx, job_id, "revoked", None, reason, now).await?;
+        }
+        Ok(revoked)
+    }
+
+    async fn refuse(&self, lease: &Lease, what: &str) -> Result<(), LedgerError> {
+        crate::telemetry::metrics::ledger().fenced(lease.kind, what);
+        tracing::warn!(job.id = %lease.job_id, job.kind = %lease.kind, worker.id = %lease.worker_id,
+            attempt = lease.attempt, "{what} refused: the lease was lost; nothing was committed");
+        self.record_event(
+            &lease.job_id,
+            "fenced",
+            Some(&lease.worker_id),
+            &format!("{what} refused for attempt {}", lease.attempt),
+        )
+        .await
+    }
+}
+
+fn skip_result(reason: &str) -> String {
+    serde_json::json!({ "skipped": reason }).to_string()
+}
+
+/// The open, lease-proven transaction in which a job's results and its terminal state commit
+/// together. Dropping it without settling rolls everything back.
+pub struct Settlement<'l> {
+    ledger: &'l Ledger,
+    tx: Tx,
+    lease: Lease,
+    job: Job,
+}
+
+impl Settlement<'_> {
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    pub fn kind(&self) -> JobKind {
+        self.job.kind
+    }
+
+    /// The transaction for the job's domain writes.
+    pub fn tx(&mut self) -> &mut Tx {
+        &mut self.tx
+    }
+
+    /// Settles `completed` with `result`, committing the domain writes with it.
+    pub async fn complete(self, result: serde_json::Value) -> Result<Job, LedgerError> {
+        self.finish("completed", Some(result.to_string()), None, None)
+            .await
+    }
+
+    /// Settles `skipped` (the source changed or the work is no longer wanted).
+    pub async fn skip(self, reason: &str) -> Result<Job, LedgerError> {
+        let now = self.ledger.now_ms();
+        let mut settlement = self;
+        insert_event(
+            &mut settlement.tx,
+            &settlement.lease.job_id,
+            "skipped",
+            Some(&settlement.lease.worker_id),
+            reason,
+            now,
+        )
+        .await?;
+        settlement
+            .finish("skipped", Some(skip_result(reason)), None, None)
+            .await
+    }
+
+    /// Records a failed attempt that may succeed later: back to `queued` after a delay, or
+    /// `failed` (keeping the error) when this was the last attempt.
+    pub async fn retry(self, error: &str, retry_at: Option<i64>) -> Result<Job, LedgerError> {
+        if self.job.attempts >= self.job.max_attempts {
+            return self.fail(error, None).await;
+        }
+        let now = self.ledger.now_ms();
+        let run_at = retry_at.unwrap_or(now + retry_backoff_ms(self.job.attempts));
+        self.finish("queued", None, Some(error), Some(run_at)).await
+    }
+
+    /// Settles `failed` at once (a permanent failure), keeping the error and optional result.
+    pub async fn fail(
+        self,
+        error: &str,
+        result: Option<serde_json::Value>,
+    ) -> Result<Job, LedgerError> {
+        self.finish("failed", result.map(|r| r.to_string()), Some(error), None)
+            .await
+    }
+
+    /// Settles `uncertain`: the job's effect can neither be proven done nor undone.
+    pub async fn uncertain(self, detail: &str) -> Result<Job, LedgerError> {
+        self.finish("uncertain", None, Some(detail), None).await
+    }
+
+    async fn finish(
+        mut self,
+        state: &str,
+        result: Option<String>,
+        error: Option<&str>,
+        run_at: Option<i64>,
+    ) -> Result<Job, LedgerError> {
+        let now = self.ledger.now_ms();
+        let job = finish_returning(
+            &mut self.tx,
+            &self.lease,
+            state,
+            result.as_deref(),
+            error,
+            run_at,
+            now,
+        )
+        .await?;
+        let Some(job) = job else {
+            // The guard at begin_settlement holds the row, so this is unreachable unless the row
+            // was changed inside this very transaction.
+            self.tx.rollback().await?;
+            self.ledger.refuse(&self.lease, "settlement").await?;
+            return Err(LedgerError::LeaseLost {
+                job_id: self.lease.job_id.clone(),
+            });
+        };
+        if state == "queued" {
+            self.tx.wake_after_commit();
+        }
+        self.tx.commit().await?;
+        let metrics = crate::telemetry::metrics::ledger();
+        metrics.settled(job.kind, state);
+        Ok(job)
+    }
+}
+
+async fn finish(
+    tx: &mut Tx,
+    lease: &Lease,
+    state: &str,
+    result: Option<&str>,
+    error: Option<&str>,
+    now: i64,
+) -> Result<(), LedgerError> {
+    finish_returning(tx, lease, state, result, error, None, now).await?;
+    Ok(())
+}
+
+async fn finish_returning(
+    tx: &mut Tx,
+    lease: &Lease,
+    state: &str,
+    result: Option<&str>,
+    error: Option<&str>,
+    run_at: Option<i64>,
+    now: i64,
+) -> Result<Option<Job>, LedgerError> {
+    let terminal = state != "queued";
+    let sql = format!(
+        "UPDATE learning_job SET state = $3, result = COALESCE($4, result), \
+           last_error = COALESCE($5, last_error), lease_token = NULL, lease_owner = NULL, \
+           lease_expires_at = NULL, heartbeat_at = NULL, run_at = COALESCE($6, run_at), \
+           finished_at = $7, updated_at = $8 \
+         WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}"
+    );
+    let error = error.map(truncate_detail);
+    let row: Option<JobRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(&lease.job_id)
+        .bind(&lease.token)
+        .bind(state)
+        .bind(result)
+        .bind(error.as_deref())
+        .bind(run_at)
+        .bind(if terminal { Some(now) } else { None })
+        .bind(now)
+        .fetch_optional(conn)
+        .await)?;
+    row.map(Job::try_from)
+        .transpose()
+        .map_err(LedgerError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_backoff_ms;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert_eq!(retry_backoff_ms(1), 10_000);
+        assert_eq!(retry_backoff_ms(2), 60_000);
+        assert_eq!(retry_backoff_ms(3), 360_000);
+        assert_eq!(retry_backoff_ms(50), 30 * 60 * 1000);
+    }
+}

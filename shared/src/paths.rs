@@ -1,0 +1,150 @@
+//! Where Zuno keeps its files (spec 001, "Where resident Memory lives").
+//!
+//! Platform conventions by default (`~/.local/share/zuno` and `~/.config/zuno` on Linux,
+//! `~/Library/Application Support/zuno` on macOS); `ZUNO_HOME` puts everything under one
+//! directory. Start-up creates only the database; memory files are created by their first
+//! accepted write.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub data_dir: PathBuf,
+    pub config_dir: PathBuf,
+}
+
+impl Paths {
+    /// `ZUNO_HOME` when given, else the platform's directories.
+    pub fn resolve(zuno_home: Option<&Path>) -> Paths {
+        if let Some(home) = zuno_home {
+            return Paths {
+                data_dir: home.to_path_buf(),
+                config_dir: home.to_path_buf(),
+            };
+        }
+        match directories::ProjectDirs::from("", "", "zuno") {
+            Some(dirs) => Paths {
+                data_dir: dirs.data_dir().to_path_buf(),
+                config_dir: dirs.config_dir().to_path_buf(),
+            },
+            None => Paths {
+                data_dir: PathBuf::from(".zuno"),
+                config_dir: PathBuf::from(".zuno"),
+            },
+        }
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.data_dir.join("zuno.db")
+    }
+
+    pub fn config_file(&self) -> PathBuf {
+        self.config_dir.join("config.json")
+    }
+
+    /// `$CONFIG/memory/MEMORY.md`.
+    pub fn global_memory(&self) -> PathBuf {
+        self.config_dir.join("memory").join("MEMORY.md")
+    }
+
+    /// `<worktree>/.zuno/RULES.md`.
+    pub fn project_rules(worktree: &Path) -> PathBuf {
+        worktree.join(".zuno").join("RULES.md")
+    }
+
+    /// The paths `zuno debug paths` prints, each marked present or absent.
+    pub fn report(&self, worktree: &Path, database_url: Option<&str>) -> Vec<PathEntry> {
+        let database = match database_url {
+            Some(url) if !url.starts_with("sqlite:") => PathEntry {
+                name: "database",
+                path: crate::db::redact_url(url),
+                exists: None,
+            },
+            Some(url) => PathEntry::file("database", PathBuf::from(sqlite_path(url))),
+            None => PathEntry::file("database", self.database()),
+        };
+        vec![
+            database,
+            PathEntry::file("config", self.config_file()),
+            PathEntry::file("global memory", self.global_memory()),
+            PathEntry::file("project rules", Paths::project_rules(worktree)),
+        ]
+    }
+}
+
+/// The file path inside a `sqlite:` URL.
+pub fn sqlite_path(url: &str) -> &str {
+    let rest = url.strip_prefix("sqlite:").unwrap_or(url);
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    rest.split('?').next().unwrap_or(rest)
+}
+
+/// One line of `zuno debug paths`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathEntry {
+    pub name: &'static str,
+    pub path: String,
+    /// `None` for non-file stores (a Postgres URL).
+    pub exists: Option<bool>,
+}
+
+impl PathEntry {
+    fn file(name: &'static str, path: PathBuf) -> PathEntry {
+        let exists = Some(path.exists());
+        PathEntry {
+            name,
+            path: path.display().to_string(),
+            exists,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let marker = if self.exists == Some(false) {
+            " (absent)"
+        } else {
+            ""
+        };
+        format!("{:<14} {}{marker}", format!("{}:", self.name), self.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zuno_home_holds_everything() {
+        let paths = Paths::resolve(Some(Path::new("/srv/zuno")));
+        assert_eq!(paths.database(), PathBuf::from("/srv/zuno/zuno.db"));
+        assert_eq!(paths.config_file(), PathBuf::from("/srv/zuno/config.json"));
+        assert_eq!(
+            paths.global_memory(),
+            PathBuf::from("/srv/zuno/memory/MEMORY.md")
+        );
+        assert_eq!(
+            Paths::project_rules(Path::new("/work/repo")),
+            PathBuf::from("/work/repo/.zuno/RULES.md")
+        );
+    }
+
+    #[test]
+    fn absent_stores_are_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::resolve(Some(dir.path()));
+        std::fs::write(paths.config_file(), "{}").unwrap();
+        let report = paths.report(dir.path(), None);
+        let render: Vec<String> = report.iter().map(PathEntry::render).collect();
+        assert!(render[0].ends_with("zuno.db (absent)"), "{render:?}");
+        assert!(!render[1].contains("(absent)"), "{render:?}");
+        assert!(render[2].ends_with("MEMORY.md (absent)"));
+        assert!(render[3].ends_with("RULES.md (absent)"));
+    }
+
+    #[test]
+    fn sqlite_urls_map_to_files() {
+        assert_eq!(sqlite_path("sqlite:///tmp/a.db"), "/tmp/a.db");
+        assert_eq!(sqlite_path("sqlite:/tmp/a.db?mode=rwc"), "/tmp/a.db");
+    }
+}

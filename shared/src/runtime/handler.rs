@@ -1,0 +1,124 @@
+//! What a job kind implements.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::ledger::{ClaimedJob, Job, JobKind, Lease, Ledger, LedgerError, Settlement};
+
+/// Everything a handler gets for one claimed attempt.
+#[derive(Clone)]
+pub struct JobContext {
+    pub ledger: Ledger,
+    pub claimed: ClaimedJob,
+    /// Cancelled when the lease is lost, the source is revoked, or shutdown's grace period ends.
+    /// Long-running handlers should stop at their next await point.
+    pub cancel: CancellationToken,
+    pub(crate) lease_guard: Arc<LeaseGuard>,
+}
+
+/// Orders heartbeats before settlement for one attempt: once settlement begins no heartbeat
+/// starts, and a heartbeat already in flight finishes first. Without it a heartbeat queued
+/// behind our own settlement would find the job settled and report a false lease loss.
+#[derive(Default)]
+pub(crate) struct LeaseGuard {
+    pub(crate) lock: tokio::sync::Mutex<()>,
+    pub(crate) settling: AtomicBool,
+}
+
+impl JobContext {
+    pub fn new(ledger: Ledger, claimed: ClaimedJob, cancel: CancellationToken) -> JobContext {
+        JobContext {
+            ledger,
+            claimed,
+            cancel,
+            lease_guard: Arc::new(LeaseGuard::default()),
+        }
+    }
+
+    pub fn job(&self) -> &Job {
+        &self.claimed.job
+    }
+
+    pub fn lease(&self) -> &Lease {
+        &self.claimed.lease
+    }
+
+    /// Opens the fenced settlement transaction for this attempt (stopping heartbeats first).
+    /// Every result of the job must be written through it.
+    pub async fn begin_settlement(&self) -> Result<Settlement<'_>, LedgerError> {
+        {
+            let _exclusive = self.lease_guard.lock.lock().await;
+            self.lease_guard.settling.store(true, Ordering::SeqCst);
+        }
+        self.ledger.begin_settlement(&self.claimed.lease).await
+    }
+
+    pub(crate) fn is_settling(&self) -> bool {
+        self.lease_guard.settling.load(Ordering::SeqCst)
+    }
+}
+
+/// How an attempt failed. Matched exhaustively by the runner.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// May succeed later (network, rate limit, temporary provider error). The job returns to the
+    /// queue until its third attempt, then fails keeping this message.
+    #[error("{message}")]
+    Retryable {
+        message: String,
+        /// When to retry (e.g. a provider's `Retry-After`); `None` = the ledger's backoff.
+        retry_at: Option<i64>,
+    },
+    /// Will never succeed (bad input, authentication, unknown model): fails at once.
+    #[error("{message}")]
+    Permanent {
+        message: String,
+        result: Option<serde_json::Value>,
+    },
+    /// The source changed or the work is no longer allowed: settles `skipped`.
+    #[error("source no longer current: {0}")]
+    SourceChanged(String),
+    /// The lease was lost; nothing was committed and nothing more may be written.
+    #[error("lease lost")]
+    LeaseLost,
+}
+
+impl JobError {
+    pub fn retryable(message: impl Into<String>) -> JobError {
+        JobError::Retryable {
+            message: message.into(),
+            retry_at: None,
+        }
+    }
+
+    pub fn permanent(message: impl Into<String>) -> JobError {
+        JobError::Permanent {
+            message: message.into(),
+            result: None,
+        }
+    }
+}
+
+impl From<LedgerError> for JobError {
+    fn from(error: LedgerError) -> JobError {
+        match error {
+            LedgerError::LeaseLost { .. } => JobError::LeaseLost,
+            LedgerError::Store(store) => JobError::retryable(store.to_string()),
+            LedgerError::NotFound(id) => JobError::permanent(format!("job {id} vanished")),
+            LedgerError::Invalid(message) => JobError::permanent(message),
+        }
+    }
+}
+
+/// The work of one job kind. `run` must settle the job through
+/// [`Ledger::begin_settlement`](crate::ledger::Ledger::begin_settlement) so its results commit
+/// in the same transaction as the lease check, and returns the settled job.
+#[async_trait]
+pub trait JobHandler: Send + Sync + 'static {
+    fn kind(&self) -> JobKind;
+
+    async fn run(&self, ctx: JobContext) -> Result<Job, JobError>;
+}

@@ -1,0 +1,209 @@
+//! What a worker process does around its runner: configuration, telemetry, waiting for the
+//! database, migrations and signal handling. Each worker binary's `main` is a call to
+//! [`run_worker`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
+
+use super::{JobHandler, Runner, RunnerConfig};
+use crate::clock::system_clock;
+use crate::config::{Config, EnvOverrides, load_file};
+use crate::db::{ConnectOptions, Db};
+use crate::ledger::{ClaimGate, Ledger};
+use crate::paths::Paths;
+use crate::telemetry::{TelemetryConfig, TelemetryGuard};
+
+/// Command-line options every worker binary accepts.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// Identifies this worker in leases and logs (default: host name and process id).
+    #[arg(long, env = "ZUNO_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Directory holding the database and configuration (default: platform directories).
+    #[arg(long, env = "ZUNO_HOME")]
+    pub home: Option<PathBuf>,
+    /// Configuration file (default: config.json in the configuration directory).
+    #[arg(long, env = "ZUNO_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Database URL (overrides ZUNO_DATABASE_URL, DATABASE_URL and the file).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 2)]
+    pub concurrency: usize,
+    /// Jobs claimed per wake (default: learning.post_turn.max_jobs_per_wake).
+    #[arg(long)]
+    pub max_jobs_per_wake: Option<u32>,
+    /// Lease length in milliseconds.
+    #[arg(long, default_value_t = 60_000)]
+    pub lease_ms: u64,
+    /// Heartbeat interval in milliseconds (default: a quarter of the lease).
+    #[arg(long)]
+    pub heartbeat_ms: Option<u64>,
+    /// Idle poll interval in milliseconds (default: learning.post_turn.poll_interval_ms).
+    #[arg(long)]
+    pub poll_interval_ms: Option<u64>,
+    /// How long shutdown waits for running jobs before releasing them, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub grace_ms: u64,
+    /// Exit once nothing is left to claim (batch drains and tests).
+    #[arg(long)]
+    pub exit_when_idle: bool,
+}
+
+/// Loaded configuration and the paths it came from.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub paths: Paths,
+    pub config: Config,
+}
+
+impl Settings {
+    /// Reads the configuration file and applies environment overrides.
+    pub fn load(
+        home: Option<&std::path::Path>,
+        config_file: Option<&std::path::Path>,
+    ) -> anyhow::Result<Settings> {
+        let paths = Paths::resolve(home);
+        let file = config_file.map_or_else(|| paths.config_file(), std::path::Path::to_path_buf);
+        let mut config = load_file(&file)?;
+        EnvOverrides::from_env().apply(&mut config);
+        Ok(Settings { paths, config })
+    }
+
+    /// The database to use: configured URL, else the SQLite file in the data directory.
+    pub fn connect_options(&self) -> ConnectOptions {
+        let mut options = match &self.config.database.url {
+            Some(url) => ConnectOptions::new(url.clone()),
+            None => ConnectOptions::sqlite_file(&self.paths.database()),
+        };
+        options.sqlite_synchronous = self.config.database.sqlite_synchronous;
+        options
+    }
+}
+
+/// Installs telemetry for a process named `service`.
+pub fn init_telemetry(service: &str, config: &Config) -> anyhow::Result<TelemetryGuard> {
+    Ok(crate::telemetry::init(&TelemetryConfig {
+        service_name: service.to_owned(),
+        json_logs: config.telemetry.json_logs,
+        otlp_endpoint: config.telemetry.otlp_endpoint.clone(),
+        metric_interval_ms: None,
+    })?)
+}
+
+/// Connects and migrates, retrying while the database is unreachable (a worker may start
+/// before its database). Schema refusals are not retried.
+pub async fn open_database(
+    options: &ConnectOptions,
+    give_up_after: Duration,
+) -> anyhow::Result<Db> {
+    if !options.is_postgres()
+        && let Some(parent) = std::path::Path::new(crate::paths::sqlite_path(&options.url)).parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create the data directory {}", parent.display()))?;
+    }
+    let connect = || async { Db::open(options).await };
+    let db = connect
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(5))
+                .with_total_delay(Some(give_up_after))
+                .without_max_times(),
+        )
+        .when(|error| matches!(error, crate::db::MigrationError::Store(store) if store.is_connection()))
+        .notify(|error, delay| {
+            tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "database not reachable yet");
+        })
+        .await?;
+    Ok(db)
+}
+
+/// Everything a worker binary needs to build its handlers.
+pub struct WorkerEnv {
+    pub settings: Settings,
+    pub ledger: Ledger,
+}
+
+/// Runs a worker process until SIGTERM/SIGINT (or until idle with `--exit-when-idle`).
+pub async fn run_worker<F>(
+    service: &str,
+    args: WorkerArgs,
+    gate: Arc<dyn ClaimGate>,
+    handlers: F,
+) -> anyhow::Result<()>
+where
+    F: FnOnce(&WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>>,
+{
+    let mut settings = Settings::load(args.home.as_deref(), args.config.as_deref())?;
+    if let Some(url) = &args.database_url {
+        settings.config.database.url = Some(url.clone());
+    }
+    let _telemetry = init_telemetry(service, &settings.config)?;
+    let shutdown = super::shutdown::on_signal();
+    let options = settings.connect_options();
+    let db = tokio::select! {
+        db = open_database(&options, Duration::from_secs(600)) => db?,
+        _ = shutdown.cancelled() => return Ok(()),
+    };
+    let ledger = Ledger::new(db.clone(), system_clock());
+    let env = WorkerEnv { settings, ledger };
+    let handlers = handlers(&env)?;
+    let config = runner_config(&args, &env.settings.config, default_worker_id(service));
+    let listener = super::wake::start_pg_listener(&db, shutdown.clone())
+        .await
+        .context("cannot LISTEN for job notifications")?;
+    let mut runner = Runner::new(env.ledger.clone(), config).with_gate(gate);
+    for handler in handlers {
+        runner = runner.register(handler);
+    }
+    let report = runner.run(shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(listener) = listener {
+        let _ = listener.await;
+    }
+    db.close().await;
+    tracing::info!(?report, "worker exited");
+    Ok(())
+}
+
+/// The runner configuration a worker's flags and configuration file describe.
+pub fn runner_config(args: &WorkerArgs, config: &Config, default_id: String) -> RunnerConfig {
+    let lease = Duration::from_millis(args.lease_ms.max(1));
+    let mut runner = RunnerConfig::new(args.worker_id.clone().unwrap_or(default_id));
+    runner.concurrency = args.concurrency.max(1);
+    runner.max_jobs_per_wake = args
+        .max_jobs_per_wake
+        .unwrap_or(config.learning.post_turn.max_jobs_per_wake)
+        .max(1) as usize;
+    runner.lease = lease;
+    runner.heartbeat = args
+        .heartbeat_ms
+        .map_or(lease / 4, Duration::from_millis)
+        .max(Duration::from_millis(1));
+    runner.poll_interval = Duration::from_millis(
+        args.poll_interval_ms
+            .unwrap_or(config.learning.post_turn.poll_interval_ms)
+            .max(1),
+    );
+    runner.grace = Duration::from_millis(args.grace_ms);
+    runner.exit_when_idle = args.exit_when_idle;
+    runner
+}
+
+/// `<service>@<host>:<pid>`.
+pub fn default_worker_id(service: &str) -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| String::from("localhost"));
+    format!("{service}@{host}:{}", std::process::id())
+}

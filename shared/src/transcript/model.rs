@@ -1,0 +1,215 @@
+//! Projects, sessions and messages: the durable sources learning reads.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct Project {
+    pub id: String,
+    pub name: String,
+    pub worktree: Option<String>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    pub id: String,
+    pub project_id: String,
+    pub parent_id: Option<String>,
+    pub title: Option<String>,
+    pub model: Option<String>,
+    pub external_ref: Option<String>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+    System,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::System => "system",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Role> {
+        [Role::User, Role::Assistant, Role::System]
+            .into_iter()
+            .find(|role| role.as_str() == value)
+    }
+}
+
+/// An assistant message's completion status. User and system messages are `completed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    InProgress,
+    Completed,
+    Failed,
+    Truncated,
+    PendingTools,
+}
+
+impl MessageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageStatus::InProgress => "in_progress",
+            MessageStatus::Completed => "completed",
+            MessageStatus::Failed => "failed",
+            MessageStatus::Truncated => "truncated",
+            MessageStatus::PendingTools => "pending_tools",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<MessageStatus> {
+        [
+            MessageStatus::InProgress,
+            MessageStatus::Completed,
+            MessageStatus::Failed,
+            MessageStatus::Truncated,
+            MessageStatus::PendingTools,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == value)
+    }
+
+    /// True when the message ended a turn (successfully or not).
+    pub fn ends_turn(self) -> bool {
+        self != MessageStatus::InProgress
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    Pending,
+    Completed,
+    Error,
+}
+
+impl ToolStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Pending => "pending",
+            ToolStatus::Completed => "completed",
+            ToolStatus::Error => "error",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<ToolStatus> {
+        [
+            ToolStatus::Pending,
+            ToolStatus::Completed,
+            ToolStatus::Error,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == value)
+    }
+}
+
+/// One part of a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Part {
+    Text {
+        text: String,
+        /// Set by Zuno's own clients on sections Zuno injected (context, hook
+        /// `additionalContext`, memory tool results). Injected text is never a learning source.
+        #[serde(default)]
+        injected: bool,
+    },
+    ToolCall {
+        #[serde(rename = "toolName")]
+        tool_name: String,
+        #[serde(rename = "callId", default)]
+        call_id: Option<String>,
+        #[serde(default)]
+        arguments: serde_json::Value,
+        #[serde(default)]
+        result: Option<String>,
+        status: ToolStatus,
+        /// The durable metadata bit for a successful Web or MCP result (spec 002): set by the
+        /// host from tool metadata, never inferred from text.
+        #[serde(rename = "externalContext", default)]
+        external_context: bool,
+        #[serde(default)]
+        injected: bool,
+    },
+    Artifact {
+        name: String,
+        #[serde(default)]
+        uri: Option<String>,
+        #[serde(default)]
+        text: Option<String>,
+    },
+    Error {
+        text: String,
+    },
+}
+
+impl Part {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Part::Text { .. } => "text",
+            Part::ToolCall { .. } => "tool_call",
+            Part::Artifact { .. } => "artifact",
+            Part::Error { .. } => "error",
+        }
+    }
+
+    pub fn is_injected(&self) -> bool {
+        matches!(
+            self,
+            Part::Text { injected: true, .. } | Part::ToolCall { injected: true, .. }
+        )
+    }
+
+    /// SHA-256 over the part's canonical JSON: changes whenever any content field changes.
+    pub fn content_digest(&self) -> String {
+        let canonical = serde_json::to_vec(self).unwrap_or_default();
+        hex::encode(Sha256::digest(&canonical))
+    }
+
+    /// The human-visible text of the part, if it has any.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Part::Text { text, .. } | Part::Error { text } => Some(text),
+            Part::Artifact { text, .. } => text.as_deref(),
+            Part::ToolCall { result, .. } => result.as_deref(),
+        }
+    }
+}
+
+/// A stored message with its parts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    pub id: String,
+    pub session_id: String,
+    pub seq: i64,
+    pub role: Role,
+    pub status: MessageStatus,
+    pub revision: i64,
+    pub created_at: i64,
+    pub completed_at: Option<i64>,
+    pub parts: Vec<StoredPart>,
+}
+
+/// A part with its stored digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredPart {
+    pub ordinal: i64,
+    #[serde(flatten)]
+    pub part: Part,
+    pub content_digest: String,
+}

@@ -1,0 +1,598 @@
+//! The job ledger's invariants, each proven on both backends.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use zuno_shared::db::Tx;
+use zuno_shared::ledger::{
+    AllowAll, ClaimGate, ClaimRequest, GateDecision, HeartbeatOutcome, Job, JobIdentity, JobKind,
+    JobOrigin, JobState, Ledger, LedgerError, NewJob, bucket_start,
+};
+use zuno_tests::{TestDb, on_both_backends};
+
+const LEASE_MS: i64 = 10_000;
+
+fn maintain_job(key: &str) -> NewJob {
+    NewJob::new(
+        JobIdentity::maintain("proj", "/mem/path", key),
+        JobOrigin::Explicit,
+    )
+}
+
+fn request<'a>(worker: &'a str, kinds: &'a [JobKind], limit: usize) -> ClaimRequest<'a> {
+    ClaimRequest {
+        worker_id: worker,
+        kinds,
+        limit,
+        lease_ms: LEASE_MS,
+        scopes: None,
+    }
+}
+
+async fn claim_one(ledger: &Ledger, worker: &str) -> Option<zuno_shared::ledger::ClaimedJob> {
+    let kinds = [JobKind::Maintain];
+    ledger
+        .claim(&request(worker, &kinds, 1), &AllowAll)
+        .await
+        .unwrap()
+        .claimed
+        .pop()
+}
+
+async fn row_count(db: &TestDb) -> i64 {
+    zuno_shared::on_db!(db.db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM learning_job")
+        .fetch_one(pool).await)
+    .unwrap()
+}
+
+async fn admission_is_idempotent_whatever_the_state(db: TestDb) {
+    let ledger = db.ledger();
+    let first = ledger.admit(maintain_job("a")).await.unwrap();
+    assert_eq!(first.outcome(), "queued");
+    let again = ledger.admit(maintain_job("a")).await.unwrap();
+    assert_eq!(again.outcome(), "existing");
+    assert_eq!(again.job().id, first.job().id);
+
+    let claimed = claim_one(&ledger, "w1").await.unwrap();
+    let while_running = ledger.admit(maintain_job("a")).await.unwrap();
+    assert_eq!(while_running.outcome(), "existing");
+    assert_eq!(while_running.job().state, JobState::Running);
+    assert_eq!(
+        while_running.job().attempts,
+        1,
+        "admission never resets attempts"
+    );
+
+    let settlement = ledger.begin_settlement(&claimed.lease).await.unwrap();
+    settlement
+        .complete(serde_json::json!({"done": true}))
+        .await
+        .unwrap();
+    let after = ledger.admit(maintain_job("a")).await.unwrap();
+    assert_eq!(after.outcome(), "existing");
+    assert_eq!(after.job().state, JobState::Completed);
+    assert_eq!(row_count(&db).await, 1);
+}
+
+async fn concurrent_admissions_of_one_identity_leave_one_row(db: TestDb) {
+    // Separate pools behave like separate processes contending on the same database.
+    let mut ledgers = Vec::new();
+    for _ in 0..4 {
+        ledgers.push(Ledger::new(
+            db.reopen().await,
+            zuno_shared::clock::system_clock(),
+        ));
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(100));
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let ledger = ledgers[i % 4].clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            ledger.admit(maintain_job("contended")).await.unwrap()
+        }));
+    }
+    let mut ids = HashSet::new();
+    let mut queued = 0;
+    for task in tasks {
+        let admission = task.await.unwrap();
+        if admission.is_new() {
+            queued += 1;
+        }
+        ids.insert(admission.job().id.clone());
+    }
+    assert_eq!(queued, 1, "exactly one admission creates the job");
+    assert_eq!(ids.len(), 1, "every caller sees the same job");
+    assert_eq!(row_count(&db).await, 1);
+}
+
+async fn claim_hands_out_at_most_the_wake_limit_with_fresh_leases(db: TestDb) {
+    let (ledger, clock) = db.manual_ledger();
+    for i in 0..5 {
+        ledger.admit(maintain_job(&format!("j{i}"))).await.unwrap();
+    }
+    let kinds = [JobKind::Maintain];
+    let batch = ledger
+        .claim(&request("w1", &kinds, 2), &AllowAll)
+        .await
+        .unwrap();
+    assert_eq!(batch.claimed.len(), 2);
+    let tokens: HashSet<_> = batch
+        .claimed
+        .iter()
+        .map(|c| c.lease.token.clone())
+        .collect();
+    assert_eq!(tokens.len(), 2, "each claim gets its own token");
+    for claimed in &batch.claimed {
+        assert_eq!(claimed.lease.attempt, 1);
+        assert_eq!(claimed.job.attempts, 1);
+        assert_eq!(claimed.lease.expires_at, clock.now() + LEASE_MS);
+        assert_eq!(claimed.job.lease_expires_at, Some(claimed.lease.expires_at));
+        assert_eq!(claimed.job.state, JobState::Running);
+        assert!(claimed.lease.token.len() >= 32);
+    }
+}
+
+async fn concurrent_claimers_never_share_a_job(db: TestDb) {
+    let ledger = db.ledger();
+    let jobs: Vec<NewJob> = (0..60).map(|i| maintain_job(&format!("c{i}"))).collect();
+    ledger.admit_batch(jobs).await.unwrap();
+    let mut tasks = Vec::new();
+    for worker in 0..6 {
+        let ledger = Ledger::new(db.reopen().await, zuno_shared::clock::system_clock());
+        tasks.push(tokio::spawn(async move {
+            let kinds = [JobKind::Maintain];
+            let name = format!("w{worker}");
+            let mut mine = Vec::new();
+            loop {
+                let batch = ledger
+                    .claim(&request(&name, &kinds, 2), &AllowAll)
+                    .await
+                    .unwrap();
+                if batch.claimed.is_empty() {
+                    break mine;
+                }
+                mine.extend(batch.claimed.into_iter().map(|c| c.job.id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let unique: HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), 60, "every job claimed once");
+    assert_eq!(unique.len(), 60, "no job claimed twice");
+}
+
+async fn heartbeats_extend_the_lease(db: TestDb) {
+    let (ledger, clock) = db.manual_ledger();
+    ledger.admit(maintain_job("hb")).await.unwrap();
+    let claimed = claim_one(&ledger, "w1").await.unwrap();
+    clock.advance(LEASE_MS - 1000);
+    let outcome = ledger
+        .heartbeat(&claimed.lease, LEASE_MS, &AllowAll)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        HeartbeatOutcome::Extended {
+            expires_at: clock.now() + LEASE_MS
+        }
+    );
+    // Past the original deadline but inside the extended one: nobody else may take it.
+    clock.advance(2000);
+    assert!(claim_one(&ledger, "w2").await.is_none());
+    let job = ledger.get(&claimed.job.id).await.unwrap();
+    assert_eq!(job.state, JobState::Running);
+    assert_eq!(job.lease_owner.as_deref(), Some("w1"));
+}
+
+async fn an_expired_lease_is_reclaimed_and_the_old_holder_is_fenced(db: TestDb) {
+    let (ledger, clock) = db.manual_ledger();
+    ledger.admit(maintain_job("exp")).await.unwrap();
+    let first = claim_one(&ledger, "w1").await.unwrap();
+    clock.advance(LEASE_MS + 1);
+    let second = claim_one(&ledger, "w2")
+        .await
+        .expect("expired job is claimable again");
+    assert_eq!(second.job.id, first.job.id);
+    assert_eq!(second.lease.attempt, 2);
+    assert_ne!(second.lease.token, first.lease.token);
+
+    // The first worker can neither heartbeat nor settle.
+    let heartbeat = ledger.heartbeat(&first.lease, LEASE_MS, &AllowAll).await;
+    assert!(matches!(heartbeat, Err(LedgerError::LeaseLost { .. })));
+    let settle = ledger.begin_settlement(&first.lease).await;
+    assert!(matches!(settle, Err(LedgerError::LeaseLost { .. })));
+    assert_eq!(
+        ledger.event_count("fenced").await.unwrap(),
+        2,
+        "each refusal is recorded"
+    );
+    assert_eq!(ledger.event_count("lease_expired").await.unwrap(), 1);
+
+    let settlement = ledger.begin_settlement(&second.lease).await.unwrap();
+    let job = settlement.complete(serde_json::json!({})).await.unwrap();
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(job.attempts, 2);
+}
+
+async fn settlement_writes_commit_with_the_state_or_not_at_all(db: TestDb) {
+    let ledger = db.ledger();
+    ledger.admit(maintain_job("atomic")).await.unwrap();
+    let claimed = claim_one(&ledger, "w1").await.unwrap();
+
+    // Domain write, then the settlement is dropped: both roll back.
+    {
+        let mut settlement = ledger.begin_settlement(&claimed.lease).await.unwrap();
+        insert_project(settlement.tx(), "rolled-back").await;
+    }
+    assert!(!project_exists(&db, "rolled-back").await);
+    assert_eq!(
+        ledger.get(&claimed.job.id).await.unwrap().state,
+        JobState::Running
+    );
+
+    let mut settlement = ledger.begin_settlement(&claimed.lease).await.unwrap();
+    insert_project(settlement.tx(), "committed").await;
+    settlement
+        .complete(serde_json::json!({"n": 1}))
+        .await
+        .unwrap();
+    assert!(project_exists(&db, "committed").await);
+    let job = ledger.get(&claimed.job.id).await.unwrap();
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(job.result, Some(serde_json::json!({"n": 1})));
+    assert!(job.lease_owner.is_none());
+
+    // Settling twice is refused: the token was consumed by the first settlement.
+    assert!(matches!(
+        ledger.begin_settlement(&claimed.lease).await,
+        Err(LedgerError::LeaseLost { .. })
+    ));
+}
+
+async fn insert_project(tx: &mut Tx, id: &str) {
+    zuno_shared::on_tx!(tx, conn => sqlx::query(
+            "INSERT INTO project (id, name, created_at) VALUES ($1, $1, 0)")
+        .bind(id).execute(conn).await.map(|d| d.rows_affected()))
+    .unwrap();
+}
+
+async fn project_exists(db: &TestDb, id: &str) -> bool {
+    let found: Option<i64> = zuno_shared::on_db!(db.db, pool =>
+        sqlx::query_scalar("SELECT CAST(1 AS BIGINT) FROM project WHERE id = $1").bind(id).fetch_optional(pool).await).unwrap();
+    found.is_some()
+}
+
+async fn attempts_are_capped_at_three_by_the_schema(db: TestDb) {
+    let ledger = db.ledger();
+    let job = ledger.admit(maintain_job("cap")).await.unwrap().into_job();
+    let over = zuno_shared::on_db!(db.db, pool =>
+        sqlx::query("UPDATE learning_job SET attempts = 4 WHERE id = $1")
+            .bind(&job.id).execute(pool).await.map(|d| d.rows_affected()));
+    assert!(
+        over.is_err(),
+        "a fourth attempt violates the CHECK constraint"
+    );
+    let raised = zuno_shared::on_db!(db.db, pool =>
+        sqlx::query("UPDATE learning_job SET max_attempts = 5 WHERE id = $1")
+            .bind(&job.id).execute(pool).await.map(|d| d.rows_affected()));
+    assert!(
+        raised.is_err(),
+        "the ceiling itself cannot be raised above three"
+    );
+    let mut bad = maintain_job("cap-4");
+    bad.max_attempts = 4;
+    assert!(matches!(
+        ledger.admit(bad).await,
+        Err(LedgerError::Invalid(_))
+    ));
+}
+
+async fn a_job_failing_three_times_settles_failed_with_its_last_error(db: TestDb) {
+    let (ledger, clock) = db.manual_ledger();
+    let id = ledger
+        .admit(maintain_job("retry"))
+        .await
+        .unwrap()
+        .into_job()
+        .id;
+    for attempt in 1..=3 {
+        let claimed = claim_one(&ledger, "w1").await.expect("claimable");
+        assert_eq!(claimed.lease.attempt, attempt);
+        let settlement = ledger.begin_settlement(&claimed.lease).await.unwrap();
+        let job = settlement
+            .retry(&format!("boom {attempt}"), None)
+            .await
+            .unwrap();
+        if attempt < 3 {
+            assert_eq!(job.state, JobState::Queued);
+            assert!(job.run_at > clock.now(), "retry waits for its backoff");
+            assert!(
+                claim_one(&ledger, "w1").await.is_none(),
+                "not due before the backoff"
+            );
+            clock.set(job.run_at);
+        } else {
+            assert_eq!(job.state, JobState::Failed);
+            assert_eq!(job.last_error.as_deref(), Some("boom 3"));
+        }
+    }
+    clock.advance(24 * 3600 * 1000);
+    assert!(
+        claim_one(&ledger, "w1").await.is_none(),
+        "a failed job is never claimed again"
+    );
+    assert_eq!(ledger.get(&id).await.unwrap().attempts, 3);
+}
+
+async fn a_worker_that_keeps_dying_still_reaches_the_ceiling(db: TestDb) {
+    let (ledger, clock) = db.manual_ledger();
+    let id = ledger
+        .admit(maintain_job("poison"))
+        .await
+        .unwrap()
+        .into_job()
+        .id;
+    for _ in 0..3 {
+        claim_one(&ledger, "crashing").await.expect("claimable");
+        clock.advance(LEASE_MS + 1); // the worker died without settling
+    }
+    // The next claim rescues the expired third attempt into `failed`.
+    assert!(claim_one(&ledger, "w2").await.is_none());
+    let job = ledger.get(&id).await.unwrap();
+    assert_eq!(job.state, JobState::Failed);
+    assert_eq!(job.attempts, 3);
+    assert!(job.last_error.unwrap().contains("final attempt"));
+}
+
+async fn a_permanent_failure_fails_at_once(db: TestDb) {
+    let ledger = db.ledger();
+    ledger.admit(maintain_job("perm")).await.unwrap();
+    let claimed = claim_one(&ledger, "w1").await.unwrap();
+    let settlement = ledger.begin_settlement(&claimed.lease).await.unwrap();
+    let job = settlement.fail("401 unauthorized", None).await.unwrap();
+    assert_eq!(job.state, JobState::Failed);
+    assert_eq!(job.attempts, 1);
+}
+
+struct SkipEverything;
+
+#[async_trait::async_trait]
+impl ClaimGate for SkipEverything {
+    async fn check(
+        &self,
+        _tx: &mut Tx,
+        _job: &Job,
+    ) -> Result<GateDecision, zuno_shared::db::StoreError> {
+        Ok(GateDecision::Skip {
+            reason: "source changed".into(),
+        })
+    }
+}
+
+async fn a_gate_skip_settles_skipped_without_spending_an_attempt(db: TestDb) {
+    let ledger = db.ledger();
+    let id = ledger
+        .admit(maintain_job("gate"))
+        .await
+        .unwrap()
+        .into_job()
+        .id;
+    let kinds = [JobKind::Maintain];
+    let batch = ledger
+        .claim(&request("w1", &kinds, 2), &SkipEverything)
+        .await
+        .unwrap();
+    assert!(batch.claimed.is_empty());
+    assert_eq!(batch.skipped.len(), 1);
+    let job = ledger.get(&id).await.unwrap();
+    assert_eq!(job.state, JobState::Skipped);
+    assert_eq!(job.attempts, 0);
+    assert_eq!(
+        job.result,
+        Some(serde_json::json!({"skipped": "source changed"}))
+    );
+}
+
+async fn closed_turns_are_claimed_before_legacy_backlog(db: TestDb) {
+    let (ledger, clock) = db.manual_ledger();
+    for i in 0..3 {
+        let job = NewJob::new(
+            JobIdentity::maintain("p", "/m", &format!("legacy{i}")),
+            JobOrigin::Legacy,
+        );
+        ledger.admit(job).await.unwrap();
+    }
+    clock.advance(1000);
+    let fresh = NewJob::new(
+        JobIdentity::maintain("p", "/m", "fresh"),
+        JobOrigin::ClosedTurn,
+    );
+    let fresh_id = ledger.admit(fresh).await.unwrap().into_job().id;
+    let first = claim_one(&ledger, "w").await.unwrap();
+    assert_eq!(
+        first.job.id, fresh_id,
+        "newer closed-turn work beats older legacy work"
+    );
+    assert_eq!(first.job.origin, JobOrigin::ClosedTurn);
+    let second = claim_one(&ledger, "w").await.unwrap();
+    assert_eq!(
+        second.job.identity_key,
+        JobIdentity::maintain("p", "/m", "legacy0").key,
+        "legacy in age order"
+    );
+}
+
+async fn one_interval_bucket_creates_one_job_across_hosts(db: TestDb) {
+    const DAY: i64 = 86_400_000;
+    let base = 1_800_000_000_000 - 1_800_000_000_000 % DAY;
+    let mut tasks = Vec::new();
+    for host in 0..12 {
+        let ledger = Ledger::new(db.reopen().await, zuno_shared::clock::system_clock());
+        // Each host checks at a different moment inside the same bucket.
+        let now = base + host * 3_600_000 + 17;
+        tasks.push(tokio::spawn(async move {
+            let bucket = bucket_start(now, DAY);
+            let job = NewJob::new(
+                JobIdentity::aggregate_project("proj", bucket, "evidence-v1"),
+                JobOrigin::Periodic,
+            );
+            ledger.admit(job).await.unwrap()
+        }));
+    }
+    let mut created = 0;
+    for task in tasks {
+        if task.await.unwrap().is_new() {
+            created += 1;
+        }
+    }
+    assert_eq!(created, 1);
+    let next_bucket = NewJob::new(
+        JobIdentity::aggregate_project("proj", bucket_start(base + DAY, DAY), "evidence-v1"),
+        JobOrigin::Periodic,
+    );
+    assert!(
+        db.ledger().admit(next_bucket).await.unwrap().is_new(),
+        "the next bucket is new work"
+    );
+    assert_eq!(row_count(&db).await, 2);
+}
+
+async fn release_returns_the_job_without_spending_the_attempt(db: TestDb) {
+    let ledger = db.ledger();
+    ledger.admit(maintain_job("rel")).await.unwrap();
+    let claimed = claim_one(&ledger, "w1").await.unwrap();
+    assert!(ledger.release(&claimed.lease).await.unwrap());
+    let job = ledger.get(&claimed.job.id).await.unwrap();
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.attempts, 0);
+    let again = claim_one(&ledger, "w2").await.unwrap();
+    assert_eq!(again.lease.attempt, 1);
+    assert!(
+        !ledger.release(&claimed.lease).await.unwrap(),
+        "a stale lease cannot release"
+    );
+}
+
+async fn revoking_a_source_fences_its_running_job(db: TestDb) {
+    let ledger = db.ledger();
+    let old = NewJob::new(
+        JobIdentity::extract("p", "s1", "m1", "v1", Some("digest-a")),
+        JobOrigin::Manual,
+    );
+    ledger.admit(old).await.unwrap();
+    let kinds = [JobKind::Extract];
+    let claimed = ledger
+        .claim(&request("w1", &kinds, 1), &AllowAll)
+        .await
+        .unwrap()
+        .claimed
+        .pop()
+        .unwrap();
+    let mut tx = ledger.db().begin().await.unwrap();
+    let new = NewJob::new(
+        JobIdentity::extract("p", "s1", "m1", "v1", Some("digest-b")),
+        JobOrigin::Manual,
+    );
+    let newer = ledger.admit_in(&mut tx, new).await.unwrap().into_job();
+    let revoked = ledger
+        .revoke_source_jobs_in(&mut tx, "s1", "m1", &newer.id, "superseded")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(revoked, vec![claimed.job.id.clone()]);
+    assert!(matches!(
+        ledger.begin_settlement(&claimed.lease).await,
+        Err(LedgerError::LeaseLost { .. })
+    ));
+    assert_eq!(
+        ledger.get(&claimed.job.id).await.unwrap().state,
+        JobState::Skipped
+    );
+    assert_eq!(ledger.get(&newer.id).await.unwrap().state, JobState::Queued);
+}
+
+async fn admission_wakes_local_workers_only_after_commit(db: TestDb) {
+    let ledger = db.ledger();
+    let mut wake = db.db.wake_bus().subscribe();
+    wake.borrow_and_update();
+    let mut tx = ledger.db().begin().await.unwrap();
+    ledger
+        .admit_in(&mut tx, maintain_job("wake"))
+        .await
+        .unwrap();
+    assert!(!wake.has_changed().unwrap(), "no wake before commit");
+    tx.commit().await.unwrap();
+    assert!(wake.has_changed().unwrap(), "wake after commit");
+    // Duplicates do not wake anyone.
+    wake.borrow_and_update();
+    ledger.admit(maintain_job("wake")).await.unwrap();
+    assert!(!wake.has_changed().unwrap());
+}
+
+async fn claims_only_take_requested_kinds_and_scopes(db: TestDb) {
+    let ledger = db.ledger();
+    ledger
+        .admit(maintain_job("k1").with_claim_scope("/repo-a/.zuno/RULES.md"))
+        .await
+        .unwrap();
+    let extract = NewJob::new(
+        JobIdentity::extract("p", "s", "m", "v", None),
+        JobOrigin::ClosedTurn,
+    );
+    ledger.admit(extract).await.unwrap();
+    let kinds = [JobKind::Maintain];
+    let other_scope = vec![String::from("/repo-b/.zuno/RULES.md")];
+    let batch = ledger
+        .claim(
+            &ClaimRequest {
+                scopes: Some(&other_scope),
+                ..request("w", &kinds, 5)
+            },
+            &AllowAll,
+        )
+        .await
+        .unwrap();
+    assert!(
+        batch.claimed.is_empty(),
+        "a job bound to another memory path is not claimed"
+    );
+    let own_scope = vec![String::from("/repo-a/.zuno/RULES.md")];
+    let batch = ledger
+        .claim(
+            &ClaimRequest {
+                scopes: Some(&own_scope),
+                ..request("w", &kinds, 5)
+            },
+            &AllowAll,
+        )
+        .await
+        .unwrap();
+    assert_eq!(batch.claimed.len(), 1);
+    assert_eq!(batch.claimed[0].job.kind, JobKind::Maintain);
+}
+
+on_both_backends!(
+    admission_is_idempotent_whatever_the_state,
+    concurrent_admissions_of_one_identity_leave_one_row,
+    claim_hands_out_at_most_the_wake_limit_with_fresh_leases,
+    concurrent_claimers_never_share_a_job,
+    heartbeats_extend_the_lease,
+    an_expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
+    settlement_writes_commit_with_the_state_or_not_at_all,
+    attempts_are_capped_at_three_by_the_schema,
+    a_job_failing_three_times_settles_failed_with_its_last_error,
+    a_worker_that_keeps_dying_still_reaches_the_ceiling,
+    a_permanent_failure_fails_at_once,
+    a_gate_skip_settles_skipped_without_spending_an_attempt,
+    closed_turns_are_claimed_before_legacy_backlog,
+    one_interval_bucket_creates_one_job_across_hosts,
+    release_returns_the_job_without_spending_the_attempt,
+    revoking_a_source_fences_its_running_job,
+    admission_wakes_local_workers_only_after_commit,
+    claims_only_take_requested_kinds_and_scopes,
+);

@@ -1,0 +1,6 @@
+//! Storage suites: every test body runs on SQLite and on Postgres.
+
+mod ledger;
+mod migrations;
+mod runner;
+mod snapshot;
