@@ -10,4 +10,5 @@ pub mod ledger;
 pub mod paths;
 pub mod runtime;
 pub mod telemetry;
+pub mod tokens;
 pub mod transcript;

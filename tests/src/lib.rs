@@ -3,6 +3,7 @@
 //! both, and helpers for the workspace's binaries.
 
 pub mod processes;
+pub mod server;
 
 use std::sync::Arc;
 

@@ -1,1 +1,25 @@
-fn main() {}
+use std::sync::Arc;
+
+use clap::Parser;
+use zuno_shared::learning::SourceGate;
+use zuno_shared::runtime::process::{WorkerArgs, run_worker};
+
+/// Claims `extract` jobs and turns closed turns into cited Experience.
+#[derive(Parser)]
+#[command(name = "zuno-worker-extract", version)]
+struct Args {
+    #[command(flatten)]
+    worker: WorkerArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    run_worker(
+        "zuno-worker-extract",
+        args.worker,
+        Arc::new(SourceGate),
+        zuno_worker_extract::handlers,
+    )
+    .await
+}

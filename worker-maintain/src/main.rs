@@ -1,1 +1,25 @@
-fn main() {}
+use std::sync::Arc;
+
+use clap::Parser;
+use zuno_shared::ledger::AllowAll;
+use zuno_shared::runtime::process::{WorkerArgs, run_worker};
+
+/// Claims `maintain` jobs: no-tools resident Memory maintenance.
+#[derive(Parser)]
+#[command(name = "zuno-worker-maintain", version)]
+struct Args {
+    #[command(flatten)]
+    worker: WorkerArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    run_worker(
+        "zuno-worker-maintain",
+        args.worker,
+        Arc::new(AllowAll),
+        zuno_worker_maintain::handlers,
+    )
+    .await
+}

@@ -6,7 +6,7 @@ use super::signals;
 use crate::transcript::{Message, MessageStatus, Part, Role, ToolStatus};
 
 /// Why a turn qualifies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EligibilityReason {
     ToolCall,
@@ -17,7 +17,7 @@ pub enum EligibilityReason {
 }
 
 /// Why a turn does not qualify.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Ineligibility {
     /// The terminal message is not an assistant message.
@@ -30,7 +30,7 @@ pub enum Ineligibility {
     NoSignal,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Eligibility {
     pub eligible: bool,

@@ -19,7 +19,7 @@ use crate::transcript::{
 pub const RULES_EXTRACTOR_VERSION: &str = "rules-1";
 
 /// What happened when a message was stored or completed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnOutcome {
     pub message: Message,

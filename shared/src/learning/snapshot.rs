@@ -10,7 +10,7 @@ use crate::ledger::{ClaimGate, GateDecision, Job, JobKind};
 use crate::transcript::{Message, MessageStatus, TranscriptStore};
 
 /// The bound source of one extraction job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceSnapshot {
     pub project_id: String,

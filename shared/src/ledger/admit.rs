@@ -8,7 +8,7 @@ use super::{Ledger, LedgerError};
 use crate::db::{Backend, Tx};
 
 /// The outcome of admitting a job identity.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(tag = "outcome", content = "job", rename_all = "snake_case")]
 pub enum Admission {
     /// A new job row was created.

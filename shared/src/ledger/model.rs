@@ -3,7 +3,19 @@
 use serde::{Deserialize, Serialize};
 
 /// Every kind of durable learning job. Each worker binary registers handlers for its own kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
     /// Closed-turn (or manual) extraction of Experience from one source snapshot.
@@ -50,7 +62,7 @@ impl std::fmt::Display for JobKind {
 
 /// Where a job is in its life. `completed`, `failed` and `skipped` are terminal; `uncertain` is
 /// terminal until an operator decides (used where a side effect's outcome cannot be proven).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     Queued,
@@ -103,7 +115,7 @@ impl std::fmt::Display for JobState {
 }
 
 /// Why a job exists; decides its claim priority.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobOrigin {
     /// A turn that just closed: learning that should reach the next prompt soon.
@@ -312,7 +324,7 @@ impl NewJob {
 pub const MAX_ATTEMPTS: i64 = 3;
 
 /// A job as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Job {
     pub id: String,
@@ -336,7 +348,9 @@ pub struct Job {
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<i64>,
     pub heartbeat_at: Option<i64>,
+    #[schema(value_type = Object)]
     pub payload: serde_json::Value,
+    #[schema(value_type = Option<Object>)]
     pub result: Option<serde_json::Value>,
     pub last_error: Option<String>,
     #[serde(skip)]

@@ -33,7 +33,7 @@ impl Default for JobFilter {
 }
 
 /// Number of jobs of one kind in one state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct QueueCount {
     pub kind: JobKind,
     pub state: JobState,
@@ -41,7 +41,7 @@ pub struct QueueCount {
 }
 
 /// One audit event of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobEvent {
     pub job_id: String,

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Project {
     pub id: String,
@@ -12,7 +12,7 @@ pub struct Project {
     pub created_at: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Session {
     pub id: String,
@@ -133,6 +133,7 @@ pub enum Part {
         #[serde(rename = "callId", default)]
         call_id: Option<String>,
         #[serde(default)]
+        #[schema(value_type = Object)]
         arguments: serde_json::Value,
         #[serde(default)]
         result: Option<String>,
@@ -190,7 +191,7 @@ impl Part {
 }
 
 /// A stored message with its parts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     pub id: String,
@@ -205,7 +206,7 @@ pub struct Message {
 }
 
 /// A part with its stored digest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredPart {
     pub ordinal: i64,

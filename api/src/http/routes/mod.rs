@@ -1,0 +1,4 @@
+pub mod health;
+pub mod jobs;
+pub mod projects;
+pub mod sessions;

@@ -1,0 +1,190 @@
+//! Sessions and their messages. Completing an assistant message closes its turn and admits the
+//! turn's extraction job in the same transaction.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+use zuno_shared::learning::TurnOutcome;
+use zuno_shared::transcript::{Message, MessageStatus, NewMessage, Part, Role, Session};
+
+use crate::http::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::{ApiResult, Problem};
+use crate::http::json::ApiJson;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppendMessage {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub role: Role,
+    /// For assistant messages: `in_progress` (default), `completed`, `failed`, `truncated`
+    /// or `pending_tools`.
+    #[serde(default)]
+    pub status: Option<MessageStatus>,
+    pub parts: Vec<Part>,
+    /// Original timestamp (Unix ms) when importing history.
+    #[serde(default)]
+    pub created_at: Option<i64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReplaceParts {
+    pub parts: Vec<Part>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompleteMessage {
+    pub status: MessageStatus,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+pub struct MessagePage {
+    /// Return messages with a sequence number greater than this.
+    #[serde(default)]
+    pub after: i64,
+    #[serde(default = "default_page")]
+    pub limit: i64,
+}
+
+fn default_page() -> i64 {
+    100
+}
+
+/// Loads a session the caller may see (404 otherwise).
+pub async fn visible_session(
+    state: &AppState,
+    caller: &Caller,
+    session_id: &str,
+) -> ApiResult<Session> {
+    let session = state.transcripts.session(session_id).await?;
+    caller.require(&session.project_id, "session", session_id)?;
+    Ok(session)
+}
+
+async fn visible_message(
+    state: &AppState,
+    caller: &Caller,
+    session_id: &str,
+    message_id: &str,
+) -> ApiResult<Message> {
+    visible_session(state, caller, session_id).await?;
+    let message = state.transcripts.message(message_id).await?;
+    if message.session_id != session_id {
+        return Err(crate::http::error::ApiError::NotFound(format!(
+            "message `{message_id}` was not found in session `{session_id}`"
+        )));
+    }
+    Ok(message)
+}
+
+/// Get a session.
+#[utoipa::path(get, path = "/api/session/{sessionID}", tag = "sessions",
+    params(("sessionID" = String, Path)),
+    responses((status = 200, body = Session), (status = 404, body = Problem)))]
+pub async fn get_session(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(session_id): Path<String>,
+) -> ApiResult<Json<Session>> {
+    Ok(Json(visible_session(&state, &caller, &session_id).await?))
+}
+
+/// Append a message. An assistant message sent as already completed closes its turn: when the
+/// turn is eligible, its extraction job is admitted in the same transaction.
+#[utoipa::path(post, path = "/api/session/{sessionID}/messages", tag = "messages",
+    params(("sessionID" = String, Path)), request_body = AppendMessage,
+    responses((status = 201, body = TurnOutcome), (status = 400, body = Problem),
+        (status = 404, body = Problem), (status = 409, body = Problem), (status = 413, body = Problem)))]
+pub async fn append_message(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(session_id): Path<String>,
+    ApiJson(body): ApiJson<AppendMessage>,
+) -> ApiResult<(StatusCode, Json<TurnOutcome>)> {
+    visible_session(&state, &caller, &session_id).await?;
+    let message = NewMessage {
+        id: body.id,
+        role: body.role,
+        status: body.status,
+        parts: body.parts,
+        created_at: body.created_at,
+    };
+    let outcome = state
+        .ingestion
+        .append_message(
+            &session_id,
+            &message,
+            zuno_shared::telemetry::current_traceparent(),
+        )
+        .await?;
+    Ok((StatusCode::CREATED, Json(outcome)))
+}
+
+/// List a session's messages in order.
+#[utoipa::path(get, path = "/api/session/{sessionID}/messages", tag = "messages",
+    params(("sessionID" = String, Path), MessagePage),
+    responses((status = 200, body = Vec<Message>), (status = 404, body = Problem)))]
+pub async fn list_messages(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(session_id): Path<String>,
+    Query(page): Query<MessagePage>,
+) -> ApiResult<Json<Vec<Message>>> {
+    visible_session(&state, &caller, &session_id).await?;
+    Ok(Json(
+        state
+            .transcripts
+            .messages(&session_id, page.after, page.limit)
+            .await?,
+    ))
+}
+
+/// Replace a message's parts (an edit). Queued work whose source included the message is
+/// skipped when claimed.
+#[utoipa::path(put, path = "/api/session/{sessionID}/messages/{messageID}", tag = "messages",
+    params(("sessionID" = String, Path), ("messageID" = String, Path)), request_body = ReplaceParts,
+    responses((status = 200, body = Message), (status = 400, body = Problem), (status = 404, body = Problem)))]
+pub async fn replace_parts(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((session_id, message_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ReplaceParts>,
+) -> ApiResult<Json<Message>> {
+    visible_message(&state, &caller, &session_id, &message_id).await?;
+    let mut tx = state.db.begin().await?;
+    let message = state
+        .transcripts
+        .replace_parts_in(&mut tx, &message_id, &body.parts)
+        .await?;
+    tx.commit().await?;
+    Ok(Json(message))
+}
+
+/// Set an assistant message's completion status. `completed` closes the turn and, when it is
+/// eligible, admits its extraction job (or returns the existing one).
+#[utoipa::path(post, path = "/api/session/{sessionID}/messages/{messageID}/complete", tag = "messages",
+    params(("sessionID" = String, Path), ("messageID" = String, Path)), request_body = CompleteMessage,
+    responses((status = 200, body = TurnOutcome), (status = 400, body = Problem), (status = 404, body = Problem)))]
+pub async fn complete_message(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((session_id, message_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<CompleteMessage>,
+) -> ApiResult<Json<TurnOutcome>> {
+    visible_message(&state, &caller, &session_id, &message_id).await?;
+    let outcome = state
+        .ingestion
+        .complete_message(
+            &message_id,
+            body.status,
+            zuno_shared::telemetry::current_traceparent(),
+        )
+        .await?;
+    Ok(Json(outcome))
+}

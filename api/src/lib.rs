@@ -1,0 +1,6 @@
+//! The `zuno` binary: the HTTP API (`zuno serve`), the all-in-one embedded mode and the
+//! operator CLI.
+
+pub mod cli;
+pub mod http;
+pub mod serve;

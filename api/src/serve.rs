@@ -1,0 +1,198 @@
+//! `zuno serve`: the HTTP API, and with `--all-in-one` every worker stage in the same process on
+//! the same database handle (in-process wake-ups, the embedded default a new user runs).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use zuno_shared::clock::system_clock;
+use zuno_shared::db::Db;
+use zuno_shared::learning::SourceGate;
+use zuno_shared::ledger::{AllowAll, ClaimGate, Ledger};
+use zuno_shared::runtime::process::{
+    Settings, WorkerEnv, default_worker_id, init_telemetry, open_database,
+};
+use zuno_shared::runtime::{JobHandler, Runner, RunnerConfig};
+
+use crate::cli::{CliError, GlobalArgs};
+use crate::http::{AppState, router};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Also run every worker stage in this process.
+    #[arg(long)]
+    pub all_in_one: bool,
+    /// Address to listen on (default: server.bind, overridden by ZUNO_BIND).
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Jobs each in-process worker runs at once (all-in-one mode).
+    #[arg(long, default_value_t = 2)]
+    pub worker_concurrency: usize,
+}
+
+/// True for loopback addresses and `localhost`.
+pub fn is_loopback(bind: &str) -> bool {
+    if let Ok(addr) = bind.parse::<SocketAddr>() {
+        return addr.ip().is_loopback();
+    }
+    if let Ok(ip) = bind.parse::<IpAddr>() {
+        return ip.is_loopback();
+    }
+    bind.rsplit_once(':').map_or(bind, |(host, _)| host) == "localhost"
+}
+
+pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError> {
+    let settings = global.settings()?;
+    let bind = args
+        .bind
+        .clone()
+        .unwrap_or_else(|| settings.config.server.bind.clone());
+    let token = std::env::var("ZUNO_API_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    if token.is_none() && !is_loopback(&bind) {
+        return Err(CliError::new(
+            CliError::BAD_INPUT,
+            format!(
+                "refusing to listen on {bind} without ZUNO_API_TOKEN: set a token or bind a loopback address"
+            ),
+        ));
+    }
+    let telemetry = init_telemetry("zuno-api", &settings.config)?;
+    let shutdown = zuno_shared::runtime::shutdown::on_signal();
+    let options = settings.connect_options();
+    let db = tokio::select! {
+        db = open_database(&options, Duration::from_secs(600)) => db?,
+        _ = shutdown.cancelled() => return Ok(()),
+    };
+    let config = Arc::new(settings.config.clone());
+    let state = AppState::new(
+        config,
+        db.clone(),
+        system_clock(),
+        token.as_deref(),
+        Some(telemetry.registry().clone()),
+    );
+    let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
+        CliError::new(
+            CliError::UNAVAILABLE,
+            format!("cannot listen on {bind}: {e}"),
+        )
+    })?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| CliError::new(CliError::FAILURE, e.to_string()))?;
+
+    let mut background = tokio::task::JoinSet::new();
+    background.spawn(report_queue_depth(state.ledger.clone(), shutdown.clone()));
+    if args.all_in_one {
+        for runner in all_in_one_runners(&settings, &db, args.worker_concurrency)? {
+            let shutdown = shutdown.clone();
+            background.spawn(async move {
+                runner.run(shutdown).await;
+            });
+        }
+    }
+    // Stdout carries one line a supervisor or test can wait for.
+    println!(
+        "zuno listening on http://{address} ({} database{}, auth {})",
+        db.backend().as_str(),
+        if args.all_in_one {
+            ", all workers in-process"
+        } else {
+            ""
+        },
+        if state.auth.enabled() {
+            "on"
+        } else {
+            "off (loopback)"
+        },
+    );
+    tracing::info!(%address, all_in_one = args.all_in_one, "server started");
+    let server_shutdown = shutdown.clone();
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
+        .await
+        .map_err(|e| CliError::new(CliError::FAILURE, format!("server failed: {e}")))?;
+    shutdown.cancel();
+    while background.join_next().await.is_some() {}
+    db.close().await;
+    Ok(())
+}
+
+/// One runner per worker stage, sharing the server's database handle.
+fn all_in_one_runners(
+    settings: &Settings,
+    db: &Db,
+    concurrency: usize,
+) -> Result<Vec<Runner>, CliError> {
+    let ledger = Ledger::new(db.clone(), system_clock());
+    let env = WorkerEnv {
+        settings: settings.clone(),
+        ledger: ledger.clone(),
+    };
+    type Build = fn(&WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>>;
+    let stages: [(&str, Build, Arc<dyn ClaimGate>); 4] = [
+        (
+            "extract",
+            zuno_worker_extract::handlers,
+            Arc::new(SourceGate),
+        ),
+        (
+            "maintain",
+            zuno_worker_maintain::handlers,
+            Arc::new(AllowAll),
+        ),
+        ("mine", zuno_worker_mine::handlers, Arc::new(AllowAll)),
+        ("eval", zuno_worker_eval::handlers, Arc::new(AllowAll)),
+    ];
+    let post_turn = &settings.config.learning.post_turn;
+    let mut runners = Vec::new();
+    for (stage, build, gate) in stages {
+        let mut config = RunnerConfig::new(default_worker_id(&format!("zuno-{stage}")));
+        config.concurrency = concurrency.max(1);
+        config.max_jobs_per_wake = post_turn.max_jobs_per_wake.max(1) as usize;
+        config.poll_interval = Duration::from_millis(post_turn.poll_interval_ms.max(1));
+        let mut runner = Runner::new(ledger.clone(), config).with_gate(gate);
+        for handler in build(&env)? {
+            runner = runner.register(handler);
+        }
+        runners.push(runner);
+    }
+    Ok(runners)
+}
+
+/// Publishes queue depth by kind and state every few seconds.
+async fn report_queue_depth(ledger: Ledger, shutdown: CancellationToken) {
+    let metrics = zuno_shared::telemetry::metrics::ledger();
+    loop {
+        match ledger.counts().await {
+            Ok(counts) => {
+                for count in counts {
+                    metrics.queue_depth(count.kind, count.state.as_str(), count.count);
+                }
+            }
+            Err(error) => tracing::debug!(%error, "cannot read queue depth"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback;
+
+    #[test]
+    fn loopback_detection() {
+        assert!(is_loopback("127.0.0.1:7878"));
+        assert!(is_loopback("[::1]:7878"));
+        assert!(is_loopback("localhost:7878"));
+        assert!(!is_loopback("0.0.0.0:7878"));
+        assert!(!is_loopback("10.0.0.5:80"));
+        assert!(!is_loopback("example.com:80"));
+    }
+}

@@ -1,0 +1,8 @@
+//! HTTP API suites, on both backends where storage is involved.
+
+mod auth;
+mod cli;
+mod errors;
+mod ingestion;
+mod openapi;
+mod tracing_context;
