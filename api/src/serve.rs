@@ -27,7 +27,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub bind: Option<String>,
     /// Jobs each in-process worker runs at once (all-in-one mode).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 4)]
     pub worker_concurrency: usize,
 }
 

@@ -70,8 +70,11 @@ pub(super) async fn connect(options: &ConnectOptions) -> Result<Db, StoreError> 
         .synchronous(synchronous)
         .busy_timeout(options.busy_timeout)
         .foreign_keys(true);
+    // A local file needs no liveness ping before each use; skipping it saves a round trip to
+    // the driver's connection thread on every statement.
     let pool = SqlitePoolOptions::new()
         .max_connections(options.max_connections)
+        .test_before_acquire(false)
         .acquire_timeout(Db::ACQUIRE_TIMEOUT)
         .connect_with(connect)
         .await?;

@@ -45,6 +45,10 @@ pub enum Pool {
 pub struct Db {
     pool: Pool,
     wake: WakeBus,
+    /// SQLite admits one writer at a time. Writers of this process queue here instead of
+    /// sleeping in SQLite's busy handler (which backs off in milliseconds); other processes
+    /// still meet the busy timeout.
+    writer: Option<std::sync::Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// The connection of an open write transaction.
@@ -63,6 +67,8 @@ pub struct Tx {
     conn: TxConn,
     wake: WakeBus,
     wake_on_commit: bool,
+    // Dropped after `conn`, so the next local writer starts only once this one has ended.
+    _writer: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 /// Errors from the storage layer.
@@ -153,9 +159,12 @@ impl Db {
     }
 
     pub(crate) fn from_pool(pool: Pool) -> Db {
+        let writer = matches!(pool, Pool::Sqlite(_))
+            .then(|| std::sync::Arc::new(tokio::sync::Mutex::new(())));
         Db {
             pool,
             wake: WakeBus::new(),
+            writer,
         }
     }
 
@@ -177,6 +186,10 @@ impl Db {
 
     /// Opens a write transaction (`BEGIN IMMEDIATE` on SQLite).
     pub async fn begin(&self) -> Result<Tx, StoreError> {
+        let writer = match &self.writer {
+            Some(lock) => Some(lock.clone().lock_owned().await),
+            None => None,
+        };
         let conn = match &self.pool {
             Pool::Sqlite(pool) => TxConn::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
             Pool::Postgres(pool) => TxConn::Postgres(pool.begin().await?),
@@ -185,6 +198,31 @@ impl Db {
             conn,
             wake: self.wake.clone(),
             wake_on_commit: false,
+            _writer: writer,
+        })
+    }
+
+    /// Holds this process's SQLite write slot for a single autocommit write statement (a no-op
+    /// on Postgres). See [`Db::begin`] for why local writers queue.
+    pub async fn write_slot(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match &self.writer {
+            Some(lock) => Some(lock.clone().lock_owned().await),
+            None => None,
+        }
+    }
+
+    /// Opens a transaction for consistent reads only: it takes no write lock, so it never
+    /// waits for writers. Writing through it is a bug (on SQLite it could fail with BUSY).
+    pub async fn begin_read(&self) -> Result<Tx, StoreError> {
+        let conn = match &self.pool {
+            Pool::Sqlite(pool) => TxConn::Sqlite(pool.begin().await?),
+            Pool::Postgres(pool) => TxConn::Postgres(pool.begin().await?),
+        };
+        Ok(Tx {
+            conn,
+            wake: self.wake.clone(),
+            wake_on_commit: false,
+            _writer: None,
         })
     }
 

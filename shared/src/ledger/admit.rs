@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::model::{Job, NewJob};
 use super::row::{JOB_COLUMNS, JobRow};
 use super::{Ledger, LedgerError};
-use crate::db::{Backend, Tx};
+use crate::db::{Backend, Pool, Tx};
 
 /// The outcome of admitting a job identity.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -42,13 +42,104 @@ impl Admission {
     }
 }
 
+/// The admission insert; `$1…$17` are bound by [`bind_new_job!`].
+fn insert_sql() -> String {
+    format!(
+        "INSERT INTO learning_job (id, kind, identity_key, project_id, session_id, \
+           source_message_id, extractor_version, input_digest, bucket_start, claim_scope, \
+           origin, priority, state, run_at, attempts, max_attempts, payload, trace_parent, \
+           created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'queued', $13, 0, $14, \
+           $15, $16, $17, $17) \
+         ON CONFLICT (kind, identity_key) DO NOTHING \
+         RETURNING {JOB_COLUMNS}"
+    )
+}
+
+/// Binds a new job's values in [`insert_sql`] order.
+macro_rules! bind_new_job {
+    ($query:expr, $id:expr, $job:expr, $payload:expr, $now:expr) => {{
+        let identity = &$job.identity;
+        $query
+            .bind($id)
+            .bind(identity.kind.as_str())
+            .bind(&identity.key)
+            .bind(&identity.project_id)
+            .bind(&identity.session_id)
+            .bind(&identity.source_message_id)
+            .bind(&identity.extractor_version)
+            .bind(&identity.input_digest)
+            .bind(identity.bucket_start)
+            .bind(&$job.claim_scope)
+            .bind($job.origin.as_str())
+            .bind($job.origin.priority())
+            .bind($job.run_at.unwrap_or($now))
+            .bind($job.max_attempts)
+            .bind($payload)
+            .bind(&$job.trace_parent)
+            .bind($now)
+    }};
+}
+
+fn validate(job: &NewJob) -> Result<(), LedgerError> {
+    if !(1..=super::MAX_ATTEMPTS).contains(&job.max_attempts) {
+        return Err(LedgerError::Invalid(format!(
+            "max_attempts must be between 1 and {}, got {}",
+            super::MAX_ATTEMPTS,
+            job.max_attempts
+        )));
+    }
+    Ok(())
+}
+
+const SELECT_EXISTING: &str = "WHERE kind = $1 AND identity_key = $2";
+
 impl Ledger {
-    /// Admits a job in its own transaction. See [`Ledger::admit_in`].
+    /// Admits a job on its own. See [`Ledger::admit_in`] for the semantics.
+    ///
+    /// A single autocommit statement (on Postgres it also issues `pg_notify`), so an admission
+    /// costs one round trip.
     pub async fn admit(&self, job: NewJob) -> Result<Admission, LedgerError> {
-        let mut tx = self.db.begin().await?;
-        let admission = self.admit_in(&mut tx, job).await?;
-        tx.commit().await?;
-        Ok(admission)
+        validate(&job)?;
+        let now = self.now_ms();
+        let id = crate::ids::new_id("job");
+        let payload = job.payload.to_string();
+        let inserted: Option<JobRow> = match self.db.pool() {
+            Pool::Postgres(pool) => {
+                let sql = format!(
+                    "WITH inserted AS ({}) SELECT inserted.*, pg_notify('{}', inserted.kind) AS notified FROM inserted",
+                    insert_sql(),
+                    crate::runtime::wake::PG_CHANNEL
+                );
+                bind_new_job!(sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), &id, job, &payload, now)
+                    .fetch_optional(pool)
+                    .await?
+            }
+            Pool::Sqlite(pool) => {
+                let _slot = self.db.write_slot().await;
+                let sql = insert_sql();
+                bind_new_job!(sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), &id, job, &payload, now)
+                    .fetch_optional(pool)
+                    .await?
+            }
+        };
+        match inserted {
+            Some(row) => {
+                self.db.wake_bus().wake();
+                crate::telemetry::metrics::ledger().admitted(job.identity.kind, "queued");
+                Ok(Admission::Queued(Job::try_from(row)?))
+            }
+            None => {
+                let select = format!("SELECT {JOB_COLUMNS} FROM learning_job {SELECT_EXISTING}");
+                let existing: JobRow = crate::on_db!(self.db, pool => sqlx::query_as(sqlx::AssertSqlSafe(select.as_str()))
+                    .bind(job.identity.kind.as_str())
+                    .bind(&job.identity.key)
+                    .fetch_one(pool)
+                    .await)?;
+                crate::telemetry::metrics::ledger().admitted(job.identity.kind, "existing");
+                Ok(Admission::Existing(Job::try_from(existing)?))
+            }
+        }
     }
 
     /// Admits many jobs in one transaction (history imports), in order.
@@ -70,68 +161,36 @@ impl Ledger {
     /// identity exactly one insert wins (the unique index decides) and every caller sees that
     /// row. Workers are woken after the transaction commits.
     pub async fn admit_in(&self, tx: &mut Tx, job: NewJob) -> Result<Admission, LedgerError> {
-        if !(1..=super::MAX_ATTEMPTS).contains(&job.max_attempts) {
-            return Err(LedgerError::Invalid(format!(
-                "max_attempts must be between 1 and {}, got {}",
-                super::MAX_ATTEMPTS,
-                job.max_attempts
-            )));
-        }
+        validate(&job)?;
         let now = self.now_ms();
         let id = crate::ids::new_id("job");
-        let identity = &job.identity;
         let payload = job.payload.to_string();
-        let insert = format!(
-            "INSERT INTO learning_job (id, kind, identity_key, project_id, session_id, \
-               source_message_id, extractor_version, input_digest, bucket_start, claim_scope, \
-               origin, priority, state, run_at, attempts, max_attempts, payload, trace_parent, \
-               created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'queued', $13, 0, $14, \
-               $15, $16, $17, $17) \
-             ON CONFLICT (kind, identity_key) DO NOTHING \
-             RETURNING {JOB_COLUMNS}"
-        );
-        let inserted: Option<JobRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(insert.as_str()))
-            .bind(&id)
-            .bind(identity.kind.as_str())
-            .bind(&identity.key)
-            .bind(&identity.project_id)
-            .bind(&identity.session_id)
-            .bind(&identity.source_message_id)
-            .bind(&identity.extractor_version)
-            .bind(&identity.input_digest)
-            .bind(identity.bucket_start)
-            .bind(&job.claim_scope)
-            .bind(job.origin.as_str())
-            .bind(job.origin.priority())
-            .bind(job.run_at.unwrap_or(now))
-            .bind(job.max_attempts)
-            .bind(&payload)
-            .bind(&job.trace_parent)
-            .bind(now)
-            .fetch_optional(conn)
-            .await)?;
+        let insert = insert_sql();
+        let inserted: Option<JobRow> = crate::on_tx!(tx, conn =>
+            bind_new_job!(sqlx::query_as(sqlx::AssertSqlSafe(insert.as_str())), &id, job, &payload, now)
+                .fetch_optional(conn)
+                .await)?;
+        let kind = job.identity.kind;
         if let Some(row) = inserted {
             if tx.backend() == Backend::Postgres {
                 crate::on_tx!(tx, conn => sqlx::query("SELECT pg_notify($1, $2)")
                     .bind(crate::runtime::wake::PG_CHANNEL)
-                    .bind(identity.kind.as_str())
+                    .bind(kind.as_str())
                     .execute(conn)
-.await
-.map(|done| done.rows_affected()))?;
+                    .await
+                    .map(|done| done.rows_affected()))?;
             }
             tx.wake_after_commit();
-            crate::telemetry::metrics::ledger().admitted(identity.kind, "queued");
+            crate::telemetry::metrics::ledger().admitted(kind, "queued");
             return Ok(Admission::Queued(Job::try_from(row)?));
         }
-        let select =
-            format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE kind = $1 AND identity_key = $2");
+        let select = format!("SELECT {JOB_COLUMNS} FROM learning_job {SELECT_EXISTING}");
         let existing: JobRow = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(select.as_str()))
-            .bind(identity.kind.as_str())
-            .bind(&identity.key)
+            .bind(kind.as_str())
+            .bind(&job.identity.key)
             .fetch_one(conn)
             .await)?;
-        crate::telemetry::metrics::ledger().admitted(identity.kind, "existing");
+        crate::telemetry::metrics::ledger().admitted(kind, "existing");
         Ok(Admission::Existing(Job::try_from(existing)?))
     }
 }

@@ -32,8 +32,9 @@ pub struct WorkerArgs {
     /// Database URL (overrides ZUNO_DATABASE_URL, DATABASE_URL and the file).
     #[arg(long)]
     pub database_url: Option<String>,
-    /// Jobs run at once.
-    #[arg(long, default_value_t = 2)]
+    /// Jobs run at once (claims take a whole wake's batch, so twice max_jobs_per_wake keeps
+    /// every slot busy).
+    #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
     /// Jobs claimed per wake (default: learning.post_turn.max_jobs_per_wake).
     #[arg(long)]

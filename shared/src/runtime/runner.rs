@@ -21,7 +21,8 @@ use crate::ledger::{
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
     pub worker_id: String,
-    /// Jobs in flight at once.
+    /// Jobs in flight at once. Claims happen when a whole batch of `max_jobs_per_wake` fits, so
+    /// twice that keeps slots busy while the next batch is claimed.
     pub concurrency: usize,
     /// Jobs claimed per wake (`learning.post_turn.max_jobs_per_wake`, default 2).
     pub max_jobs_per_wake: usize,
@@ -44,7 +45,7 @@ impl RunnerConfig {
     pub fn new(worker_id: impl Into<String>) -> RunnerConfig {
         RunnerConfig {
             worker_id: worker_id.into(),
-            concurrency: 2,
+            concurrency: 4,
             max_jobs_per_wake: 2,
             lease: Duration::from_secs(60),
             heartbeat: Duration::from_secs(15),
@@ -158,8 +159,11 @@ impl Runner {
             let free = config.concurrency.saturating_sub(running.len());
             let mut claimed_any = false;
             let mut batch_full = false;
-            if free > 0 {
-                let limit = free.min(config.max_jobs_per_wake);
+            // Claim only when a whole wake's batch fits: one claim transaction then serves
+            // `max_jobs_per_wake` jobs instead of one (a commit each on SQLite).
+            let batch = config.max_jobs_per_wake.min(config.concurrency).max(1);
+            if free >= batch {
+                let limit = batch;
                 let request = ClaimRequest {
                     worker_id: &config.worker_id,
                     kinds: &kinds,
@@ -199,7 +203,7 @@ impl Runner {
             }
             let delay = if let Some(delay) = db_error_delay {
                 delay
-            } else if claimed_any && batch_full && running.len() < config.concurrency {
+            } else if claimed_any && batch_full && config.concurrency - running.len() >= batch {
                 Duration::ZERO
             } else if claimed_any {
                 fast_delay = FAST_POLL_MIN;

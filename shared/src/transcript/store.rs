@@ -440,7 +440,7 @@ impl TranscriptStore {
     }
 
     pub async fn message(&self, message_id: &str) -> Result<Message, TranscriptError> {
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.db.begin_read().await?;
         let message = self.message_in(&mut tx, message_id).await;
         tx.rollback().await?;
         message
@@ -463,12 +463,12 @@ impl TranscriptStore {
             .bind(to_seq)
             .fetch_all(conn)
             .await)?;
-        let parts_sql = format!(
+        let parts_sql = String::from(
             "SELECT p.message_id, p.ordinal, p.kind, p.text, p.tool_name, p.tool_call_id, \
                p.tool_arguments, p.tool_result, p.tool_status, p.artifact_name, p.artifact_uri, \
                p.external_context, p.injected, p.content_digest \
              FROM message_part p JOIN message m ON m.id = p.message_id \
-             WHERE m.session_id = $1 AND m.seq BETWEEN $2 AND $3 ORDER BY m.seq, p.ordinal"
+             WHERE m.session_id = $1 AND m.seq BETWEEN $2 AND $3 ORDER BY m.seq, p.ordinal",
         );
         let parts: Vec<PartRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(parts_sql.as_str()))
             .bind(session_id)
@@ -501,7 +501,7 @@ impl TranscriptStore {
         after_seq: i64,
         limit: i64,
     ) -> Result<Vec<Message>, TranscriptError> {
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.db.begin_read().await?;
         let last: i64 = after_seq.saturating_add(limit.clamp(1, 1000));
         let messages = Self::window_in(&mut tx, session_id, after_seq + 1, last).await;
         tx.rollback().await?;

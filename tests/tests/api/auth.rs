@@ -147,7 +147,7 @@ async fn a_scoped_token_reaches_only_its_projects(db: TestDb) {
     .await;
     assert_eq!(status, 403, "creating a project outside the scope");
     for path in [
-        format!("/api/projects/beta"),
+        "/api/projects/beta".to_string(),
         format!("/api/session/{beta_session}"),
         format!("/api/session/{beta_session}/messages"),
         format!("/api/jobs/{beta_job}"),

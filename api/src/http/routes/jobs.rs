@@ -92,7 +92,7 @@ pub async fn get_job(
         return Err(ApiError::NotFound(format!("job `{id}` was not found")));
     }
     let events = state.ledger.events(&id).await?;
-    let mut tx = state.db.begin().await?;
+    let mut tx = state.db.begin_read().await?;
     let source = SourceSnapshot::load_in(&mut tx, &id).await?;
     tx.rollback().await?;
     Ok(Json(JobDetail {

@@ -1,0 +1,361 @@
+//! Claims about processes, proven with separate OS processes on both backends: concurrent
+//! admission, interval buckets across hosts, a 4-process drain of 2,000 jobs, a stopped worker
+//! whose stale settlement is refused, and a killed worker whose job is reclaimed.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use zuno_shared::ledger::{JobIdentity, JobOrigin, JobState, NewJob};
+use zuno_tests::processes::binary;
+use zuno_tests::{TestDb, eventually, on_both_backends};
+
+fn probe(db: &TestDb) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zuno-probe"));
+    command
+        .arg("--database-url")
+        .arg(&db.url)
+        .kill_on_drop(true);
+    command
+}
+
+async fn output_json(child: Child) -> serde_json::Value {
+    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("probe finished in time")
+        .expect("probe ran");
+    assert!(
+        output.status.success(),
+        "probe failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|_| panic!("bad probe output: {stdout}"))
+}
+
+async fn create_effect_table(db: &TestDb) {
+    zuno_shared::on_db!(db.db, pool => sqlx::query(
+        "CREATE TABLE probe_effect (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, attempt BIGINT NOT NULL)")
+        .execute(pool).await.map(|d| d.rows_affected())).unwrap();
+}
+
+async fn scalar(db: &TestDb, sql: &'static str) -> i64 {
+    zuno_shared::on_db!(db.db, pool => sqlx::query_scalar(sql).fetch_one(pool).await).unwrap()
+}
+
+async fn a_hundred_admissions_from_four_processes_leave_one_row(db: TestDb) {
+    let children: Vec<Child> = (0..4)
+        .map(|_| {
+            probe(&db)
+                .args(["admit", "--key", "shared", "--count", "25"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut queued = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    for child in children {
+        let out = output_json(child).await;
+        queued += out["queued"].as_u64().unwrap();
+        for id in out["ids"].as_array().unwrap() {
+            ids.insert(id.as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(queued, 1, "exactly one of 100 admissions created the job");
+    assert_eq!(ids.len(), 1, "every process saw the same job");
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM learning_job").await, 1);
+}
+
+async fn hosts_checking_one_bucket_create_one_job(db: TestDb) {
+    const DAY: i64 = 86_400_000;
+    let base = 1_900_000_000_000 - 1_900_000_000_000 % DAY;
+    let children: Vec<Child> = (0..6)
+        .map(|host| {
+            probe(&db)
+                .args([
+                    "admit-bucket",
+                    "--project",
+                    "proj",
+                    "--period-ms",
+                    &DAY.to_string(),
+                ])
+                .args(["--now-ms", &(base + host * 3_000_000 + 5).to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut queued = 0;
+    for child in children {
+        if output_json(child).await["outcome"] == "queued" {
+            queued += 1;
+        }
+    }
+    assert_eq!(queued, 1);
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM learning_job").await, 1);
+}
+
+async fn four_worker_processes_drain_two_thousand_jobs_exactly_once(db: TestDb) {
+    create_effect_table(&db).await;
+    let ledger = db.ledger();
+    for chunk in 0..8 {
+        let jobs = (0..250)
+            .map(|i| {
+                NewJob::new(
+                    JobIdentity::maintain("p", "/m", &format!("j{}", chunk * 250 + i)),
+                    JobOrigin::Explicit,
+                )
+            })
+            .collect();
+        ledger.admit_batch(jobs).await.unwrap();
+    }
+    let workers: Vec<Child> = (0..4)
+        .map(|w| {
+            probe(&db)
+                .args([
+                    "work",
+                    "--worker-id",
+                    &format!("w{w}"),
+                    "--concurrency",
+                    "4",
+                    "--max-jobs-per-wake",
+                    "4",
+                    "--exit-when-idle",
+                ])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut completed = 0;
+    let mut per_worker = Vec::new();
+    for worker in workers {
+        let report = output_json(worker).await;
+        assert_eq!(report["leaseLost"], 0, "{report}");
+        assert_eq!(report["abandoned"], 0, "{report}");
+        completed += report["completed"].as_u64().unwrap();
+        per_worker.push(report["completed"].as_u64().unwrap());
+    }
+    assert_eq!(completed, 2000, "per worker: {per_worker:?}");
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM probe_effect").await,
+        2000,
+        "no effect lost or duplicated"
+    );
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(DISTINCT job_id) FROM probe_effect").await,
+        2000
+    );
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM learning_job WHERE state = 'completed' AND attempts = 1"
+        )
+        .await,
+        2000
+    );
+    assert!(
+        per_worker.iter().filter(|&&n| n > 0).count() >= 2,
+        "work was shared: {per_worker:?}"
+    );
+}
+
+async fn a_stopped_worker_past_its_lease_cannot_settle(db: TestDb) {
+    create_effect_table(&db).await;
+    let ledger = db.ledger();
+    let job = ledger
+        .admit(NewJob::new(
+            JobIdentity::maintain("p", "/m", "stalled"),
+            JobOrigin::Explicit,
+        ))
+        .await
+        .unwrap()
+        .into_job();
+    // Worker A: one job at a time, a 1.5 s lease and no heartbeat before it would settle.
+    let stalled = probe(&db)
+        .args([
+            "work",
+            "--worker-id",
+            "stalled",
+            "--concurrency",
+            "1",
+            "--lease-ms",
+            "1500",
+        ])
+        .args([
+            "--heartbeat-ms",
+            "3600000",
+            "--hold-ms",
+            "2500",
+            "--exit-when-idle",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(stalled.id().unwrap() as i32);
+    eventually("worker A holds the lease", Duration::from_secs(30), || {
+        let ledger = ledger.clone();
+        let id = job.id.clone();
+        async move {
+            let job = ledger.get(&id).await.ok()?;
+            (job.lease_owner.as_deref() == Some("stalled")).then_some(())
+        }
+    })
+    .await;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Past A's lease, worker B reclaims and completes the job.
+    eventually("A's lease expires", Duration::from_secs(30), || {
+        let ledger = ledger.clone();
+        let id = job.id.clone();
+        async move {
+            let job = ledger.get(&id).await.ok()?;
+            (job.lease_expires_at? < ledger.now_ms()).then_some(())
+        }
+    })
+    .await;
+    let rescuer = probe(&db)
+        .args(["work", "--worker-id", "rescuer", "--exit-when-idle"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rescue = output_json(rescuer).await;
+    assert_eq!(rescue["completed"], 1, "{rescue}");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let stale = output_json(stalled).await;
+    assert_eq!(stale["completed"], 0, "{stale}");
+    assert_eq!(stale["leaseLost"], 1, "A's settlement was refused: {stale}");
+
+    let settled = ledger.get(&job.id).await.unwrap();
+    assert_eq!(settled.state, JobState::Completed);
+    assert_eq!(settled.attempts, 2);
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM probe_effect").await,
+        1,
+        "the effect is recorded once"
+    );
+    let effect_worker: String =
+        zuno_shared::on_db!(db.db, pool => sqlx::query_scalar("SELECT worker_id FROM probe_effect")
+        .fetch_one(pool).await)
+        .unwrap();
+    assert_eq!(effect_worker, "rescuer");
+    let events = ledger.events(&job.id).await.unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.event == "fenced" && e.worker_id.as_deref() == Some("stalled")),
+        "{events:?}"
+    );
+    assert!(events.iter().any(|e| e.event == "lease_expired"));
+}
+
+async fn a_killed_worker_job_is_reclaimed_after_its_lease(db: TestDb) {
+    create_effect_table(&db).await;
+    let ledger = db.ledger();
+    let job = ledger
+        .admit(NewJob::new(
+            JobIdentity::maintain("p", "/m", "killed"),
+            JobOrigin::Explicit,
+        ))
+        .await
+        .unwrap()
+        .into_job();
+    let mut victim = probe(&db)
+        .args([
+            "work",
+            "--worker-id",
+            "victim",
+            "--concurrency",
+            "1",
+            "--lease-ms",
+            "1000",
+            "--heartbeat-ms",
+            "250",
+            "--hold-ms",
+            "600000",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(
+        "the victim holds the lease",
+        Duration::from_secs(30),
+        || {
+            let ledger = ledger.clone();
+            let id = job.id.clone();
+            async move {
+                (ledger.get(&id).await.ok()?.lease_owner.as_deref() == Some("victim")).then_some(())
+            }
+        },
+    )
+    .await;
+    victim.kill().await.unwrap();
+    victim.wait().await.unwrap();
+    let survivor = probe(&db)
+        .args(["work", "--worker-id", "survivor", "--concurrency", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(
+        "another worker completes the job after the lease expires",
+        Duration::from_secs(30),
+        || {
+            let ledger = ledger.clone();
+            let id = job.id.clone();
+            async move { (ledger.get(&id).await.ok()?.state == JobState::Completed).then_some(()) }
+        },
+    )
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(survivor.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let report = output_json(survivor).await;
+    assert_eq!(report["completed"], 1);
+    let settled = ledger.get(&job.id).await.unwrap();
+    assert_eq!(settled.attempts, 2);
+    assert_eq!(settled.result.unwrap()["worker"], "survivor");
+}
+
+async fn a_real_worker_binary_drains_and_exits(db: TestDb) {
+    let ledger = db.ledger();
+    let job = ledger
+        .admit(NewJob::new(
+            JobIdentity::maintain("p", "/m", "real"),
+            JobOrigin::Explicit,
+        ))
+        .await
+        .unwrap()
+        .into_job();
+    let output = Command::new(binary("zuno-worker-maintain"))
+        .args([
+            "--database-url",
+            &db.url,
+            "--worker-id",
+            "maintain-1",
+            "--exit-when-idle",
+        ])
+        .env("ZUNO_HOME", tempfile::tempdir().unwrap().path())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let settled = ledger.get(&job.id).await.unwrap();
+    assert_eq!(settled.state, JobState::Completed);
+    assert_eq!(settled.attempts, 1);
+}
+
+on_both_backends!(
+    a_hundred_admissions_from_four_processes_leave_one_row,
+    hosts_checking_one_bucket_create_one_job,
+    four_worker_processes_drain_two_thousand_jobs_exactly_once,
+    a_stopped_worker_past_its_lease_cannot_settle,
+    a_killed_worker_job_is_reclaimed_after_its_lease,
+    a_real_worker_binary_drains_and_exits,
+);
