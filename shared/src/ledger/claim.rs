@@ -70,6 +70,9 @@ pub struct ClaimBatch {
 /// Upper bound on expired leases rescued per claim transaction.
 const RESCUE_BATCH: i64 = 100;
 
+/// Minimum time between two expired-lease scans by one ledger handle.
+const RESCUE_INTERVAL_MS: i64 = 1000;
+
 impl Ledger {
     /// Rescues expired leases, then hands out up to `limit` due jobs of the requested kinds.
     ///
@@ -90,10 +93,14 @@ impl Ledger {
         let started = std::time::Instant::now();
         let now = self.now_ms();
         let mut tx = self.db.begin().await?;
-        let mut batch = ClaimBatch {
-            rescued: rescue_expired(&mut tx, now).await?,
-            ..ClaimBatch::default()
-        };
+        // Expired leases are rare and a second's delay in noticing one is immaterial next to any
+        // lease length, so each handle scans for them at most once per second.
+        let last = self.last_rescue.load(std::sync::atomic::Ordering::Relaxed);
+        let rescue_due = now.saturating_sub(last) >= RESCUE_INTERVAL_MS;
+        let mut batch = ClaimBatch::default();
+        if rescue_due {
+            batch.rescued = rescue_expired(&mut tx, now).await?;
+        }
 
         let candidates = select_candidates(&mut tx, request, now).await?;
         for job in candidates {
@@ -156,6 +163,9 @@ impl Ledger {
             }
         }
         tx.commit().await?;
+        if rescue_due {
+            self.last_rescue.store(now, std::sync::atomic::Ordering::Relaxed);
+        }
 
         let metrics = crate::telemetry::metrics::ledger();
         metrics.claim_latency(started.elapsed());

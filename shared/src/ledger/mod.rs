@@ -50,11 +50,17 @@ impl From<sqlx::Error> for LedgerError {
 pub struct Ledger {
     db: Db,
     clock: SharedClock,
+    /// When this handle last scanned for expired leases (see [`Ledger::claim`]).
+    last_rescue: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Ledger {
     pub fn new(db: Db, clock: SharedClock) -> Ledger {
-        Ledger { db, clock }
+        Ledger {
+            db,
+            clock,
+            last_rescue: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
+        }
     }
 
     pub fn db(&self) -> &Db {
