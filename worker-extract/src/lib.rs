@@ -20,12 +20,12 @@ impl JobHandler for ExtractHandler {
 
     async fn run(&self, ctx: JobContext) -> Result<Job, JobError> {
         let mut settlement = ctx.begin_settlement().await?;
-        let snapshot = SourceSnapshot::load_in(settlement.tx(), &ctx.job().id)
+        let snapshot = SourceSnapshot::load_in(settlement.tx().await?, &ctx.job().id)
             .await
             .map_err(|e| JobError::retryable(e.to_string()))?
             .ok_or_else(|| JobError::SourceChanged(String::from("no bound source snapshot")))?;
         match snapshot
-            .check_in(settlement.tx())
+            .check_in(settlement.tx().await?)
             .await
             .map_err(|e| JobError::retryable(e.to_string()))?
         {

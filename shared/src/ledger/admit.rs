@@ -111,16 +111,28 @@ impl Ledger {
                     insert_sql(),
                     crate::runtime::wake::PG_CHANNEL
                 );
-                bind_new_job!(sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), &id, job, &payload, now)
-                    .fetch_optional(pool)
-                    .await?
+                bind_new_job!(
+                    sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
+                    &id,
+                    job,
+                    &payload,
+                    now
+                )
+                .fetch_optional(pool)
+                .await?
             }
             Pool::Sqlite(pool) => {
                 let _slot = self.db.write_slot().await;
                 let sql = insert_sql();
-                bind_new_job!(sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), &id, job, &payload, now)
-                    .fetch_optional(pool)
-                    .await?
+                bind_new_job!(
+                    sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
+                    &id,
+                    job,
+                    &payload,
+                    now
+                )
+                .fetch_optional(pool)
+                .await?
             }
         };
         match inserted {

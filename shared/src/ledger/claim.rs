@@ -76,12 +76,14 @@ const RESCUE_INTERVAL_MS: i64 = 1000;
 impl Ledger {
     /// Rescues expired leases, then hands out up to `limit` due jobs of the requested kinds.
     ///
-    /// One transaction: on Postgres the candidate rows are locked with `FOR UPDATE SKIP LOCKED`,
-    /// so concurrent claimers take disjoint rows; on SQLite the transaction began with
-    /// `BEGIN IMMEDIATE` and holds the only write lock. Each claimed job gets a fresh random
-    /// lease token, a deadline and `attempts + 1` — the increment happens at claim, so a worker
-    /// that crashes mid-job still spends the attempt, and the schema's `CHECK (attempts <=
-    /// max_attempts)` makes a fourth attempt impossible whatever the code does.
+    /// One transaction: on Postgres the due rows are locked with `FOR UPDATE SKIP LOCKED`, so
+    /// concurrent claimers take disjoint rows; on SQLite the transaction began with
+    /// `BEGIN IMMEDIATE` and holds the only write lock. One `UPDATE … RETURNING` gives each job a
+    /// fresh random lease token, a deadline and `attempts + 1` — the increment happens at claim,
+    /// so a worker that crashes mid-job still spends the attempt, and the schema's
+    /// `CHECK (attempts <= max_attempts)` makes a fourth attempt impossible whatever the code
+    /// does. The gate then sees each claimed job in the same transaction; a job it skips is
+    /// settled `skipped` with its attempt given back before anything commits.
     pub async fn claim(
         &self,
         request: &ClaimRequest<'_>,
@@ -102,49 +104,44 @@ impl Ledger {
             batch.rescued = rescue_expired(&mut tx, now).await?;
         }
 
-        let candidates = select_candidates(&mut tx, request, now).await?;
-        for job in candidates {
+        let mut claimed = claim_rows(&mut tx, request, now).await?;
+        claimed.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(a.run_at.cmp(&b.run_at))
+                .then(a.id.cmp(&b.id))
+        });
+        for job in claimed {
             match gate.check(&mut tx, &job).await? {
                 GateDecision::Proceed => {
+                    let token = job.lease_token.clone().ok_or_else(|| {
+                        StoreError::Corrupt(format!("claimed job {} has no lease token", job.id))
+                    })?;
                     let lease = Lease {
                         job_id: job.id.clone(),
                         kind: job.kind,
-                        token: crate::ids::new_lease_token(),
+                        token,
                         worker_id: request.worker_id.to_owned(),
-                        attempt: job.attempts + 1,
+                        attempt: job.attempts,
                         expires_at: now + request.lease_ms,
                     };
-                    let sql = format!(
-                        "UPDATE learning_job SET state = 'running', attempts = attempts + 1, \
-                           lease_token = $2, lease_owner = $3, lease_expires_at = $4, \
-                           heartbeat_at = $5, updated_at = $5 \
-                         WHERE id = $1 AND state = 'queued' RETURNING {JOB_COLUMNS}"
-                    );
-                    let row: JobRow = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-                        .bind(&lease.job_id)
-                        .bind(&lease.token)
-                        .bind(&lease.worker_id)
-                        .bind(lease.expires_at)
-                        .bind(now)
-                        .fetch_one(conn)
-                        .await)?;
-                    batch.claimed.push(ClaimedJob {
-                        job: Job::try_from(row)?,
-                        lease,
-                    });
+                    batch.claimed.push(ClaimedJob { job, lease });
                 }
                 GateDecision::Skip { reason } => {
+                    // Undo the claim inside the same transaction: nothing outside it ever saw the
+                    // job running, and the attempt is given back.
                     let result = serde_json::json!({ "skipped": reason }).to_string();
-                    let sql = "UPDATE learning_job SET state = 'skipped', result = $2, \
-                                 finished_at = $3, updated_at = $3 \
-                               WHERE id = $1 AND state = 'queued'";
+                    let sql = "UPDATE learning_job SET state = 'skipped', attempts = attempts - 1, \
+                                 lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+                                 heartbeat_at = NULL, result = $2, finished_at = $3, updated_at = $3 \
+                               WHERE id = $1 AND state = 'running'";
                     crate::on_tx!(&mut tx, conn => sqlx::query(sql)
                         .bind(&job.id)
                         .bind(&result)
                         .bind(now)
                         .execute(conn)
-.await
-.map(|done| done.rows_affected()))?;
+                        .await
+                        .map(|done| done.rows_affected()))?;
                     insert_event(
                         &mut tx,
                         &job.id,
@@ -164,7 +161,8 @@ impl Ledger {
         }
         tx.commit().await?;
         if rescue_due {
-            self.last_rescue.store(now, std::sync::atomic::Ordering::Relaxed);
+            self.last_rescue
+                .store(now, std::sync::atomic::Ordering::Relaxed);
         }
 
         let metrics = crate::telemetry::metrics::ledger();
@@ -186,13 +184,15 @@ impl Ledger {
     }
 }
 
-async fn select_candidates(
+/// Hands out leases on up to `limit` due jobs in one statement: each row gets `attempts + 1`
+/// and a fresh random 128-bit token generated by the database.
+async fn claim_rows(
     tx: &mut Tx,
     request: &ClaimRequest<'_>,
     now: i64,
 ) -> Result<Vec<Job>, LedgerError> {
-    // Placeholders: $1 = now, $2 = limit, then the kinds, then the scopes.
-    let mut next = 3;
+    // Placeholders: $1 = now, $2 = limit, $3 = owner, $4 = deadline, then kinds, then scopes.
+    let mut next = 5;
     let kinds = placeholders(&mut next, request.kinds.len());
     let scope_filter = match request.scopes {
         Some(scopes) if !scopes.is_empty() => format!(
@@ -202,19 +202,35 @@ async fn select_candidates(
         Some(_) => String::from(" AND claim_scope IS NULL"),
         None => String::new(),
     };
-    let lock = match tx.backend() {
-        Backend::Postgres => " FOR UPDATE SKIP LOCKED",
-        Backend::Sqlite => "",
-    };
-    let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM learning_job \
+    let due = format!(
+        "SELECT id FROM learning_job \
          WHERE state = 'queued' AND run_at <= $1 AND attempts < max_attempts \
            AND kind IN ({kinds}){scope_filter} \
-         ORDER BY priority DESC, run_at, id LIMIT $2{lock}"
+         ORDER BY priority DESC, run_at, id LIMIT $2"
     );
+    let lease = "SET state = 'running', attempts = attempts + 1, lease_owner = $3, \
+                 lease_expires_at = $4, heartbeat_at = $1, updated_at = $1";
+    let sql = match tx.backend() {
+        // The CTE is materialized so the LIMIT binds before the update (a merged subquery could
+        // update more rows than asked for).
+        Backend::Postgres => format!(
+            "WITH picked AS MATERIALIZED ({due} FOR UPDATE SKIP LOCKED) \
+             UPDATE learning_job {lease}, lease_token = replace(gen_random_uuid()::text, '-', '') \
+             WHERE id IN (SELECT id FROM picked) RETURNING {JOB_COLUMNS}"
+        ),
+        Backend::Sqlite => format!(
+            "UPDATE learning_job {lease}, lease_token = lower(hex(randomblob(16))) \
+             WHERE id IN ({due}) RETURNING {JOB_COLUMNS}"
+        ),
+    };
     let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
+    let deadline = now + request.lease_ms;
     let rows: Vec<JobRow> = crate::on_tx!(tx, conn => {
-        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(now).bind(limit);
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(now)
+            .bind(limit)
+            .bind(request.worker_id)
+            .bind(deadline);
         for kind in request.kinds {
             query = query.bind(kind.as_str());
         }

@@ -5,7 +5,7 @@
 //! recorded as a `fenced` event, counted in metrics and logged.
 
 use super::claim::{ClaimGate, GateDecision};
-use super::model::{Job, JobKind, Lease};
+use super::model::{Job, JobKind, JobState, Lease};
 use super::row::{JOB_COLUMNS, JobRow};
 use super::{Ledger, LedgerError, insert_event, truncate_detail};
 use crate::db::Tx;
@@ -88,40 +88,20 @@ impl Ledger {
         }
     }
 
-    /// Opens the settlement transaction for a claimed job, proving the lease first.
+    /// Starts settling a claimed job.
     ///
-    /// The guarded `UPDATE` runs before any domain write: on Postgres it locks the job row until
-    /// commit, so no rescue or other claim can interleave; on SQLite the transaction already
-    /// holds the write lock. If the lease is gone, nothing is written and [`LedgerError::LeaseLost`]
-    /// is returned.
+    /// Nothing is sent yet. A settlement without domain writes is one guarded autocommit
+    /// `UPDATE` at the end; the first call to [`Settlement::tx`] opens the transaction and proves
+    /// the lease before any domain write (on Postgres that locks the job row until commit, on
+    /// SQLite the transaction holds the write lock), so no rescue or claim can interleave. A lost
+    /// lease surfaces as [`LedgerError::LeaseLost`] from `tx()` or from the final state change,
+    /// and nothing is written.
     pub async fn begin_settlement(&self, lease: &Lease) -> Result<Settlement<'_>, LedgerError> {
-        let now = self.now_ms();
-        let mut tx = self.db.begin().await?;
-        let sql = format!(
-            "UPDATE learning_job SET updated_at = $3 \
-             WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}"
-        );
-        let row: Option<JobRow> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(&lease.job_id)
-            .bind(&lease.token)
-            .bind(now)
-            .fetch_optional(conn)
-            .await)?;
-        match row {
-            Some(row) => Ok(Settlement {
-                ledger: self,
-                tx,
-                lease: lease.clone(),
-                job: Job::try_from(row)?,
-            }),
-            None => {
-                tx.rollback().await?;
-                self.refuse(lease, "settlement").await?;
-                Err(LedgerError::LeaseLost {
-                    job_id: lease.job_id.clone(),
-                })
-            }
-        }
+        Ok(Settlement {
+            ledger: self,
+            tx: None,
+            lease: lease.clone(),
+        })
     }
 
     /// Returns a claimed job to the queue without spending its attempt (graceful shutdown).
@@ -206,31 +186,47 @@ fn skip_result(reason: &str) -> String {
     serde_json::json!({ "skipped": reason }).to_string()
 }
 
-/// The open, lease-proven transaction in which a job's results and its terminal state commit
-/// together. Dropping it without settling rolls everything back.
+/// A claimed job's settlement: its results and terminal state commit together or not at all.
+/// Dropping it without settling rolls back any domain writes.
 pub struct Settlement<'l> {
     ledger: &'l Ledger,
-    tx: Tx,
+    tx: Option<Tx>,
     lease: Lease,
-    job: Job,
 }
 
 impl Settlement<'_> {
-    pub fn job(&self) -> &Job {
-        &self.job
-    }
-
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
 
     pub fn kind(&self) -> JobKind {
-        self.job.kind
+        self.lease.kind
     }
 
-    /// The transaction for the job's domain writes.
-    pub fn tx(&mut self) -> &mut Tx {
-        &mut self.tx
+    /// The transaction for the job's domain writes, opened (and the lease proven) on first use.
+    pub async fn tx(&mut self) -> Result<&mut Tx, LedgerError> {
+        if self.tx.is_none() {
+            let now = self.ledger.now_ms();
+            let mut tx = self.ledger.db.begin().await?;
+            let sql = "UPDATE learning_job SET updated_at = $3 \
+                       WHERE id = $1 AND lease_token = $2 AND state = 'running'";
+            let proven = crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+                .bind(&self.lease.job_id)
+                .bind(&self.lease.token)
+                .bind(now)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
+            if proven != 1 {
+                tx.rollback().await?;
+                self.ledger.refuse(&self.lease, "settlement").await?;
+                return Err(LedgerError::LeaseLost {
+                    job_id: self.lease.job_id.clone(),
+                });
+            }
+            self.tx = Some(tx);
+        }
+        Ok(self.tx.as_mut().expect("opened above"))
     }
 
     /// Settles `completed` with `result`, committing the domain writes with it.
@@ -240,32 +236,32 @@ impl Settlement<'_> {
     }
 
     /// Settles `skipped` (the source changed or the work is no longer wanted).
-    pub async fn skip(self, reason: &str) -> Result<Job, LedgerError> {
+    pub async fn skip(mut self, reason: &str) -> Result<Job, LedgerError> {
         let now = self.ledger.now_ms();
-        let mut settlement = self;
+        let worker = self.lease.worker_id.clone();
+        let job_id = self.lease.job_id.clone();
         insert_event(
-            &mut settlement.tx,
-            &settlement.lease.job_id,
+            self.tx().await?,
+            &job_id,
             "skipped",
-            Some(&settlement.lease.worker_id),
+            Some(&worker),
             reason,
             now,
         )
         .await?;
-        settlement
-            .finish("skipped", Some(skip_result(reason)), None, None)
+        self.finish("skipped", Some(skip_result(reason)), None, None)
             .await
     }
 
     /// Records a failed attempt that may succeed later: back to `queued` after a delay, or
     /// `failed` (keeping the error) when this was the last attempt.
     pub async fn retry(self, error: &str, retry_at: Option<i64>) -> Result<Job, LedgerError> {
-        if self.job.attempts >= self.job.max_attempts {
+        if self.lease.attempt >= super::MAX_ATTEMPTS {
             return self.fail(error, None).await;
         }
         let now = self.ledger.now_ms();
-        let run_at = retry_at.unwrap_or(now + retry_backoff_ms(self.job.attempts));
-        self.finish("queued", None, Some(error), Some(run_at)).await
+        let run_at = retry_at.unwrap_or(now + retry_backoff_ms(self.lease.attempt));
+        self.finish("retry", None, Some(error), Some(run_at)).await
     }
 
     /// Settles `failed` at once (a permanent failure), keeping the error and optional result.
@@ -283,6 +279,8 @@ impl Settlement<'_> {
         self.finish("uncertain", None, Some(detail), None).await
     }
 
+    /// `state` is a terminal state or `retry` (queued again unless the row's own attempt count
+    /// has reached its ceiling, which the statement decides).
     async fn finish(
         mut self,
         state: &str,
@@ -291,34 +289,86 @@ impl Settlement<'_> {
         run_at: Option<i64>,
     ) -> Result<Job, LedgerError> {
         let now = self.ledger.now_ms();
-        let job = finish_returning(
-            &mut self.tx,
-            &self.lease,
-            state,
-            result.as_deref(),
-            error,
-            run_at,
-            now,
-        )
-        .await?;
+        let job = match self.tx.as_mut() {
+            Some(tx) => {
+                finish_returning(
+                    tx,
+                    &self.lease,
+                    state,
+                    result.as_deref(),
+                    error,
+                    run_at,
+                    now,
+                )
+                .await?
+            }
+            None => {
+                let db = &self.ledger.db;
+                let _slot = db.write_slot().await;
+                let sql = finish_sql();
+                let row: Option<JobRow> = crate::on_db!(db, pool => bind_finish!(
+                        sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
+                        &self.lease, state, result.as_deref(), error, run_at, now)
+                    .fetch_optional(pool)
+                    .await)?;
+                row.map(Job::try_from).transpose()?
+            }
+        };
         let Some(job) = job else {
-            // The guard at begin_settlement holds the row, so this is unreachable unless the row
-            // was changed inside this very transaction.
-            self.tx.rollback().await?;
+            if let Some(tx) = self.tx.take() {
+                tx.rollback().await?;
+            }
             self.ledger.refuse(&self.lease, "settlement").await?;
             return Err(LedgerError::LeaseLost {
                 job_id: self.lease.job_id.clone(),
             });
         };
-        if state == "queued" {
-            self.tx.wake_after_commit();
+        match self.tx.take() {
+            Some(mut tx) => {
+                if job.state == JobState::Queued {
+                    tx.wake_after_commit();
+                }
+                tx.commit().await?;
+            }
+            None => {
+                if job.state == JobState::Queued {
+                    self.ledger.db.wake_bus().wake();
+                }
+            }
         }
-        self.tx.commit().await?;
-        let metrics = crate::telemetry::metrics::ledger();
-        metrics.settled(job.kind, state);
+        crate::telemetry::metrics::ledger().settled(job.kind, job.state.as_str());
         Ok(job)
     }
 }
+
+/// The guarded final state change. `$3` is a terminal state or `retry`.
+fn finish_sql() -> String {
+    format!(
+        "UPDATE learning_job SET \
+           state = CASE WHEN $3 <> 'retry' THEN $3 \
+                        WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END, \
+           result = COALESCE($4, result), last_error = COALESCE($5, last_error), \
+           lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
+           run_at = CASE WHEN $3 = 'retry' THEN COALESCE($6, run_at) ELSE run_at END, \
+           finished_at = CASE WHEN $3 = 'retry' AND attempts < max_attempts THEN NULL ELSE $7 END, \
+           updated_at = $7 \
+         WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}"
+    )
+}
+
+macro_rules! bind_finish {
+    ($query:expr, $lease:expr, $state:expr, $result:expr, $error:expr, $run_at:expr, $now:expr) => {
+        $query
+            .bind(&$lease.job_id)
+            .bind(&$lease.token)
+            .bind($state)
+            .bind($result)
+            .bind($error.map(truncate_detail))
+            .bind($run_at)
+            .bind($now)
+    };
+}
+use bind_finish;
 
 async fn finish(
     tx: &mut Tx,
@@ -341,24 +391,9 @@ async fn finish_returning(
     run_at: Option<i64>,
     now: i64,
 ) -> Result<Option<Job>, LedgerError> {
-    let terminal = state != "queued";
-    let sql = format!(
-        "UPDATE learning_job SET state = $3, result = COALESCE($4, result), \
-           last_error = COALESCE($5, last_error), lease_token = NULL, lease_owner = NULL, \
-           lease_expires_at = NULL, heartbeat_at = NULL, run_at = COALESCE($6, run_at), \
-           finished_at = $7, updated_at = $8 \
-         WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}"
-    );
-    let error = error.map(truncate_detail);
-    let row: Option<JobRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(&lease.job_id)
-        .bind(&lease.token)
-        .bind(state)
-        .bind(result)
-        .bind(error.as_deref())
-        .bind(run_at)
-        .bind(if terminal { Some(now) } else { None })
-        .bind(now)
+    let sql = finish_sql();
+    let row: Option<JobRow> = crate::on_tx!(tx, conn => bind_finish!(
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), lease, state, result, error, run_at, now)
         .fetch_optional(conn)
         .await)?;
     row.map(Job::try_from)

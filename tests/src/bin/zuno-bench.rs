@@ -58,6 +58,8 @@ enum Bench {
     /// Internal: one raw-SQL worker process.
     RawWorker {
         #[arg(long)]
+        concurrency: usize,
+        #[arg(long)]
         per_wake: usize,
     },
 }
@@ -191,6 +193,8 @@ async fn main() -> anyhow::Result<()> {
                             &args.synchronous,
                             &[
                                 "raw-worker".into(),
+                                "--concurrency".into(),
+                                concurrency.to_string(),
                                 "--per-wake".into(),
                                 per_wake.to_string(),
                             ],
@@ -251,18 +255,32 @@ async fn main() -> anyhow::Result<()> {
                 .run(tokio_util::sync::CancellationToken::new())
                 .await;
         }
-        Bench::RawWorker { per_wake } => raw_worker(&db, per_wake).await?,
+        Bench::RawWorker {
+            concurrency,
+            per_wake,
+        } => {
+            // As many jobs in flight as a ledger worker: concurrency / per_wake claim loops.
+            let loops = (concurrency / per_wake.max(1)).max(1);
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..loops {
+                let db = db.clone();
+                tasks.spawn(async move { raw_worker(&db, per_wake).await });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done??;
+            }
+        }
     }
     db.close().await;
     Ok(())
 }
 
 /// The minimal statements: claim k due rows with fresh tokens in one statement, then complete
-/// each with a token-guarded update.
+/// each with a token-guarded update. Several loops run per process, like a worker's slots.
 async fn raw_worker(db: &Db, per_wake: usize) -> anyhow::Result<()> {
     let claim = match db.backend() {
         Backend::Postgres => {
-            "WITH picked AS (SELECT id FROM learning_job WHERE state = 'queued' AND run_at <= $1 \
+            "WITH picked AS (SELECT id FROM learning_job WHERE kind = 'maintain' AND state = 'queued' AND run_at <= $1 \
                ORDER BY priority DESC, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
              UPDATE learning_job j SET state = 'running', attempts = attempts + 1, \
                lease_token = md5(random()::text || j.id), lease_expires_at = $1 + 30000, updated_at = $1 \
@@ -271,7 +289,7 @@ async fn raw_worker(db: &Db, per_wake: usize) -> anyhow::Result<()> {
         Backend::Sqlite => {
             "UPDATE learning_job SET state = 'running', attempts = attempts + 1, \
                lease_token = lower(hex(randomblob(16))), lease_expires_at = $1 + 30000, updated_at = $1 \
-             WHERE id IN (SELECT id FROM learning_job WHERE state = 'queued' AND run_at <= $1 \
+             WHERE id IN (SELECT id FROM learning_job WHERE kind = 'maintain' AND state = 'queued' AND run_at <= $1 \
                ORDER BY priority DESC, run_at, id LIMIT $2) RETURNING id, lease_token"
         }
     };

@@ -78,7 +78,7 @@ impl JobHandler for EffectHandler {
         let mut settlement = ctx.begin_settlement().await?;
         let worker = ctx.lease().worker_id.clone();
         let attempt = ctx.lease().attempt;
-        zuno_shared::on_tx!(settlement.tx(), conn => sqlx::query(
+        zuno_shared::on_tx!(settlement.tx().await?, conn => sqlx::query(
                 "INSERT INTO probe_effect (job_id, worker_id, attempt) VALUES ($1, $2, $3)")
             .bind(&ctx.job().id)
             .bind(&worker)

@@ -204,7 +204,12 @@ async fn an_expired_lease_is_reclaimed_and_the_old_holder_is_fenced(db: TestDb) 
     // The first worker can neither heartbeat nor settle.
     let heartbeat = ledger.heartbeat(&first.lease, LEASE_MS, &AllowAll).await;
     assert!(matches!(heartbeat, Err(LedgerError::LeaseLost { .. })));
-    let settle = ledger.begin_settlement(&first.lease).await;
+    let settle = ledger
+        .begin_settlement(&first.lease)
+        .await
+        .unwrap()
+        .complete(serde_json::json!({}))
+        .await;
     assert!(matches!(settle, Err(LedgerError::LeaseLost { .. })));
     assert_eq!(
         ledger.event_count("fenced").await.unwrap(),
@@ -227,7 +232,7 @@ async fn settlement_writes_commit_with_the_state_or_not_at_all(db: TestDb) {
     // Domain write, then the settlement is dropped: both roll back.
     {
         let mut settlement = ledger.begin_settlement(&claimed.lease).await.unwrap();
-        insert_project(settlement.tx(), "rolled-back").await;
+        insert_project(settlement.tx().await.unwrap(), "rolled-back").await;
     }
     assert!(!project_exists(&db, "rolled-back").await);
     assert_eq!(
@@ -236,7 +241,7 @@ async fn settlement_writes_commit_with_the_state_or_not_at_all(db: TestDb) {
     );
 
     let mut settlement = ledger.begin_settlement(&claimed.lease).await.unwrap();
-    insert_project(settlement.tx(), "committed").await;
+    insert_project(settlement.tx().await.unwrap(), "committed").await;
     settlement
         .complete(serde_json::json!({"n": 1}))
         .await
@@ -249,7 +254,12 @@ async fn settlement_writes_commit_with_the_state_or_not_at_all(db: TestDb) {
 
     // Settling twice is refused: the token was consumed by the first settlement.
     assert!(matches!(
-        ledger.begin_settlement(&claimed.lease).await,
+        ledger
+            .begin_settlement(&claimed.lease)
+            .await
+            .unwrap()
+            .complete(serde_json::json!({}))
+            .await,
         Err(LedgerError::LeaseLost { .. })
     ));
 }
@@ -506,7 +516,12 @@ async fn revoking_a_source_fences_its_running_job(db: TestDb) {
     tx.commit().await.unwrap();
     assert_eq!(revoked, vec![claimed.job.id.clone()]);
     assert!(matches!(
-        ledger.begin_settlement(&claimed.lease).await,
+        ledger
+            .begin_settlement(&claimed.lease)
+            .await
+            .unwrap()
+            .complete(serde_json::json!({}))
+            .await,
         Err(LedgerError::LeaseLost { .. })
     ));
     assert_eq!(

@@ -45,7 +45,7 @@ impl JobHandler for Probe {
             Behavior::RecordEffect => {
                 let mut settlement = ctx.begin_settlement().await?;
                 let worker = ctx.lease().worker_id.clone();
-                zuno_shared::on_tx!(settlement.tx(), conn => sqlx::query(
+                zuno_shared::on_tx!(settlement.tx().await?, conn => sqlx::query(
                         "INSERT INTO probe_effect (job_id, worker_id) VALUES ($1, $2)")
                     .bind(&ctx.job().id).bind(&worker).execute(conn).await.map(|d| d.rows_affected()))
                     .map_err(|e| JobError::retryable(e.to_string()))?;
