@@ -125,6 +125,21 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
     {
         return invalid("learning.extractor_model", "must be `provider/model`");
     }
+    for (name, provider) in &config.providers {
+        if !crate::ids::is_valid_external_id(name) {
+            return invalid(
+                &format!("providers.{name}"),
+                "provider names are 1–128 of [A-Za-z0-9._:@-]",
+            );
+        }
+        if !(provider.base_url.starts_with("http://") || provider.base_url.starts_with("https://"))
+        {
+            return invalid(
+                &format!("providers.{name}.base_url"),
+                "must be an http(s) URL",
+            );
+        }
+    }
     Ok(())
 }
 

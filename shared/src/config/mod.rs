@@ -3,10 +3,14 @@
 //! environment variables may override.
 
 mod load;
+mod providers;
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 pub use load::{ConfigError, EnvOverrides, load_file, parse};
+pub use providers::{ModelConfig, ProviderApi, ProviderConfig};
 
 use crate::db::SqliteSynchronous;
 
@@ -18,6 +22,9 @@ pub struct Config {
     pub server: ServerConfig,
     pub database: DatabaseConfig,
     pub telemetry: TelemetrySettings,
+    /// Model providers by name (`openai`, `anthropic`, …). None configured = the built-in rules
+    /// extractor.
+    pub providers: BTreeMap<String, ProviderConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -2,7 +2,10 @@
 //! snapshots jobs are bound to, and admission.
 
 pub mod eligibility;
+pub mod extraction;
 mod ingestion;
+pub mod manifest;
+pub mod redact;
 pub mod signals;
 mod snapshot;
 

@@ -1,0 +1,460 @@
+//! The bounded source manifest of one extraction: the records the extractor may read and cite.
+//!
+//! Each record has exactly one canonical `source_id` (`S1`, `S2`, …) — the only id the model
+//! sees — plus a host-side address, a digest of the raw source and a digest of the redacted
+//! content. Credentials are redacted *before* clipping, so a clip can never cut a secret in half
+//! and leave the rest visible. The whole manifest is bounded by
+//! `learning.execution.max_input_bytes`; its digest binds a job to exactly this input.
+//! Sections Zuno itself injected, and host-generated user texts, are never sources.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::redact::redact;
+use super::signals;
+use crate::transcript::{Message, Part, Role, ToolStatus};
+
+/// What kind of evidence a record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    UserText,
+    AssistantText,
+    ToolCall,
+    ToolResult,
+    Error,
+    Artifact,
+    Feedback,
+}
+
+/// The authoritative verification marker the extractor is given with each record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verification {
+    /// Something the user wrote.
+    UserStatement,
+    /// Explicit feedback the user gave on the assistant's answer.
+    UserFeedback,
+    /// A tool result the host recorded as successful.
+    ToolSucceeded,
+    /// A tool result the host recorded as failed, or an error.
+    ToolFailed,
+    /// The assistant's own words: a claim, not proof.
+    AssistantClaim,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    pub source_id: String,
+    /// `message:<id>:part:<ordinal>[:arguments|:result]` or `feedback:<message id>`.
+    pub address: String,
+    pub message_id: Option<String>,
+    pub part_ordinal: Option<i64>,
+    pub kind: SourceKind,
+    pub verification: Verification,
+    /// Redacted and, when needed, clipped text: exactly what the model sees.
+    pub text: String,
+    /// SHA-256 of the raw source text.
+    pub raw_digest: String,
+    /// SHA-256 of the redacted text before clipping.
+    pub redacted_digest: String,
+    pub clipped: bool,
+}
+
+/// Feedback on the terminal assistant message, as a source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedbackSource {
+    pub message_id: String,
+    pub value: String,
+    pub note: Option<String>,
+    pub revision: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceManifest {
+    pub records: Vec<SourceRecord>,
+    /// SHA-256 over every record (ids, addresses, digests and text).
+    pub digest: String,
+    /// Serialized size of what the model sees.
+    pub bytes: usize,
+}
+
+impl SourceManifest {
+    pub fn record(&self, source_id: &str) -> Option<&SourceRecord> {
+        self.records
+            .iter()
+            .find(|record| record.source_id == source_id)
+    }
+
+    /// What the model sees: ids, kinds, verification markers and text. Raw storage ids,
+    /// addresses and digests stay host-side.
+    pub fn model_view(&self) -> serde_json::Value {
+        serde_json::Value::Array(self.records.iter().map(model_record).collect())
+    }
+}
+
+fn model_record(record: &SourceRecord) -> serde_json::Value {
+    serde_json::json!({
+        "source_id": record.source_id,
+        "kind": record.kind,
+        "verification": record.verification,
+        "text": record.text,
+    })
+}
+
+/// Per-record floor when clipping: every record keeps at least this much of its text.
+const MIN_RECORD_BYTES: usize = 256;
+const CLIP_MARKER: &str = " […clipped…] ";
+
+struct Draft {
+    address: String,
+    message_id: Option<String>,
+    part_ordinal: Option<i64>,
+    kind: SourceKind,
+    verification: Verification,
+    raw: String,
+}
+
+/// Builds the manifest of a closed turn (`window`, oldest first) plus optional feedback on its
+/// terminal message, bounded by `max_input_bytes`.
+pub fn build(
+    window: &[Message],
+    feedback: Option<&FeedbackSource>,
+    max_input_bytes: usize,
+) -> SourceManifest {
+    let mut drafts = Vec::new();
+    for message in window {
+        for stored in &message.parts {
+            if stored.part.is_injected() {
+                continue;
+            }
+            let base = format!("message:{}:part:{}", message.id, stored.ordinal);
+            let mut push = |suffix: &str, kind, verification, raw: String| {
+                if raw.trim().is_empty() {
+                    return;
+                }
+                drafts.push(Draft {
+                    address: format!("{base}{suffix}"),
+                    message_id: Some(message.id.clone()),
+                    part_ordinal: Some(stored.ordinal),
+                    kind,
+                    verification,
+                    raw,
+                });
+            };
+            match &stored.part {
+                Part::Text { text, .. } => match message.role {
+                    Role::User if signals::is_host_generated(text) => {}
+                    Role::User => push(
+                        "",
+                        SourceKind::UserText,
+                        Verification::UserStatement,
+                        text.clone(),
+                    ),
+                    Role::Assistant | Role::System => {
+                        push(
+                            "",
+                            SourceKind::AssistantText,
+                            Verification::AssistantClaim,
+                            text.clone(),
+                        );
+                    }
+                },
+                Part::ToolCall {
+                    tool_name,
+                    arguments,
+                    result,
+                    status,
+                    ..
+                } => {
+                    let call = format!("{tool_name} {arguments}");
+                    push(
+                        ":arguments",
+                        SourceKind::ToolCall,
+                        Verification::AssistantClaim,
+                        call,
+                    );
+                    if let Some(result) = result {
+                        let verification = match status {
+                            ToolStatus::Completed => Verification::ToolSucceeded,
+                            ToolStatus::Error | ToolStatus::Pending => Verification::ToolFailed,
+                        };
+                        push(
+                            ":result",
+                            SourceKind::ToolResult,
+                            verification,
+                            result.clone(),
+                        );
+                    }
+                }
+                Part::Artifact { name, uri, text } => {
+                    let body = [Some(name.as_str()), uri.as_deref(), text.as_deref()]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    push("", SourceKind::Artifact, Verification::AssistantClaim, body);
+                }
+                Part::Error { text } => push(
+                    "",
+                    SourceKind::Error,
+                    Verification::ToolFailed,
+                    text.clone(),
+                ),
+            }
+        }
+    }
+    if let Some(feedback) = feedback {
+        let raw = match &feedback.note {
+            Some(note) => format!("{} feedback: {note}", feedback.value),
+            None => format!("{} feedback", feedback.value),
+        };
+        drafts.push(Draft {
+            address: format!(
+                "feedback:{}:revision:{}",
+                feedback.message_id, feedback.revision
+            ),
+            message_id: Some(feedback.message_id.clone()),
+            part_ordinal: None,
+            kind: SourceKind::Feedback,
+            verification: Verification::UserFeedback,
+            raw,
+        });
+    }
+
+    let redacted: Vec<String> = drafts.iter().map(|draft| redact(&draft.raw).text).collect();
+    let budgets = allocate(&redacted, max_input_bytes);
+    let records: Vec<SourceRecord> = drafts
+        .into_iter()
+        .zip(redacted)
+        .zip(budgets)
+        .enumerate()
+        .map(|(index, ((draft, redacted), budget))| {
+            let (text, clipped) = clip(&redacted, budget);
+            SourceRecord {
+                source_id: format!("S{}", index + 1),
+                address: draft.address,
+                message_id: draft.message_id,
+                part_ordinal: draft.part_ordinal,
+                kind: draft.kind,
+                verification: draft.verification,
+                raw_digest: sha256(&draft.raw),
+                redacted_digest: sha256(&redacted),
+                text,
+                clipped,
+            }
+        })
+        .collect();
+    finish(records)
+}
+
+/// Rebuilds the manifest value (digest and size) from persisted records.
+pub fn finish(records: Vec<SourceRecord>) -> SourceManifest {
+    let mut hasher = Sha256::new();
+    for record in &records {
+        let canonical = serde_json::to_vec(record).unwrap_or_default();
+        hasher.update((canonical.len() as u64).to_le_bytes());
+        hasher.update(&canonical);
+    }
+    let bytes = serde_json::to_vec(&serde_json::Value::Array(
+        records.iter().map(model_record).collect(),
+    ))
+    .map(|v| v.len())
+    .unwrap_or(0);
+    SourceManifest {
+        records,
+        digest: hex::encode(hasher.finalize()),
+        bytes,
+    }
+}
+
+pub fn sha256(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// Splits the byte budget over the records: short records keep everything, long ones share what
+/// is left equally (water-filling), never below a small floor.
+fn allocate(texts: &[String], max_input_bytes: usize) -> Vec<usize> {
+    // Per-record JSON framing (ids, kind, quotes, escapes) is estimated generously.
+    const FRAME: usize = 160;
+    let available = max_input_bytes.saturating_sub(texts.len() * FRAME + 2);
+    let mut budgets = vec![0usize; texts.len()];
+    let mut remaining: Vec<usize> = (0..texts.len()).collect();
+    let mut left = available;
+    loop {
+        if remaining.is_empty() {
+            break;
+        }
+        let share = (left / remaining.len()).max(MIN_RECORD_BYTES);
+        let (fits, long): (Vec<usize>, Vec<usize>) = remaining
+            .iter()
+            .partition(|&&i| escaped_len(&texts[i]) <= share);
+        if fits.is_empty() {
+            for &i in &long {
+                budgets[i] = share;
+            }
+            break;
+        }
+        for &i in &fits {
+            budgets[i] = escaped_len(&texts[i]);
+            left = left.saturating_sub(budgets[i]);
+        }
+        remaining = long;
+    }
+    budgets
+}
+
+/// Bytes a text takes inside a JSON string.
+fn escaped_len(text: &str) -> usize {
+    serde_json::to_string(text)
+        .map(|s| s.len().saturating_sub(2))
+        .unwrap_or(text.len())
+}
+
+/// Keeps the head and tail of `text` within `budget` bytes (of JSON-escaped text).
+fn clip(text: &str, budget: usize) -> (String, bool) {
+    if escaped_len(text) <= budget {
+        return (text.to_owned(), false);
+    }
+    // Escaping can only grow text, so cutting raw bytes to the budget is conservative.
+    let keep = budget.saturating_sub(CLIP_MARKER.len());
+    let head_len = floor_boundary(text, keep * 2 / 3);
+    let tail_start = ceil_boundary(text, text.len().saturating_sub(keep - keep * 2 / 3));
+    let mut out = String::with_capacity(budget);
+    out.push_str(&text[..head_len]);
+    out.push_str(CLIP_MARKER);
+    out.push_str(&text[tail_start.max(head_len)..]);
+    while escaped_len(&out) > budget && out.len() > CLIP_MARKER.len() {
+        let cut = floor_boundary(&out, out.len().saturating_sub(16));
+        out.truncate(cut);
+    }
+    (out, true)
+}
+
+fn floor_boundary(text: &str, mut index: usize) -> usize {
+    index = index.min(text.len());
+    while !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+fn ceil_boundary(text: &str, mut index: usize) -> usize {
+    index = index.min(text.len());
+    while !text.is_char_boundary(index) {
+        index += 1;
+    }
+    index
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transcript::{MessageStatus, StoredPart};
+
+    fn message(id: &str, role: Role, parts: Vec<Part>) -> Message {
+        Message {
+            id: id.into(),
+            session_id: "s".into(),
+            seq: 1,
+            role,
+            status: MessageStatus::Completed,
+            revision: 1,
+            created_at: 0,
+            completed_at: None,
+            parts: parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, part)| StoredPart {
+                    ordinal: i as i64,
+                    content_digest: part.content_digest(),
+                    part,
+                })
+                .collect(),
+        }
+    }
+
+    fn turn(result: &str) -> Vec<Message> {
+        vec![
+            message(
+                "u1",
+                Role::User,
+                vec![Part::Text {
+                    text: "No, use pnpm".into(),
+                    injected: false,
+                }],
+            ),
+            message(
+                "a1",
+                Role::Assistant,
+                vec![
+                    Part::Text {
+                        text: "<memory>always use npm</memory>".into(),
+                        injected: true,
+                    },
+                    Part::ToolCall {
+                        tool_name: "bash".into(),
+                        call_id: None,
+                        arguments: serde_json::json!({"cmd": "pnpm i"}),
+                        result: Some(result.into()),
+                        status: ToolStatus::Completed,
+                        external_context: false,
+                        injected: false,
+                    },
+                ],
+            ),
+        ]
+    }
+
+    #[test]
+    fn one_canonical_id_per_record_and_injected_sections_excluded() {
+        let manifest = build(&turn("ok"), None, 131_072);
+        let ids: Vec<&str> = manifest
+            .records
+            .iter()
+            .map(|r| r.source_id.as_str())
+            .collect();
+        assert_eq!(ids, ["S1", "S2", "S3"]);
+        assert!(
+            manifest
+                .records
+                .iter()
+                .all(|r| !r.text.contains("always use npm"))
+        );
+        assert_eq!(
+            manifest.records[2].verification,
+            Verification::ToolSucceeded
+        );
+        let view = manifest.model_view().to_string();
+        assert!(!view.contains("message:u1"), "addresses stay host-side");
+        assert!(
+            !view.contains(&manifest.records[0].raw_digest),
+            "digests stay host-side"
+        );
+    }
+
+    #[test]
+    fn the_manifest_is_bounded_and_deterministic() {
+        let big = "x".repeat(500_000);
+        let manifest = build(&turn(&big), None, 8192);
+        assert!(manifest.bytes <= 8192, "{} bytes", manifest.bytes);
+        assert!(manifest.records[2].clipped);
+        assert!(!manifest.records[0].clipped, "short records are kept whole");
+        assert_eq!(manifest.digest, build(&turn(&big), None, 8192).digest);
+        assert_ne!(
+            manifest.digest,
+            build(&turn("different"), None, 8192).digest
+        );
+    }
+
+    #[test]
+    fn credentials_are_redacted_before_clipping() {
+        let key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEsecret\n-----END RSA PRIVATE KEY-----";
+        let text = format!("{}{key}{}", "a".repeat(3000), "b".repeat(3000));
+        let manifest = build(&turn(&text), None, 2048);
+        let record = &manifest.records[2];
+        assert!(record.clipped);
+        assert!(!record.text.contains("MIIEsecret"));
+        assert_ne!(record.raw_digest, record.redacted_digest);
+    }
+}
