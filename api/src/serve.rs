@@ -8,10 +8,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use zuno_shared::clock::system_clock;
 use zuno_shared::db::Db;
-use zuno_shared::learning::SourceGate;
-use zuno_shared::ledger::{AllowAll, ClaimGate, Ledger};
+use zuno_shared::ledger::{ClaimGate, Ledger};
 use zuno_shared::runtime::process::{
-    Settings, WorkerEnv, default_worker_id, init_telemetry, open_database,
+    Settings, WorkerEnv, allow_all, default_worker_id, init_telemetry, open_database, source_gate,
 };
 use zuno_shared::runtime::{JobHandler, Runner, RunnerConfig};
 
@@ -84,6 +83,22 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         .local_addr()
         .map_err(|e| CliError::new(CliError::FAILURE, e.to_string()))?;
 
+    // Start-up catch-up: admit recent completed turns that missed admission (e.g. written while
+    // no server ran). Failures here must not keep the API from serving.
+    match state.ingestion.catch_up().await {
+        Ok(outcomes) => {
+            let admitted = outcomes
+                .iter()
+                .filter(|o| o.admission.as_ref().is_some_and(|a| a.is_new()))
+                .count();
+            tracing::info!(
+                checked = outcomes.len(),
+                admitted,
+                "start-up catch-up finished"
+            );
+        }
+        Err(error) => tracing::warn!(%error, "start-up catch-up failed"),
+    }
     let mut background = tokio::task::JoinSet::new();
     background.spawn(report_queue_depth(state.ledger.clone(), shutdown.clone()));
     if args.all_in_one {
@@ -133,19 +148,12 @@ fn all_in_one_runners(
         ledger: ledger.clone(),
     };
     type Build = fn(&WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>>;
-    let stages: [(&str, Build, Arc<dyn ClaimGate>); 4] = [
-        (
-            "extract",
-            zuno_worker_extract::handlers,
-            Arc::new(SourceGate),
-        ),
-        (
-            "maintain",
-            zuno_worker_maintain::handlers,
-            Arc::new(AllowAll),
-        ),
-        ("mine", zuno_worker_mine::handlers, Arc::new(AllowAll)),
-        ("eval", zuno_worker_eval::handlers, Arc::new(AllowAll)),
+    type Gate = fn(&WorkerEnv) -> Arc<dyn ClaimGate>;
+    let stages: [(&str, Build, Gate); 4] = [
+        ("extract", zuno_worker_extract::handlers, source_gate),
+        ("maintain", zuno_worker_maintain::handlers, allow_all),
+        ("mine", zuno_worker_mine::handlers, allow_all),
+        ("eval", zuno_worker_eval::handlers, allow_all),
     ];
     let post_turn = &settings.config.learning.post_turn;
     let mut runners = Vec::new();
@@ -154,7 +162,7 @@ fn all_in_one_runners(
         config.concurrency = concurrency.max(1);
         config.max_jobs_per_wake = post_turn.max_jobs_per_wake.max(1) as usize;
         config.poll_interval = Duration::from_millis(post_turn.poll_interval_ms.max(1));
-        let mut runner = Runner::new(ledger.clone(), config).with_gate(gate);
+        let mut runner = Runner::new(ledger.clone(), config).with_gate(gate(&env));
         for handler in build(&env)? {
             runner = runner.register(handler);
         }

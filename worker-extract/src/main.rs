@@ -1,8 +1,5 @@
-use std::sync::Arc;
-
 use clap::Parser;
-use zuno_shared::learning::SourceGate;
-use zuno_shared::runtime::process::{WorkerArgs, run_worker};
+use zuno_shared::runtime::process::{WorkerArgs, run_worker, source_gate};
 
 /// Claims `extract` jobs and turns closed turns into cited Experience.
 #[derive(Parser)]
@@ -18,7 +15,7 @@ async fn main() -> anyhow::Result<()> {
     run_worker(
         "zuno-worker-extract",
         args.worker,
-        Arc::new(SourceGate),
+        source_gate,
         zuno_worker_extract::handlers,
     )
     .await

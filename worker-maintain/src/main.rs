@@ -1,8 +1,5 @@
-use std::sync::Arc;
-
 use clap::Parser;
-use zuno_shared::ledger::AllowAll;
-use zuno_shared::runtime::process::{WorkerArgs, run_worker};
+use zuno_shared::runtime::process::{WorkerArgs, allow_all, run_worker};
 
 /// Claims `maintain` jobs: no-tools resident Memory maintenance.
 #[derive(Parser)]
@@ -18,7 +15,7 @@ async fn main() -> anyhow::Result<()> {
     run_worker(
         "zuno-worker-maintain",
         args.worker,
-        Arc::new(AllowAll),
+        allow_all,
         zuno_worker_maintain::handlers,
     )
     .await

@@ -7,7 +7,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::routes::{jobs, projects, sessions};
+use super::routes::{jobs, learning, projects, sessions};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -43,6 +43,19 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::complete_message))
         .routes(routes!(jobs::list_jobs))
         .routes(routes!(jobs::get_job))
+        .routes(routes!(learning::get_policy, learning::put_policy))
+        .routes(routes!(learning::post_feedback))
+        .routes(routes!(learning::reflect))
+        .routes(routes!(learning::session_learning))
+        .routes(routes!(learning::status))
+        .routes(routes!(learning::list_experiences))
+        .routes(routes!(learning::get_experience))
+        .routes(routes!(learning::remember))
+        .routes(routes!(learning::issue))
+        .routes(routes!(learning::solved))
+        .routes(routes!(learning::forget))
+        .routes(routes!(learning::reprocess))
+        .routes(routes!(learning::repair_history))
         .route("/api/openapi.json", axum::routing::get(serve_document))
 }
 

@@ -268,6 +268,85 @@ pub fn finish(records: Vec<SourceRecord>) -> SourceManifest {
     }
 }
 
+/// Persists the manifest an attempt reads on its job, before any provider request. Idempotent for
+/// a retried attempt (the bound manifest cannot differ).
+pub async fn persist_in(
+    tx: &mut crate::db::Tx,
+    job_id: &str,
+    manifest: &SourceManifest,
+) -> Result<(), crate::db::StoreError> {
+    let sql = "INSERT INTO learning_source_record (job_id, source_id, address, message_id, part_ordinal, kind, \
+                 verification, text, raw_digest, redacted_digest, clipped) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (job_id, source_id) DO NOTHING";
+    for record in &manifest.records {
+        let kind = serde_json::to_value(record.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let verification = serde_json::to_value(record.verification)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        crate::on_tx!(tx, conn => sqlx::query(sql)
+            .bind(job_id)
+            .bind(&record.source_id)
+            .bind(&record.address)
+            .bind(&record.message_id)
+            .bind(record.part_ordinal)
+            .bind(&kind)
+            .bind(&verification)
+            .bind(&record.text)
+            .bind(&record.raw_digest)
+            .bind(&record.redacted_digest)
+            .bind(record.clipped)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+    }
+    Ok(())
+}
+
+/// The manifest persisted on a job, in source order.
+pub async fn load_persisted(
+    db: &crate::db::Db,
+    job_id: &str,
+) -> Result<Vec<serde_json::Value>, crate::db::StoreError> {
+    let sql = "SELECT source_id, address, message_id, kind, verification, text, raw_digest, redacted_digest, clipped \
+               FROM learning_source_record WHERE job_id = $1";
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        source_id: String,
+        address: String,
+        message_id: Option<String>,
+        kind: String,
+        verification: String,
+        text: String,
+        raw_digest: String,
+        redacted_digest: String,
+        clipped: bool,
+    }
+    let rows: Vec<Row> =
+        crate::on_db!(db, pool => sqlx::query_as(sql).bind(job_id).fetch_all(pool).await)?;
+    let mut records: Vec<serde_json::Value> = rows
+        .into_iter()
+        .map(|row| {
+            serde_json::json!({
+                "sourceId": row.source_id, "address": row.address, "messageId": row.message_id, "kind": row.kind,
+                "verification": row.verification, "text": row.text, "rawDigest": row.raw_digest,
+                "redactedDigest": row.redacted_digest, "clipped": row.clipped,
+            })
+        })
+        .collect();
+    // S1, S2, … S10 sort numerically, not lexically.
+    records.sort_by_key(|r| {
+        r["sourceId"]
+            .as_str()
+            .and_then(|s| s.trim_start_matches('S').parse::<u64>().ok())
+            .unwrap_or(u64::MAX)
+    });
+    Ok(records)
+}
+
 pub fn sha256(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }

@@ -2,12 +2,23 @@
 //! snapshots jobs are bound to, and admission.
 
 pub mod eligibility;
+pub mod events;
+pub mod experience;
 pub mod extraction;
+pub mod feedback;
 mod ingestion;
 pub mod manifest;
+pub mod policy;
+pub mod projection;
 pub mod redact;
+pub mod rules;
 pub mod signals;
 mod snapshot;
+pub mod usage;
+pub mod validate;
 
-pub use ingestion::{LearningIngestion, RULES_EXTRACTOR_VERSION, TurnOutcome};
-pub use snapshot::{SourceCheck, SourceGate, SourceSnapshot};
+pub use ingestion::{
+    LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError, RULES_EXTRACTOR_VERSION,
+    ReflectOutcome, ReflectScope, RepairAction, RepairReport, TurnOutcome, extractor_version,
+};
+pub use snapshot::{SourceCheck, SourceGate, SourceSnapshot, cited_sources, manifest_for};

@@ -223,7 +223,13 @@ const CHINESE: &[(SignalKind, &[&str])] = &[
 pub fn detect(text: &str) -> Vec<Signal> {
     let lower = text.to_lowercase();
     let mut hits = Vec::new();
-    if lower.len() == text.len() {
+    // Offsets found in the lowercased text are valid in the original only when every character
+    // keeps its byte length (some, like `İ` or the Kelvin sign, do not, even when the total
+    // length happens to match).
+    let aligned = text
+        .chars()
+        .all(|c| c.to_lowercase().map(char::len_utf8).sum::<usize>() == c.len_utf8());
+    if aligned {
         for (kind, phrases) in ENGLISH {
             for phrase in *phrases {
                 for (at, _) in lower.match_indices(phrase) {
@@ -362,6 +368,23 @@ mod tests {
             &text[signal.at..signal.at + signal.phrase.len()],
             signal.phrase
         );
+    }
+
+    #[test]
+    fn case_folding_that_changes_byte_lengths_never_panics() {
+        for text in [
+            "İİ that's wrong.\u{212A}",
+            "\u{212A}elvin: that's wrong",
+            "ǅ that's wrong İ",
+        ] {
+            let signals = detect(text);
+            for signal in signals {
+                assert_eq!(
+                    &text[signal.at..signal.at + signal.phrase.len()],
+                    signal.phrase
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,15 +1,22 @@
-//! `LearningSourceSnapshot`: the closed turn an extraction job is bound to, and the claim gate
-//! that revalidates it against stored rows inside the ledger's own transactions.
+//! `LearningSourceSnapshot`: the closed turn an extraction job is bound to — project, session,
+//! start and end messages, completion time, terminal message digest and the digest of the exact
+//! bounded source manifest — and the claim gate that revalidates it against stored rows inside
+//! the ledger's own transactions (`extraction_sources_current_on`).
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::manifest::{self, FeedbackSource, SourceManifest};
+use super::{experience, feedback, policy, usage};
+use crate::clock::SharedClock;
+use crate::config::Config;
 use crate::db::{StoreError, Tx};
-use crate::ledger::{ClaimGate, GateDecision, Job, JobKind};
+use crate::ledger::{ClaimGate, GateDecision, Job, JobKind, JobOrigin};
 use crate::transcript::{Message, MessageStatus, TranscriptStore};
 
-/// The bound source of one extraction job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceSnapshot {
@@ -22,11 +29,28 @@ pub struct SourceSnapshot {
     pub completed_at: i64,
     pub terminal_digest: String,
     pub manifest_digest: String,
+    /// The `max_input_bytes` the manifest was bounded by.
+    pub input_bound: i64,
+}
+
+/// The result of revalidating a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceCheck {
+    /// Unchanged; here is the manifest, rebuilt from the stored rows.
+    Current(SourceManifest),
+    Changed(String),
+    Unavailable(String),
 }
 
 impl SourceSnapshot {
-    /// Binds the closed turn `window` (oldest first, ending with the completed assistant message).
-    pub fn capture(project_id: &str, window: &[Message]) -> Option<SourceSnapshot> {
+    /// Binds the closed `window` (oldest first, ending with a completed assistant message) and
+    /// its bounded manifest.
+    pub fn capture(
+        project_id: &str,
+        window: &[Message],
+        manifest: &SourceManifest,
+        input_bound: usize,
+    ) -> Option<SourceSnapshot> {
         let first = window.first()?;
         let last = window.last()?;
         Some(SourceSnapshot {
@@ -38,15 +62,16 @@ impl SourceSnapshot {
             end_seq: last.seq,
             completed_at: last.completed_at.unwrap_or(last.created_at),
             terminal_digest: message_digest(last),
-            manifest_digest: window_digest(window),
+            manifest_digest: manifest.digest.clone(),
+            input_bound: i64::try_from(input_bound).unwrap_or(i64::MAX),
         })
     }
 
     pub async fn insert_in(&self, tx: &mut Tx, job_id: &str) -> Result<(), StoreError> {
         let sql = "INSERT INTO learning_source_snapshot (job_id, project_id, session_id, \
                      start_message_id, end_message_id, start_seq, end_seq, completed_at, \
-                     terminal_digest, manifest_digest) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (job_id) DO NOTHING";
+                     terminal_digest, manifest_digest, input_bound) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (job_id) DO NOTHING";
         crate::on_tx!(tx, conn => sqlx::query(sql)
             .bind(job_id)
             .bind(&self.project_id)
@@ -58,6 +83,7 @@ impl SourceSnapshot {
             .bind(self.completed_at)
             .bind(&self.terminal_digest)
             .bind(&self.manifest_digest)
+            .bind(self.input_bound)
             .execute(conn)
             .await
             .map(|done| done.rows_affected()))?;
@@ -66,13 +92,12 @@ impl SourceSnapshot {
 
     pub async fn load_in(tx: &mut Tx, job_id: &str) -> Result<Option<SourceSnapshot>, StoreError> {
         let sql = "SELECT project_id, session_id, start_message_id, end_message_id, start_seq, \
-                     end_seq, completed_at, terminal_digest, manifest_digest \
+                     end_seq, completed_at, terminal_digest, manifest_digest, input_bound \
                    FROM learning_source_snapshot WHERE job_id = $1";
         Ok(crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(job_id).fetch_optional(conn).await)?)
     }
 
-    /// Recomputes the snapshot from stored rows in `tx` and compares
-    /// (`extraction_sources_current_on`).
+    /// Rebuilds the manifest from stored rows in `tx` and compares it with the bound one.
     pub async fn check_in(&self, tx: &mut Tx) -> Result<SourceCheck, StoreError> {
         let window =
             match TranscriptStore::window_in(tx, &self.session_id, self.start_seq, self.end_seq)
@@ -103,38 +128,52 @@ impl SourceSnapshot {
                 "the terminal message changed",
             )));
         }
-        if window_digest(&window) != self.manifest_digest {
+        let manifest = manifest_for(
+            tx,
+            &window,
+            usize::try_from(self.input_bound).unwrap_or(usize::MAX),
+        )
+        .await?;
+        if manifest.digest != self.manifest_digest {
             return Ok(SourceCheck::Changed(String::from(
-                "a source message changed",
+                "a source record changed",
             )));
         }
-        Ok(SourceCheck::Current)
+        Ok(SourceCheck::Current(manifest))
     }
 }
 
-/// The result of revalidating a snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceCheck {
-    Current,
-    Changed(String),
-    Unavailable(String),
+/// The manifest of a window, with current feedback on its terminal message.
+pub async fn manifest_for(
+    tx: &mut Tx,
+    window: &[Message],
+    input_bound: usize,
+) -> Result<SourceManifest, StoreError> {
+    let feedback = match window.last() {
+        Some(last) => feedback::load_in(tx, &last.id)
+            .await?
+            .map(|f| FeedbackSource {
+                message_id: f.message_id,
+                value: f.value.as_str().to_owned(),
+                note: f.note,
+                revision: f.revision,
+            }),
+        None => None,
+    };
+    Ok(manifest::build(window, feedback.as_ref(), input_bound))
+}
+
+/// The `(message id, raw digest)` pairs a manifest cites, for the forgotten-source check.
+pub fn cited_sources(manifest: &SourceManifest) -> Vec<(String, String)> {
+    manifest
+        .records
+        .iter()
+        .filter_map(|r| r.message_id.clone().map(|m| (m, r.raw_digest.clone())))
+        .collect()
 }
 
 fn message_digest(message: &Message) -> String {
     let mut hasher = Sha256::new();
-    digest_message(&mut hasher, message);
-    hex::encode(hasher.finalize())
-}
-
-fn window_digest(window: &[Message]) -> String {
-    let mut hasher = Sha256::new();
-    for message in window {
-        digest_message(&mut hasher, message);
-    }
-    hex::encode(hasher.finalize())
-}
-
-fn digest_message(hasher: &mut Sha256, message: &Message) {
     for field in [
         message.id.as_str(),
         message.role.as_str(),
@@ -148,13 +187,23 @@ fn digest_message(hasher: &mut Sha256, message: &Message) {
         hasher.update(part.ordinal.to_le_bytes());
         hasher.update(part.content_digest.as_bytes());
     }
-    hasher.update([0x1e]);
+    hex::encode(hasher.finalize())
 }
 
-/// The claim gate for extraction jobs: a job whose bound source changed or disappeared settles
-/// `skipped` without spending an attempt. Jobs without a verified snapshot never gain a lease.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SourceGate;
+/// The claim and heartbeat gate for extraction jobs. Inside the ledger's transaction it checks,
+/// in order: a verified snapshot exists; the session's generation policy is `enabled`; the
+/// source is unchanged; none of its sources was explicitly forgotten; and, for automatic work
+/// only, that today's automatic token spend is under `learning.execution.max_tokens_per_day`.
+pub struct SourceGate {
+    config: Arc<Config>,
+    clock: SharedClock,
+}
+
+impl SourceGate {
+    pub fn new(config: Arc<Config>, clock: SharedClock) -> SourceGate {
+        SourceGate { config, clock }
+    }
+}
 
 #[async_trait]
 impl ClaimGate for SourceGate {
@@ -162,19 +211,42 @@ impl ClaimGate for SourceGate {
         if job.kind != JobKind::Extract {
             return Ok(GateDecision::Proceed);
         }
+        let skip = |reason: String| Ok(GateDecision::Skip { reason });
         let Some(snapshot) = SourceSnapshot::load_in(tx, &job.id).await? else {
-            return Ok(GateDecision::Skip {
-                reason: String::from("the job has no verified source snapshot"),
-            });
+            return skip(String::from("the job has no verified source snapshot"));
         };
-        Ok(match snapshot.check_in(tx).await? {
-            SourceCheck::Current => GateDecision::Proceed,
-            SourceCheck::Changed(reason) => GateDecision::Skip {
-                reason: format!("source changed: {reason}"),
-            },
-            SourceCheck::Unavailable(reason) => GateDecision::Skip {
-                reason: format!("source unavailable: {reason}"),
-            },
-        })
+        let now = self.clock.now_ms();
+        let policy =
+            policy::effective_in(tx, &snapshot.session_id, &self.config.learning, now).await?;
+        if policy.generation != policy::Generation::Enabled {
+            return skip(format!(
+                "learning generation is `{}` for this session",
+                policy.generation.as_str()
+            ));
+        }
+        let manifest = match snapshot.check_in(tx).await? {
+            SourceCheck::Current(manifest) => manifest,
+            SourceCheck::Changed(reason) => return skip(format!("source changed: {reason}")),
+            SourceCheck::Unavailable(reason) => {
+                return skip(format!("source unavailable: {reason}"));
+            }
+        };
+        if experience::any_forgotten_in(tx, &cited_sources(&manifest)).await? {
+            return skip(String::from(
+                "a source of this turn was explicitly forgotten",
+            ));
+        }
+        let automatic = matches!(job.origin, JobOrigin::ClosedTurn | JobOrigin::Legacy);
+        if automatic
+            && let Some(cap) = self.config.learning.execution.max_tokens_per_day
+            && usage::automatic_tokens_in(tx, usage::day_of(now)).await?
+                >= i64::try_from(cap).unwrap_or(i64::MAX)
+        {
+            return Ok(GateDecision::Defer {
+                until: usage::next_day_start(now),
+                reason: format!("automatic extraction paused: today's {cap}-token cap is reached"),
+            });
+        }
+        Ok(GateDecision::Proceed)
     }
 }

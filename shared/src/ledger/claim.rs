@@ -29,6 +29,9 @@ pub enum GateDecision {
     /// The job's source changed, became unavailable, or its policy forbids the work: it settles
     /// `skipped` without consuming an attempt.
     Skip { reason: String },
+    /// The job may not run yet (e.g. the daily token cap for automatic work is reached): it
+    /// stays queued until `until`, without consuming an attempt.
+    Defer { until: i64, reason: String },
 }
 
 /// Kind-specific admission checks that must see the same snapshot as the claim itself
@@ -65,6 +68,8 @@ pub struct ClaimBatch {
     pub skipped: Vec<SkippedAtClaim>,
     /// Jobs whose lease had expired: returned to the queue, or failed at the attempt ceiling.
     pub rescued: Vec<(String, JobState)>,
+    /// Jobs the gate deferred (still queued, attempt not spent).
+    pub deferred: usize,
 }
 
 /// Upper bound on expired leases rescued per claim transaction.
@@ -126,6 +131,21 @@ impl Ledger {
                         expires_at: now + request.lease_ms,
                     };
                     batch.claimed.push(ClaimedJob { job, lease });
+                }
+                GateDecision::Defer { until, reason } => {
+                    let sql = "UPDATE learning_job SET state = 'queued', attempts = attempts - 1, \
+                                 lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+                                 heartbeat_at = NULL, run_at = $2, updated_at = $3 \
+                               WHERE id = $1 AND state = 'running'";
+                    crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+                        .bind(&job.id)
+                        .bind(until)
+                        .bind(now)
+                        .execute(conn)
+                        .await
+                        .map(|done| done.rows_affected()))?;
+                    tracing::info!(job.id = %job.id, %reason, until, "job deferred at claim; no attempt spent");
+                    batch.deferred += 1;
                 }
                 GateDecision::Skip { reason } => {
                     // Undo the claim inside the same transaction: nothing outside it ever saw the

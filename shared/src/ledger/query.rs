@@ -52,6 +52,22 @@ pub struct JobEvent {
 }
 
 impl Ledger {
+    /// The job with this identity, if admitted, read inside `tx`.
+    pub async fn find_in(
+        &self,
+        tx: &mut crate::db::Tx,
+        identity: &super::JobIdentity,
+    ) -> Result<Option<Job>, LedgerError> {
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE kind = $1 AND identity_key = $2");
+        let row: Option<JobRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(identity.kind.as_str())
+            .bind(&identity.key)
+            .fetch_optional(conn)
+            .await)?;
+        Ok(row.map(Job::try_from).transpose()?)
+    }
+
     pub async fn get(&self, job_id: &str) -> Result<Job, LedgerError> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE id = $1");
         let row: Option<JobRow> = crate::on_db!(self.db(), pool =>

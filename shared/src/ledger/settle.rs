@@ -59,7 +59,8 @@ impl Ledger {
         };
         let job = Job::try_from(row)?;
         match gate.check(&mut tx, &job).await? {
-            GateDecision::Proceed => {
+            // A deferral concerns new work; a running attempt may finish.
+            GateDecision::Proceed | GateDecision::Defer { .. } => {
                 tx.commit().await?;
                 Ok(HeartbeatOutcome::Extended { expires_at })
             }
@@ -102,6 +103,30 @@ impl Ledger {
             tx: None,
             lease: lease.clone(),
         })
+    }
+
+    /// A transaction for writes made on behalf of a claimed job before it settles (for example
+    /// the exact input, persisted before a provider request). Like settlement it proves the
+    /// lease first; the caller commits it.
+    pub async fn fenced_tx(&self, lease: &Lease) -> Result<Tx, LedgerError> {
+        let now = self.now_ms();
+        let mut tx = self.db.begin().await?;
+        let sql = "UPDATE learning_job SET updated_at = $3 WHERE id = $1 AND lease_token = $2 AND state = 'running'";
+        let proven = crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+            .bind(&lease.job_id)
+            .bind(&lease.token)
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+        if proven != 1 {
+            tx.rollback().await?;
+            self.refuse(lease, "write").await?;
+            return Err(LedgerError::LeaseLost {
+                job_id: lease.job_id.clone(),
+            });
+        }
+        Ok(tx)
     }
 
     /// Returns a claimed job to the queue without spending its attempt (graceful shutdown).

@@ -56,6 +56,12 @@ impl JobContext {
         self.ledger.begin_settlement(&self.claimed.lease).await
     }
 
+    /// A lease-proven transaction for writes made before settlement (see
+    /// [`Ledger::fenced_tx`](crate::ledger::Ledger::fenced_tx)).
+    pub async fn fenced_tx(&self) -> Result<crate::db::Tx, LedgerError> {
+        self.ledger.fenced_tx(&self.claimed.lease).await
+    }
+
     pub(crate) fn is_settling(&self) -> bool {
         self.lease_guard.settling.load(Ordering::SeqCst)
     }

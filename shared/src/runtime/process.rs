@@ -134,13 +134,14 @@ pub struct WorkerEnv {
 }
 
 /// Runs a worker process until SIGTERM/SIGINT (or until idle with `--exit-when-idle`).
-pub async fn run_worker<F>(
+pub async fn run_worker<G, F>(
     service: &str,
     args: WorkerArgs,
-    gate: Arc<dyn ClaimGate>,
+    gate: G,
     handlers: F,
 ) -> anyhow::Result<()>
 where
+    G: FnOnce(&WorkerEnv) -> Arc<dyn ClaimGate>,
     F: FnOnce(&WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>>,
 {
     let mut settings = Settings::load(args.home.as_deref(), args.config.as_deref())?;
@@ -157,6 +158,7 @@ where
     let ledger = Ledger::new(db.clone(), system_clock());
     let env = WorkerEnv { settings, ledger };
     let handlers = handlers(&env)?;
+    let gate = gate(&env);
     let config = runner_config(&args, &env.settings.config, default_worker_id(service));
     let listener = super::wake::start_pg_listener(&db, shutdown.clone())
         .await
@@ -197,6 +199,19 @@ pub fn runner_config(args: &WorkerArgs, config: &Config, default_id: String) -> 
     runner.grace = Duration::from_millis(args.grace_ms);
     runner.exit_when_idle = args.exit_when_idle;
     runner
+}
+
+/// The extraction gate: source snapshots, session policy, forgotten sources, daily token cap.
+pub fn source_gate(env: &WorkerEnv) -> Arc<dyn ClaimGate> {
+    Arc::new(crate::learning::SourceGate::new(
+        Arc::new(env.settings.config.clone()),
+        env.ledger.clock().clone(),
+    ))
+}
+
+/// A gate that lets every job through (stages without sources to revalidate).
+pub fn allow_all(_env: &WorkerEnv) -> Arc<dyn ClaimGate> {
+    Arc::new(crate::ledger::AllowAll)
 }
 
 /// `<service>@<host>:<pid>`.

@@ -177,6 +177,7 @@ impl Runner {
                             tracing::info!(worker.id = %config.worker_id, "database reachable again");
                         }
                         claimed_any = !batch.claimed.is_empty() || !batch.skipped.is_empty();
+                        // Deferred jobs are not work for now; they do not count as progress.
                         batch_full = batch.claimed.len() + batch.skipped.len() >= limit;
                         for claimed in batch.claimed {
                             let (id, entry) = self.spawn_attempt(&mut running, claimed);

@@ -4,5 +4,6 @@ mod auth;
 mod cli;
 mod errors;
 mod ingestion;
+mod learning;
 mod openapi;
 mod tracing_context;

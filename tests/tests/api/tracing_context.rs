@@ -68,19 +68,36 @@ async fn the_worker_span_continues_the_admitting_request_trace() {
     })
     .unwrap();
     let mut runner =
-        Runner::new(server.state.ledger.clone(), config).with_gate(Arc::new(SourceGate));
+        Runner::new(server.state.ledger.clone(), config).with_gate(Arc::new(SourceGate::new(
+            Arc::new(Config::default()),
+            zuno_shared::clock::system_clock(),
+        )));
     for handler in handlers {
         runner = runner.register(handler);
     }
     let report = runner.run(CancellationToken::new()).await;
     assert_eq!(report.completed, 1);
-    provider.force_flush().unwrap();
-
-    let spans = exporter.get_finished_spans().unwrap();
+    // The job span ends when the attempt task's future is dropped, which can trail the runner's
+    // view of the task's completion; wait for it (bounded) rather than reading once.
+    let spans = zuno_tests::eventually(
+        "the job span is exported",
+        std::time::Duration::from_secs(10),
+        || {
+            provider.force_flush().ok();
+            let spans = exporter.get_finished_spans().unwrap();
+            async move {
+                spans
+                    .iter()
+                    .any(|s| s.name == "job extract")
+                    .then_some(spans)
+            }
+        },
+    )
+    .await;
     let job_span = spans
         .iter()
         .find(|s| s.name == "job extract")
-        .expect("job span exported");
+        .expect("waited for above");
     assert_eq!(
         job_span.span_context.trace_id().to_string(),
         client_trace,

@@ -92,7 +92,10 @@ async fn claim(db: &TestDb) -> zuno_shared::ledger::ClaimBatch {
                 lease_ms: 10_000,
                 scopes: None,
             },
-            &SourceGate,
+            &SourceGate::new(
+                Arc::new(Config::default()),
+                zuno_shared::clock::system_clock(),
+            ),
         )
         .await
         .unwrap()

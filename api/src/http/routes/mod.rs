@@ -1,4 +1,5 @@
 pub mod health;
 pub mod jobs;
+pub mod learning;
 pub mod projects;
 pub mod sessions;

@@ -115,21 +115,18 @@ pub async fn create_session(
     ApiJson(body): ApiJson<CreateSession>,
 ) -> ApiResult<(StatusCode, Json<Session>)> {
     caller.require(&project_id, "project", &project_id)?;
-    let mut tx = state.db.begin().await?;
-    let session = state
-        .transcripts
-        .create_session_in(
-            &mut tx,
-            &NewSession {
-                id: body.id,
-                project_id,
-                parent_id: body.parent_id,
-                title: body.title,
-                model: body.model,
-                external_ref: body.external_ref,
-            },
-        )
+    // The session's learning policy is frozen in the same transaction (a child copies its
+    // parent's).
+    let (session, _policy) = state
+        .ingestion
+        .create_session(&NewSession {
+            id: body.id,
+            project_id,
+            parent_id: body.parent_id,
+            title: body.title,
+            model: body.model,
+            external_ref: body.external_ref,
+        })
         .await?;
-    tx.commit().await?;
     Ok((StatusCode::CREATED, Json(session)))
 }

@@ -1,0 +1,556 @@
+//! `ExperienceService` storage: Experience records with their evidence, raw memory hints, manual
+//! records, forgetting and solving.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::extraction::ExperienceKind;
+use super::validate::ValidatedExtraction;
+use crate::db::{Db, StoreError, Tx};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExperienceOrigin {
+    Extraction,
+    Remember,
+    Issue,
+}
+
+impl ExperienceOrigin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExperienceOrigin::Extraction => "extraction",
+            ExperienceOrigin::Remember => "remember",
+            ExperienceOrigin::Issue => "issue",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Evidence {
+    pub ordinal: i64,
+    pub source_id: String,
+    pub address: Option<String>,
+    pub message_id: Option<String>,
+    pub excerpt: String,
+    pub raw_digest: Option<String>,
+    pub redacted_digest: Option<String>,
+    pub verified: bool,
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Experience {
+    pub id: String,
+    pub project_id: String,
+    pub session_id: Option<String>,
+    pub job_id: Option<String>,
+    pub ordinal: Option<i64>,
+    pub origin: String,
+    pub extractor_version: Option<String>,
+    pub kind: ExperienceKind,
+    pub title: String,
+    pub summary: String,
+    pub resolution: Option<String>,
+    pub confidence: f64,
+    /// `verified` or `unverified` (an observation whose citations did not check out).
+    pub verification: String,
+    /// `active` or `forgotten`.
+    pub status: String,
+    /// SHA-256 of kind, title, summary and resolution.
+    pub content_digest: String,
+    pub use_count: i64,
+    pub last_used_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub forgotten_at: Option<i64>,
+    pub evidence: Vec<Evidence>,
+}
+
+#[derive(sqlx::FromRow)]
+struct ExperienceRow {
+    id: String,
+    project_id: String,
+    session_id: Option<String>,
+    job_id: Option<String>,
+    ordinal: Option<i64>,
+    origin: String,
+    extractor_version: Option<String>,
+    kind: String,
+    title: String,
+    summary: String,
+    resolution: Option<String>,
+    confidence: f64,
+    verification: String,
+    status: String,
+    content_digest: String,
+    use_count: i64,
+    last_used_at: Option<i64>,
+    created_at: i64,
+    updated_at: i64,
+    forgotten_at: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct EvidenceRow {
+    experience_id: String,
+    ordinal: i64,
+    source_id: String,
+    address: Option<String>,
+    message_id: Option<String>,
+    excerpt: String,
+    raw_digest: Option<String>,
+    redacted_digest: Option<String>,
+    verified: bool,
+    detail: Option<String>,
+}
+
+pub(crate) const EXPERIENCE_COLUMNS: &str = "id, project_id, session_id, job_id, ordinal, origin, extractor_version, kind, \
+    title, summary, resolution, confidence, verification, status, content_digest, use_count, last_used_at, created_at, \
+    updated_at, forgotten_at";
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ExperienceError {
+    #[error("experience `{0}` was not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("invalid `{field}`: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+pub fn content_digest(
+    kind: ExperienceKind,
+    title: &str,
+    summary: &str,
+    resolution: Option<&str>,
+) -> String {
+    let mut hasher = Sha256::new();
+    for part in [kind.as_str(), title, summary, resolution.unwrap_or("")] {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// What settlement stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredExtraction {
+    /// `(extractor ordinal, experience id)` of every stored experience.
+    pub experiences: Vec<(i64, String)>,
+    pub verified: usize,
+    pub unverified: usize,
+    pub hints: usize,
+}
+
+/// Inserts an extraction's accepted experiences, evidence and hints in the caller's (settlement)
+/// transaction. `(job, ordinal)` is unique, so a resumed attempt stores nothing twice.
+pub async fn insert_extraction_in(
+    tx: &mut Tx,
+    job_id: &str,
+    project_id: &str,
+    session_id: &str,
+    extractor_version: &str,
+    validated: &ValidatedExtraction,
+    now: i64,
+) -> Result<StoredExtraction, StoreError> {
+    let mut stored = StoredExtraction::default();
+    let mut ids = std::collections::HashMap::new();
+    for experience in &validated.experiences {
+        let verification = if experience.verified {
+            "verified"
+        } else {
+            "unverified"
+        };
+        let digest = content_digest(
+            experience.kind,
+            &experience.title,
+            &experience.summary,
+            experience.resolution.as_deref(),
+        );
+        let sql = "INSERT INTO experience_record (id, project_id, session_id, job_id, ordinal, origin, extractor_version, \
+                     kind, title, summary, resolution, confidence, verification, status, content_digest, created_at, updated_at) \
+                   VALUES ($1, $2, $3, $4, $5, 'extraction', $6, $7, $8, $9, $10, $11, $12, 'active', $13, $14, $14) \
+                   ON CONFLICT (job_id, ordinal) DO NOTHING";
+        let new_id = crate::ids::new_id("exp");
+        let inserted = crate::on_tx!(tx, conn => sqlx::query(sql)
+            .bind(&new_id)
+            .bind(project_id)
+            .bind(session_id)
+            .bind(job_id)
+            .bind(experience.ordinal)
+            .bind(extractor_version)
+            .bind(experience.kind.as_str())
+            .bind(&experience.title)
+            .bind(&experience.summary)
+            .bind(&experience.resolution)
+            .bind(experience.confidence)
+            .bind(verification)
+            .bind(&digest)
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+        let id = if inserted == 1 {
+            new_id
+        } else {
+            crate::on_tx!(tx, conn => sqlx::query_scalar(
+                    "SELECT id FROM experience_record WHERE job_id = $1 AND ordinal = $2")
+                .bind(job_id)
+                .bind(experience.ordinal)
+                .fetch_one(conn)
+                .await)?
+        };
+        for (index, citation) in experience.citations.iter().enumerate() {
+            let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
+                         raw_digest, redacted_digest, verified, detail) \
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (experience_id, ordinal) DO NOTHING";
+            crate::on_tx!(tx, conn => sqlx::query(sql)
+                .bind(&id)
+                .bind(index as i64)
+                .bind(&citation.source_id)
+                .bind(&citation.address)
+                .bind(&citation.message_id)
+                .bind(&citation.excerpt)
+                .bind(&citation.raw_digest)
+                .bind(&citation.redacted_digest)
+                .bind(citation.verified)
+                .bind(&citation.detail)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
+        }
+        if experience.verified {
+            stored.verified += 1;
+        } else {
+            stored.unverified += 1;
+        }
+        ids.insert(experience.ordinal, (id.clone(), experience.kind));
+        stored.experiences.push((experience.ordinal, id));
+    }
+    for hint in &validated.hints {
+        let Some((experience_id, kind)) = ids.get(&hint.experience_ordinal) else {
+            continue;
+        };
+        let sql = "INSERT INTO memory_hint (job_id, ordinal, experience_id, experience_kind, project_id, target, action, \
+                     content, old_text, reason, confidence, created_at) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id, ordinal) DO NOTHING";
+        crate::on_tx!(tx, conn => sqlx::query(sql)
+            .bind(job_id)
+            .bind(hint.ordinal)
+            .bind(experience_id)
+            .bind(kind.as_str())
+            .bind(project_id)
+            .bind(hint.target.as_str())
+            .bind(hint.action.as_str())
+            .bind(&hint.content)
+            .bind(&hint.old_text)
+            .bind(&hint.reason)
+            .bind(hint.confidence)
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+        stored.hints += 1;
+    }
+    Ok(stored)
+}
+
+/// A manual record (`remember`, `issue`): explicit user evidence, verified by construction.
+pub async fn insert_manual_in(
+    tx: &mut Tx,
+    project_id: &str,
+    session_id: Option<&str>,
+    origin: ExperienceOrigin,
+    text: &str,
+    now: i64,
+) -> Result<Result<Experience, ExperienceError>, StoreError> {
+    let text = text.trim();
+    if text.is_empty() || text.chars().count() > 4000 {
+        return Ok(Err(ExperienceError::Invalid {
+            field: "text",
+            reason: String::from("must be 1–4000 characters"),
+        }));
+    }
+    if let Some(c) = super::validate::unresolvable_codepoint(text) {
+        return Ok(Err(ExperienceError::Invalid {
+            field: "text",
+            reason: format!(
+                "contains U+{:04X}, an encoding a model reads differently from a person",
+                c as u32
+            ),
+        }));
+    }
+    let kind = match origin {
+        ExperienceOrigin::Issue => ExperienceKind::UnresolvedIssue,
+        ExperienceOrigin::Remember | ExperienceOrigin::Extraction => ExperienceKind::Feedback,
+    };
+    let title: String = text
+        .lines()
+        .next()
+        .unwrap_or(text)
+        .chars()
+        .take(80)
+        .collect();
+    let id = crate::ids::new_id("exp");
+    let digest = content_digest(kind, &title, text, None);
+    let sql = "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, confidence, \
+                 verification, status, content_digest, created_at, updated_at) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, 1.0, 'verified', 'active', $8, $9, $9)";
+    crate::on_tx!(tx, conn => sqlx::query(sql)
+        .bind(&id)
+        .bind(project_id)
+        .bind(session_id)
+        .bind(origin.as_str())
+        .bind(kind.as_str())
+        .bind(&title)
+        .bind(text)
+        .bind(&digest)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, excerpt, verified) \
+               VALUES ($1, 0, $2, $2, $3, TRUE)";
+    let address = format!("command:{}", origin.as_str());
+    crate::on_tx!(tx, conn => sqlx::query(sql)
+        .bind(&id)
+        .bind(&address)
+        .bind(text)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(Ok(get_in(tx, &id).await?.expect("inserted above")))
+}
+
+async fn evidence_for(
+    rows: Vec<ExperienceRow>,
+    evidence: Vec<EvidenceRow>,
+) -> Result<Vec<Experience>, StoreError> {
+    let mut by_experience: std::collections::HashMap<String, Vec<Evidence>> =
+        std::collections::HashMap::new();
+    for row in evidence {
+        by_experience
+            .entry(row.experience_id)
+            .or_default()
+            .push(Evidence {
+                ordinal: row.ordinal,
+                source_id: row.source_id,
+                address: row.address,
+                message_id: row.message_id,
+                excerpt: row.excerpt,
+                raw_digest: row.raw_digest,
+                redacted_digest: row.redacted_digest,
+                verified: row.verified,
+                detail: row.detail,
+            });
+    }
+    rows.into_iter()
+        .map(|row| {
+            Ok(Experience {
+                kind: ExperienceKind::parse(&row.kind).ok_or_else(|| {
+                    StoreError::Corrupt(format!("experience kind `{}`", row.kind))
+                })?,
+                evidence: by_experience.remove(&row.id).unwrap_or_default(),
+                id: row.id,
+                project_id: row.project_id,
+                session_id: row.session_id,
+                job_id: row.job_id,
+                ordinal: row.ordinal,
+                origin: row.origin,
+                extractor_version: row.extractor_version,
+                title: row.title,
+                summary: row.summary,
+                resolution: row.resolution,
+                confidence: row.confidence,
+                verification: row.verification,
+                status: row.status,
+                content_digest: row.content_digest,
+                use_count: row.use_count,
+                last_used_at: row.last_used_at,
+                created_at: row.created_at,
+                updated_at: row.updated_at,
+                forgotten_at: row.forgotten_at,
+            })
+        })
+        .collect()
+}
+
+const EVIDENCE_COLUMNS: &str = "experience_id, ordinal, source_id, address, message_id, excerpt, raw_digest, redacted_digest, verified, detail";
+
+pub async fn get_in(tx: &mut Tx, id: &str) -> Result<Option<Experience>, StoreError> {
+    let sql = format!("SELECT {EXPERIENCE_COLUMNS} FROM experience_record WHERE id = $1");
+    let rows: Vec<ExperienceRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(id).fetch_all(conn).await)?;
+    let sql = format!(
+        "SELECT {EVIDENCE_COLUMNS} FROM experience_evidence WHERE experience_id = $1 ORDER BY ordinal"
+    );
+    let evidence: Vec<EvidenceRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(id).fetch_all(conn).await)?;
+    Ok(evidence_for(rows, evidence).await?.pop())
+}
+
+pub async fn get(db: &Db, id: &str) -> Result<Option<Experience>, StoreError> {
+    let mut tx = db.begin_read().await?;
+    let experience = get_in(&mut tx, id).await;
+    tx.rollback().await?;
+    experience
+}
+
+/// Page of a project's experiences, newest first (`/learn list [offset]`, 100 per page).
+pub async fn list(
+    db: &Db,
+    project_id: &str,
+    offset: i64,
+    limit: i64,
+) -> Result<(Vec<Experience>, i64), StoreError> {
+    let sql = format!(
+        "SELECT {EXPERIENCE_COLUMNS} FROM experience_record WHERE project_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3"
+    );
+    let rows: Vec<ExperienceRow> = crate::on_db!(db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(project_id).bind(limit).bind(offset).fetch_all(pool).await)?;
+    let total: i64 = crate::on_db!(db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM experience_record WHERE project_id = $1")
+        .bind(project_id).fetch_one(pool).await)?;
+    let evidence = load_evidence(db, rows.iter().map(|r| r.id.as_str())).await?;
+    Ok((evidence_for(rows, evidence).await?, total))
+}
+
+/// Experiences an extraction job stored (or a session produced).
+pub async fn for_session(db: &Db, session_id: &str) -> Result<Vec<Experience>, StoreError> {
+    let sql = format!(
+        "SELECT {EXPERIENCE_COLUMNS} FROM experience_record WHERE session_id = $1 ORDER BY created_at, ordinal"
+    );
+    let rows: Vec<ExperienceRow> = crate::on_db!(db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(session_id).fetch_all(pool).await)?;
+    let evidence = load_evidence(db, rows.iter().map(|r| r.id.as_str())).await?;
+    evidence_for(rows, evidence).await
+}
+
+async fn load_evidence<'a>(
+    db: &Db,
+    ids: impl Iterator<Item = &'a str>,
+) -> Result<Vec<EvidenceRow>, StoreError> {
+    let ids: Vec<&str> = ids.collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT {EVIDENCE_COLUMNS} FROM experience_evidence WHERE experience_id IN ({}) ORDER BY experience_id, ordinal",
+        placeholders.join(", ")
+    );
+    Ok(crate::on_db!(db, pool => {
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
+        for id in &ids {
+            query = query.bind(*id);
+        }
+        query.fetch_all(pool).await
+    })?)
+}
+
+/// `forget`: marks the experience forgotten and records its cited sources so unchanged evidence
+/// can never resurrect it.
+pub async fn forget_in(
+    tx: &mut Tx,
+    id: &str,
+    now: i64,
+) -> Result<Result<Experience, ExperienceError>, StoreError> {
+    let Some(experience) = get_in(tx, id).await? else {
+        return Ok(Err(ExperienceError::NotFound(id.to_owned())));
+    };
+    if experience.status == "forgotten" {
+        return Ok(Ok(experience));
+    }
+    crate::on_tx!(tx, conn => sqlx::query(
+            "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1")
+        .bind(id).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+    for evidence in &experience.evidence {
+        if let (Some(message_id), Some(raw_digest)) = (&evidence.message_id, &evidence.raw_digest) {
+            crate::on_tx!(tx, conn => sqlx::query(
+                    "INSERT INTO forgotten_source (message_id, raw_digest, experience_id, at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (message_id, raw_digest) DO NOTHING")
+                .bind(message_id).bind(raw_digest).bind(id).bind(now)
+                .execute(conn).await.map(|done| done.rows_affected()))?;
+        }
+    }
+    Ok(Ok(get_in(tx, id).await?.expect("exists")))
+}
+
+/// `solved`: an unresolved issue gains its resolution and becomes a solved problem.
+pub async fn solve_in(
+    tx: &mut Tx,
+    id: &str,
+    resolution: &str,
+    now: i64,
+) -> Result<Result<Experience, ExperienceError>, StoreError> {
+    let resolution = resolution.trim();
+    if resolution.is_empty()
+        || resolution.chars().count() > 4000
+        || super::validate::unresolvable_codepoint(resolution).is_some()
+    {
+        return Ok(Err(ExperienceError::Invalid {
+            field: "resolution",
+            reason: String::from("must be 1–4000 characters of plain text"),
+        }));
+    }
+    let Some(experience) = get_in(tx, id).await? else {
+        return Ok(Err(ExperienceError::NotFound(id.to_owned())));
+    };
+    if experience.kind != ExperienceKind::UnresolvedIssue {
+        return Ok(Err(ExperienceError::Conflict(format!(
+            "experience `{id}` is a {}, not an unresolved issue",
+            experience.kind.as_str()
+        ))));
+    }
+    let digest = content_digest(
+        ExperienceKind::Problem,
+        &experience.title,
+        &experience.summary,
+        Some(resolution),
+    );
+    crate::on_tx!(tx, conn => sqlx::query(
+            "UPDATE experience_record SET kind = 'problem', resolution = $2, content_digest = $3, updated_at = $4 WHERE id = $1")
+        .bind(id).bind(resolution).bind(&digest).bind(now)
+        .execute(conn).await.map(|done| done.rows_affected()))?;
+    Ok(Ok(get_in(tx, id).await?.expect("exists")))
+}
+
+/// True when any of `(message_id, raw_digest)` was explicitly forgotten.
+pub async fn any_forgotten_in(
+    tx: &mut Tx,
+    sources: &[(String, String)],
+) -> Result<bool, StoreError> {
+    for (message_id, raw_digest) in sources {
+        let found: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+                "SELECT CAST(1 AS BIGINT) FROM forgotten_source WHERE message_id = $1 AND raw_digest = $2")
+            .bind(message_id).bind(raw_digest).fetch_optional(conn).await)?;
+        if found.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Raw memory hints an extraction stored.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryHint {
+    pub job_id: String,
+    pub ordinal: i64,
+    pub experience_id: String,
+    pub project_id: String,
+    pub target: String,
+    pub action: String,
+    pub content: Option<String>,
+    pub old_text: Option<String>,
+    pub reason: String,
+    pub confidence: f64,
+    pub created_at: i64,
+}
+
+pub async fn hints_for_job(db: &Db, job_id: &str) -> Result<Vec<MemoryHint>, StoreError> {
+    let sql = "SELECT job_id, ordinal, experience_id, project_id, target, action, content, old_text, reason, confidence, created_at \
+               FROM memory_hint WHERE job_id = $1 ORDER BY ordinal";
+    Ok(crate::on_db!(db, pool => sqlx::query_as(sql).bind(job_id).fetch_all(pool).await)?)
+}

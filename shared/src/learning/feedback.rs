@@ -1,0 +1,173 @@
+//! `FeedbackService`: revisioned feedback on one persisted assistant message (spec 002
+//! "Feedback"). Revision 0 means no feedback may exist yet; a positive revision must match the
+//! current row; every material change increments it; a stale write is a conflict. The current
+//! value and an appended `learning.feedback.changed` event commit together.
+
+use serde::{Deserialize, Serialize};
+
+use super::events::{self, EventScope};
+use crate::db::{StoreError, Tx};
+use crate::transcript::Role;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FeedbackValue {
+    Positive,
+    Negative,
+}
+
+impl FeedbackValue {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeedbackValue::Positive => "positive",
+            FeedbackValue::Negative => "negative",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<FeedbackValue> {
+        match value {
+            "positive" => Some(FeedbackValue::Positive),
+            "negative" => Some(FeedbackValue::Negative),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Feedback {
+    pub message_id: String,
+    pub session_id: String,
+    pub value: FeedbackValue,
+    pub note: Option<String>,
+    pub revision: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FeedbackError {
+    #[error("message `{0}` was not found")]
+    NotFound(String),
+    #[error("feedback targets an assistant message; `{0}` is not one")]
+    NotAssistant(String),
+    #[error("stale feedback revision: expected {expected}, current is {current}")]
+    Stale { expected: i64, current: i64 },
+    #[error("the note is longer than 2000 characters")]
+    NoteTooLong,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    message_id: String,
+    session_id: String,
+    value: String,
+    note: Option<String>,
+    revision: i64,
+    updated_at: i64,
+}
+
+pub async fn load_in(tx: &mut Tx, message_id: &str) -> Result<Option<Feedback>, StoreError> {
+    let sql = "SELECT message_id, session_id, value, note, revision, updated_at FROM message_feedback WHERE message_id = $1";
+    let row: Option<Row> =
+        crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(message_id).fetch_optional(conn).await)?;
+    row.map(|row| {
+        Ok(Feedback {
+            value: FeedbackValue::parse(&row.value)
+                .ok_or_else(|| StoreError::Corrupt(format!("feedback value `{}`", row.value)))?,
+            message_id: row.message_id,
+            session_id: row.session_id,
+            note: row.note,
+            revision: row.revision,
+            updated_at: row.updated_at,
+        })
+    })
+    .transpose()
+}
+
+/// Sets feedback with an expected revision (0 = none may exist).
+pub async fn set_in(
+    tx: &mut Tx,
+    message_id: &str,
+    value: FeedbackValue,
+    note: Option<&str>,
+    expected_revision: i64,
+    now: i64,
+) -> Result<Result<Feedback, FeedbackError>, StoreError> {
+    if note.is_some_and(|n| n.chars().count() > 2000) {
+        return Ok(Err(FeedbackError::NoteTooLong));
+    }
+    let target: Option<(String, String, String)> = crate::on_tx!(tx, conn => sqlx::query_as(
+            "SELECT m.session_id, m.role, s.project_id FROM message m JOIN session s ON s.id = m.session_id WHERE m.id = $1")
+        .bind(message_id)
+        .fetch_optional(conn)
+        .await)?;
+    let Some((session_id, role, project_id)) = target else {
+        return Ok(Err(FeedbackError::NotFound(message_id.to_owned())));
+    };
+    if Role::parse(&role) != Some(Role::Assistant) {
+        return Ok(Err(FeedbackError::NotAssistant(message_id.to_owned())));
+    }
+    let current = load_in(tx, message_id).await?;
+    let current_revision = current.as_ref().map_or(0, |f| f.revision);
+    if current_revision != expected_revision {
+        return Ok(Err(FeedbackError::Stale {
+            expected: expected_revision,
+            current: current_revision,
+        }));
+    }
+    if let Some(current) = &current
+        && current.value == value
+        && current.note.as_deref() == note
+    {
+        // Not a material change: nothing to record.
+        return Ok(Ok(current.clone()));
+    }
+    let next = Feedback {
+        message_id: message_id.to_owned(),
+        session_id: session_id.clone(),
+        value,
+        note: note.map(str::to_owned),
+        revision: current_revision + 1,
+        updated_at: now,
+    };
+    let changed = if current_revision == 0 {
+        let sql = "INSERT INTO message_feedback (message_id, session_id, value, note, revision, updated_at) \
+                   VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (message_id) DO NOTHING";
+        crate::on_tx!(tx, conn => sqlx::query(sql)
+            .bind(message_id).bind(&session_id).bind(value.as_str()).bind(note).bind(now)
+            .execute(conn).await.map(|done| done.rows_affected()))?
+    } else {
+        let sql = "UPDATE message_feedback SET value = $2, note = $3, revision = revision + 1, updated_at = $4 \
+                   WHERE message_id = $1 AND revision = $5";
+        crate::on_tx!(tx, conn => sqlx::query(sql)
+            .bind(message_id).bind(value.as_str()).bind(note).bind(now).bind(expected_revision)
+            .execute(conn).await.map(|done| done.rows_affected()))?
+    };
+    if changed != 1 {
+        let latest = load_in(tx, message_id).await?.map_or(0, |f| f.revision);
+        return Ok(Err(FeedbackError::Stale {
+            expected: expected_revision,
+            current: latest,
+        }));
+    }
+    events::append_in(
+        tx,
+        events::FEEDBACK_CHANGED,
+        &EventScope {
+            project_id: Some(&project_id),
+            session_id: Some(&session_id),
+            message_id: Some(message_id),
+            job_id: None,
+        },
+        &serde_json::json!({
+            "messageId": message_id,
+            "value": value,
+            "note": note,
+            "revision": next.revision,
+            "previous": current.map(|f| serde_json::json!({"value": f.value, "revision": f.revision})),
+        }),
+        now,
+    )
+    .await?;
+    Ok(Ok(next))
+}

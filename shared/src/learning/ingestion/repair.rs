@@ -1,0 +1,355 @@
+//! `LearningIngestion::repair_history` and start-up catch-up (spec 002 "Historical repair and
+//! reprocessing").
+//!
+//! Repair examines at most 32 legacy extraction jobs of one project (queued, completed, skipped
+//! or failed; running and uncertain jobs are left alone). Exact old citations are revalidated
+//! against their source addresses, excerpts and recorded raw digests without a model call; an
+//! edited source does not regain verification just because the quote still appears. Fresh
+//! extraction is admitted only where the source is still available and eligible and no
+//! current-version job exists. A dry run performs the same checks and changes nothing.
+
+use serde::Serialize;
+
+use super::{LearningIngestion, TurnOutcome};
+use crate::db::Tx;
+use crate::learning::manifest::sha256;
+use crate::learning::policy;
+use crate::learning::redact::redact;
+use crate::ledger::{Admission, JobIdentity, JobOrigin};
+use crate::transcript::{MessageStatus, Part, TranscriptError};
+
+/// At most this many legacy jobs per repair invocation.
+pub const REPAIR_BATCH: i64 = 32;
+/// Start-up checks at most this many recent completed turns.
+pub const CATCH_UP_LIMIT: i64 = 64;
+const CATCH_UP_WINDOW_MS: i64 = 7 * 86_400_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairAction {
+    pub job_id: String,
+    /// `would_revalidate`, `revalidated`, `would_queue`, `queued`, `existing`, `excluded`,
+    /// `unavailable` or `unchanged`.
+    pub action: String,
+    pub detail: Option<String>,
+    /// The admitted (or existing) current-version job, when there is one.
+    pub current_job_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairReport {
+    pub dry_run: bool,
+    pub extractor_version: String,
+    pub examined: i64,
+    pub revalidated_experiences: i64,
+    pub queued: i64,
+    pub would_queue: i64,
+    pub unavailable: i64,
+    pub excluded: i64,
+    pub has_more: bool,
+    pub actions: Vec<RepairAction>,
+}
+
+#[derive(sqlx::FromRow)]
+struct LegacyJob {
+    id: String,
+    session_id: Option<String>,
+    source_message_id: Option<String>,
+    state: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct EvidenceRef {
+    experience_id: String,
+    message_id: Option<String>,
+    address: Option<String>,
+    excerpt: String,
+    raw_digest: Option<String>,
+    verification: String,
+    status: String,
+}
+
+impl LearningIngestion {
+    pub async fn repair_history(
+        &self,
+        project_id: &str,
+        dry_run: bool,
+    ) -> Result<RepairReport, TranscriptError> {
+        let version = self.extractor_version();
+        let mut report = RepairReport {
+            dry_run,
+            extractor_version: version.to_owned(),
+            ..RepairReport::default()
+        };
+        let mut tx = if dry_run {
+            self.store.db().begin_read().await?
+        } else {
+            self.store.db().begin().await?
+        };
+        let sql = "SELECT id, session_id, source_message_id, state FROM learning_job j \
+                   WHERE kind = 'extract' AND project_id = $1 AND COALESCE(extractor_version, '') <> $2 \
+                     AND state IN ('queued', 'completed', 'skipped', 'failed') \
+                     AND NOT EXISTS (SELECT 1 FROM learning_repair r WHERE r.job_id = j.id AND r.extractor_version = $2) \
+                   ORDER BY created_at DESC, id DESC LIMIT $3";
+        let mut legacy: Vec<LegacyJob> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sql)
+            .bind(project_id).bind(version).bind(REPAIR_BATCH + 1).fetch_all(conn).await)?;
+        if legacy.len() as i64 > REPAIR_BATCH {
+            report.has_more = true;
+            legacy.truncate(REPAIR_BATCH as usize);
+        }
+        let now = self.ledger.now_ms();
+        for job in legacy {
+            report.examined += 1;
+            let action = self
+                .repair_one_in(&mut tx, project_id, &job, dry_run, now, &mut report)
+                .await?;
+            if !dry_run {
+                crate::on_tx!(&mut tx, conn => sqlx::query(
+                        "INSERT INTO learning_repair (job_id, extractor_version, outcome, detail, repaired_at) VALUES ($1, $2, $3, $4, $5) \
+                         ON CONFLICT (job_id, extractor_version) DO NOTHING")
+                    .bind(&job.id).bind(version).bind(&action.action).bind(&action.detail).bind(now)
+                    .execute(conn).await.map(|done| done.rows_affected()))?;
+            }
+            report.actions.push(action);
+        }
+        if dry_run {
+            tx.rollback().await?;
+        } else {
+            tx.commit().await?;
+        }
+        Ok(report)
+    }
+
+    async fn repair_one_in(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+        job: &LegacyJob,
+        dry_run: bool,
+        now: i64,
+        report: &mut RepairReport,
+    ) -> Result<RepairAction, TranscriptError> {
+        let action = |action: &str, detail: Option<String>, current: Option<String>| RepairAction {
+            job_id: job.id.clone(),
+            action: action.to_owned(),
+            detail,
+            current_job_id: current,
+        };
+        let (Some(session_id), Some(message_id)) = (&job.session_id, &job.source_message_id) else {
+            report.unavailable += 1;
+            return Ok(action(
+                "unavailable",
+                Some(String::from("the job names no source message")),
+                None,
+            ));
+        };
+        let policy = policy::effective_in(tx, session_id, &self.config.learning, now).await?;
+        if policy.generation != policy::Generation::Enabled {
+            report.excluded += 1;
+            return Ok(action(
+                "excluded",
+                Some(format!("generation is `{}`", policy.generation.as_str())),
+                None,
+            ));
+        }
+        // Revalidate exact old evidence of a completed job without a model request.
+        let mut revalidated = 0;
+        if job.state == "completed" {
+            revalidated = self
+                .revalidate_job_evidence_in(tx, &job.id, dry_run, now)
+                .await?;
+            report.revalidated_experiences += revalidated;
+        }
+        let message = match self.store.message_in(tx, message_id).await {
+            Ok(message) if message.status == MessageStatus::Completed => message,
+            Ok(_) | Err(TranscriptError::NotFound { .. }) => {
+                report.unavailable += 1;
+                return Ok(action(
+                    "unavailable",
+                    Some(String::from(
+                        "the source message is gone or no longer closed",
+                    )),
+                    None,
+                ));
+            }
+            Err(error) => return Err(error),
+        };
+        let identity = JobIdentity::extract(
+            project_id,
+            session_id,
+            message_id,
+            self.extractor_version(),
+            None,
+        );
+        if let Some(existing) = self
+            .ledger
+            .find_in(tx, &identity)
+            .await
+            .map_err(super::ledger_error)?
+        {
+            return Ok(action("existing", None, Some(existing.id)));
+        }
+        if job.state == "completed" && revalidated > 0 {
+            let verb = if dry_run {
+                "would_revalidate"
+            } else {
+                "revalidated"
+            };
+            return Ok(action(
+                verb,
+                Some(format!(
+                    "{revalidated} experiences revalidated from exact evidence"
+                )),
+                None,
+            ));
+        }
+        if dry_run {
+            report.would_queue += 1;
+            return Ok(action("would_queue", None, None));
+        }
+        let window = self.turn_window_in(tx, &message).await?;
+        let payload = serde_json::json!({ "repairOf": job.id });
+        match self
+            .admit_window_in(tx, &window, false, JobOrigin::Legacy, None, None, payload)
+            .await?
+        {
+            Ok(admission) => {
+                if matches!(admission, Admission::Queued(_)) {
+                    report.queued += 1;
+                }
+                let current = admission.job().id.clone();
+                Ok(action("queued", None, Some(current)))
+            }
+            Err(reason) => {
+                report.excluded += 1;
+                Ok(action("excluded", Some(reason), None))
+            }
+        }
+    }
+
+    /// Rechecks every citation of a job's experiences against the current source text and its
+    /// recorded raw digest; returns how many experiences are (or would be) verified afterwards.
+    async fn revalidate_job_evidence_in(
+        &self,
+        tx: &mut Tx,
+        job_id: &str,
+        dry_run: bool,
+        now: i64,
+    ) -> Result<i64, TranscriptError> {
+        let sql = "SELECT e.experience_id, e.message_id, e.address, e.excerpt, e.raw_digest, x.verification, x.status \
+                   FROM experience_evidence e JOIN experience_record x ON x.id = e.experience_id \
+                   WHERE x.job_id = $1 ORDER BY e.experience_id, e.ordinal";
+        let evidence: Vec<EvidenceRef> =
+            crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(job_id).fetch_all(conn).await)?;
+        let mut verdicts: std::collections::BTreeMap<String, (bool, String, String)> =
+            std::collections::BTreeMap::new();
+        for item in evidence {
+            let ok = self.evidence_still_exact_in(tx, &item).await?;
+            let entry = verdicts.entry(item.experience_id.clone()).or_insert((
+                true,
+                item.verification.clone(),
+                item.status.clone(),
+            ));
+            entry.0 &= ok;
+        }
+        let mut verified = 0;
+        for (experience_id, (ok, current, status)) in verdicts {
+            // Forgotten experiences are never reverified.
+            if status == "forgotten" {
+                continue;
+            }
+            let next = if ok { "verified" } else { "unverified" };
+            if ok {
+                verified += 1;
+            }
+            if !dry_run && next != current {
+                crate::on_tx!(tx, conn => sqlx::query("UPDATE experience_record SET verification = $2, updated_at = $3 WHERE id = $1")
+                    .bind(&experience_id).bind(next).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+            }
+        }
+        Ok(verified)
+    }
+
+    async fn evidence_still_exact_in(
+        &self,
+        tx: &mut Tx,
+        item: &EvidenceRef,
+    ) -> Result<bool, TranscriptError> {
+        let (Some(message_id), Some(address), Some(raw_digest)) =
+            (&item.message_id, &item.address, &item.raw_digest)
+        else {
+            return Ok(false);
+        };
+        let message = match self.store.message_in(tx, message_id).await {
+            Ok(message) => message,
+            Err(TranscriptError::NotFound { .. }) => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        // Address: message:<id>:part:<ordinal>[:arguments|:result]
+        let mut fields = address.split(':');
+        let (Some("message"), Some(_), Some("part"), Some(ordinal)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return Ok(false);
+        };
+        let suffix = fields.next();
+        let Ok(ordinal) = ordinal.parse::<i64>() else {
+            return Ok(false);
+        };
+        let Some(stored) = message.parts.iter().find(|p| p.ordinal == ordinal) else {
+            return Ok(false);
+        };
+        let raw = match (&stored.part, suffix) {
+            (Part::Text { text, .. } | Part::Error { text }, None) => text.clone(),
+            (
+                Part::ToolCall {
+                    tool_name,
+                    arguments,
+                    ..
+                },
+                Some("arguments"),
+            ) => format!("{tool_name} {arguments}"),
+            (
+                Part::ToolCall {
+                    result: Some(result),
+                    ..
+                },
+                Some("result"),
+            ) => result.clone(),
+            (Part::Artifact { name, uri, text }, None) => {
+                [Some(name.as_str()), uri.as_deref(), text.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            }
+            _ => return Ok(false),
+        };
+        Ok(&sha256(&raw) == raw_digest && redact(&raw).text.contains(&item.excerpt))
+    }
+
+    /// Start-up catch-up: checks up to 64 completed assistant turns from the last seven days
+    /// that have no current-version extraction job, and admits the eligible ones.
+    pub async fn catch_up(&self) -> Result<Vec<TurnOutcome>, TranscriptError> {
+        let now = self.ledger.now_ms();
+        let sql = "SELECT m.id FROM message m \
+                   WHERE m.role = 'assistant' AND m.status = 'completed' AND m.completed_at >= $1 \
+                     AND NOT EXISTS (SELECT 1 FROM learning_job j WHERE j.kind = 'extract' AND j.session_id = m.session_id \
+                       AND j.source_message_id = m.id AND j.extractor_version = $2 AND j.input_digest IS NULL) \
+                   ORDER BY m.completed_at DESC, m.id DESC LIMIT $3";
+        let ids: Vec<String> = crate::on_db!(self.store.db(), pool => sqlx::query_scalar(sql)
+            .bind(now - CATCH_UP_WINDOW_MS).bind(self.extractor_version()).bind(CATCH_UP_LIMIT).fetch_all(pool).await)?;
+        let mut outcomes = Vec::new();
+        for id in ids {
+            let mut tx = self.store.db().begin().await?;
+            let message = self.store.message_in(&mut tx, &id).await?;
+            let outcome = self
+                .close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, None)
+                .await?;
+            tx.commit().await?;
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
+    }
+}

@@ -1,0 +1,260 @@
+//! Session learning policy (spec 001 "Session policy"): `use_memories` and `generation`, frozen
+//! with a revision when the session is created. A child copies its parent's latest durable
+//! policy in the same transaction that creates it; `excluded` is host-assigned and final.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::LearningConfig;
+use crate::db::{StoreError, Tx};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Generation {
+    Enabled,
+    Disabled,
+    /// Fail-closed state for an ineligible session; it can never be enabled again.
+    Excluded,
+}
+
+impl Generation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Generation::Enabled => "enabled",
+            Generation::Disabled => "disabled",
+            Generation::Excluded => "excluded",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Generation> {
+        [
+            Generation::Enabled,
+            Generation::Disabled,
+            Generation::Excluded,
+        ]
+        .into_iter()
+        .find(|g| g.as_str() == value)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionPolicy {
+    pub session_id: String,
+    pub use_memories: bool,
+    pub generation: Generation,
+    /// 0 for a legacy session without a durable policy (the configuration fallback).
+    pub revision: i64,
+    pub reason: Option<String>,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PolicyError {
+    #[error("the policy changed: expected revision {expected}, current revision is {current}")]
+    Stale { expected: i64, current: i64 },
+    #[error("generation is `excluded` for this session and cannot be changed")]
+    Excluded,
+    #[error(
+        "clients may set generation only to `enabled` or `disabled`; `excluded` is host-assigned"
+    )]
+    ExcludedIsHostAssigned,
+    #[error("session `{0}` has no policy")]
+    Missing(String),
+}
+
+#[derive(sqlx::FromRow)]
+struct PolicyRow {
+    session_id: String,
+    use_memories: bool,
+    generation: String,
+    revision: i64,
+    reason: Option<String>,
+    updated_at: i64,
+}
+
+impl TryFrom<PolicyRow> for SessionPolicy {
+    type Error = StoreError;
+    fn try_from(row: PolicyRow) -> Result<Self, StoreError> {
+        Ok(SessionPolicy {
+            generation: Generation::parse(&row.generation).ok_or_else(|| {
+                StoreError::Corrupt(format!("policy generation `{}`", row.generation))
+            })?,
+            session_id: row.session_id,
+            use_memories: row.use_memories,
+            revision: row.revision,
+            reason: row.reason,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+/// The configuration default, used for new root sessions and legacy sessions without a row.
+pub fn configured_default(session_id: &str, config: &LearningConfig, now: i64) -> SessionPolicy {
+    SessionPolicy {
+        session_id: session_id.to_owned(),
+        use_memories: config.use_enabled(),
+        generation: if config.generate_enabled() {
+            Generation::Enabled
+        } else {
+            Generation::Disabled
+        },
+        revision: 0,
+        reason: None,
+        updated_at: now,
+    }
+}
+
+pub async fn load_in(tx: &mut Tx, session_id: &str) -> Result<Option<SessionPolicy>, StoreError> {
+    let sql = "SELECT session_id, use_memories, generation, revision, reason, updated_at \
+               FROM session_memory_policy WHERE session_id = $1";
+    let row: Option<PolicyRow> =
+        crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(session_id).fetch_optional(conn).await)?;
+    row.map(SessionPolicy::try_from).transpose()
+}
+
+/// The durable policy, or the configuration fallback for a legacy session (revision 0).
+pub async fn effective_in(
+    tx: &mut Tx,
+    session_id: &str,
+    config: &LearningConfig,
+    now: i64,
+) -> Result<SessionPolicy, StoreError> {
+    Ok(match load_in(tx, session_id).await? {
+        Some(policy) => policy,
+        None => configured_default(session_id, config, now),
+    })
+}
+
+/// Freezes the policy of a new session: a copy of the parent's latest durable policy (its
+/// disabled/excluded choices preserved), else the configuration default. Revision 1.
+pub async fn create_in(
+    tx: &mut Tx,
+    session_id: &str,
+    parent_id: Option<&str>,
+    config: &LearningConfig,
+    now: i64,
+) -> Result<SessionPolicy, StoreError> {
+    let parent = match parent_id {
+        Some(parent) => load_in(tx, parent).await?,
+        None => None,
+    };
+    let mut policy = match parent {
+        Some(parent) => SessionPolicy {
+            session_id: session_id.to_owned(),
+            use_memories: parent.use_memories,
+            generation: parent.generation,
+            revision: 1,
+            reason: parent.reason.map(|reason| format!("inherited: {reason}")),
+            updated_at: now,
+        },
+        None => configured_default(session_id, config, now),
+    };
+    policy.revision = 1;
+    write_in(tx, &policy).await?;
+    Ok(policy)
+}
+
+async fn write_in(tx: &mut Tx, policy: &SessionPolicy) -> Result<(), StoreError> {
+    let sql = "INSERT INTO session_memory_policy (session_id, use_memories, generation, revision, reason, updated_at) \
+               VALUES ($1, $2, $3, $4, $5, $6) \
+               ON CONFLICT (session_id) DO UPDATE SET use_memories = excluded.use_memories, \
+                 generation = excluded.generation, revision = excluded.revision, \
+                 reason = excluded.reason, updated_at = excluded.updated_at";
+    crate::on_tx!(tx, conn => sqlx::query(sql)
+        .bind(&policy.session_id)
+        .bind(policy.use_memories)
+        .bind(policy.generation.as_str())
+        .bind(policy.revision)
+        .bind(&policy.reason)
+        .bind(policy.updated_at)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// A client's compare-and-set update. `generation` may only be `enabled` or `disabled`, and an
+/// excluded session stays excluded.
+pub async fn update_in(
+    tx: &mut Tx,
+    session_id: &str,
+    expected_revision: i64,
+    use_memories: Option<bool>,
+    generation: Option<Generation>,
+    config: &LearningConfig,
+    now: i64,
+) -> Result<Result<SessionPolicy, PolicyError>, StoreError> {
+    if generation == Some(Generation::Excluded) {
+        return Ok(Err(PolicyError::ExcludedIsHostAssigned));
+    }
+    let current = effective_in(tx, session_id, config, now).await?;
+    if current.revision != expected_revision {
+        return Ok(Err(PolicyError::Stale {
+            expected: expected_revision,
+            current: current.revision,
+        }));
+    }
+    if current.generation == Generation::Excluded
+        && generation.is_some_and(|g| g != Generation::Excluded)
+    {
+        return Ok(Err(PolicyError::Excluded));
+    }
+    let next = SessionPolicy {
+        session_id: session_id.to_owned(),
+        use_memories: use_memories.unwrap_or(current.use_memories),
+        generation: generation.unwrap_or(current.generation),
+        revision: current.revision + 1,
+        reason: current.reason,
+        updated_at: now,
+    };
+    // The revision guard makes concurrent writers with the same expected revision serialize:
+    // only one UPDATE matches.
+    let sql = "UPDATE session_memory_policy SET use_memories = $2, generation = $3, revision = $4, updated_at = $5 \
+               WHERE session_id = $1 AND revision = $6";
+    let changed = if current.revision == 0 {
+        write_in(tx, &next).await?;
+        1
+    } else {
+        crate::on_tx!(tx, conn => sqlx::query(sql)
+            .bind(session_id)
+            .bind(next.use_memories)
+            .bind(next.generation.as_str())
+            .bind(next.revision)
+            .bind(now)
+            .bind(expected_revision)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?
+    };
+    if changed != 1 {
+        let latest = effective_in(tx, session_id, config, now).await?;
+        return Ok(Err(PolicyError::Stale {
+            expected: expected_revision,
+            current: latest.revision,
+        }));
+    }
+    Ok(Ok(next))
+}
+
+/// Host-side exclusion (e.g. a turn consumed a Web/MCP result): final, revision bumped.
+pub async fn exclude_in(
+    tx: &mut Tx,
+    session_id: &str,
+    reason: &str,
+    config: &LearningConfig,
+    now: i64,
+) -> Result<SessionPolicy, StoreError> {
+    let current = effective_in(tx, session_id, config, now).await?;
+    if current.generation == Generation::Excluded {
+        return Ok(current);
+    }
+    let next = SessionPolicy {
+        generation: Generation::Excluded,
+        revision: current.revision + 1,
+        reason: Some(reason.to_owned()),
+        updated_at: now,
+        ..current
+    };
+    write_in(tx, &next).await?;
+    Ok(next)
+}

@@ -1,0 +1,312 @@
+//! `LearningProjectionService`: one durable view of learning state for every client (HTTP, CLI,
+//! dashboard). It reads only durable stores, so it works with generation disabled or no model.
+
+use serde::Serialize;
+
+use super::experience::{self, Experience};
+use super::feedback::Feedback;
+use super::usage::{self, ProviderHealth, TokenTotals};
+use super::validate::RefusedItem;
+use super::{extractor_version, policy};
+use crate::config::Config;
+use crate::db::{Db, StoreError};
+use crate::ledger::{Job, JobFilter, JobKind, JobState, Ledger, QueueCount};
+
+/// Experiences per page (`/learn list [offset]`).
+pub const PAGE: i64 = 100;
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingJob {
+    pub job_id: String,
+    pub kind: JobKind,
+    pub state: JobState,
+    pub attempts: i64,
+    /// When a queued job is next due, or a running job's lease deadline.
+    pub deadline: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentError {
+    pub job_id: String,
+    pub kind: JobKind,
+    pub state: JobState,
+    pub attempts: i64,
+    pub error: String,
+    pub at: i64,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Warning {
+    pub job_id: String,
+    /// e.g. "learning extraction refused experience 2 (experiences.summary): …".
+    pub message: String,
+    #[schema(value_type = Object)]
+    pub refused: RefusedItem,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueView {
+    pub counts: Vec<QueueCount>,
+    pub pending: Vec<PendingJob>,
+    pub recent_errors: Vec<RecentError>,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionLearning {
+    pub session_id: String,
+    pub project_id: String,
+    pub policy: policy::SessionPolicy,
+    pub feedback: Vec<Feedback>,
+    /// The session's own experiences.
+    pub session_experiences: Vec<Experience>,
+    /// A page of the project's experiences, newest first.
+    pub experiences: Vec<Experience>,
+    /// Pass as `offset` for the next page; absent on the last page.
+    pub next_offset: Option<i64>,
+    pub queue: QueueView,
+    pub warnings: Vec<Warning>,
+    /// The last retrieval selection or skip for this session (issue #4), if any.
+    #[schema(value_type = Option<Object>)]
+    pub last_retrieval: Option<serde_json::Value>,
+    /// Pattern and Skill-candidate views arrive with the slow path.
+    #[schema(value_type = Vec<Object>)]
+    pub patterns: Vec<serde_json::Value>,
+    #[schema(value_type = Vec<Object>)]
+    pub skill_candidates: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectStatus {
+    pub project_id: String,
+    pub extractor_version: String,
+    /// `rules` (built-in, no provider) or `model`.
+    pub extractor: String,
+    pub learning_enabled: bool,
+    pub use_available: bool,
+    pub generation_available: bool,
+    pub post_turn_enabled: bool,
+    pub history_batch_limit: i64,
+    pub queue: QueueView,
+    pub experiences: i64,
+    pub tokens_today: TokenTotals,
+    pub tokens_total: TokenTotals,
+    pub automatic_tokens_today: i64,
+    pub max_tokens_per_day: Option<u64>,
+    /// True when automatic extraction is paused by the daily token cap.
+    pub automatic_paused: bool,
+    pub providers: Vec<ProviderHealth>,
+    pub warnings: Vec<Warning>,
+}
+
+async fn queue_view(
+    ledger: &Ledger,
+    project_id: &str,
+    session_id: Option<&str>,
+) -> Result<QueueView, StoreError> {
+    let filter = JobFilter {
+        projects: Some(vec![project_id.to_owned()]),
+        session_id: session_id.map(str::to_owned),
+        limit: 200,
+        ..JobFilter::default()
+    };
+    let jobs = ledger.list(&filter).await.map_err(ledger_store)?;
+    let mut counts: Vec<QueueCount> = Vec::new();
+    for job in &jobs {
+        match counts
+            .iter_mut()
+            .find(|c| c.kind == job.kind && c.state == job.state)
+        {
+            Some(count) => count.count += 1,
+            None => counts.push(QueueCount {
+                kind: job.kind,
+                state: job.state,
+                count: 1,
+            }),
+        }
+    }
+    let pending = jobs
+        .iter()
+        .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
+        .map(|j| PendingJob {
+            job_id: j.id.clone(),
+            kind: j.kind,
+            state: j.state,
+            attempts: j.attempts,
+            deadline: if j.state == JobState::Running {
+                j.lease_expires_at
+            } else {
+                Some(j.run_at)
+            },
+        })
+        .collect();
+    let recent_errors = jobs
+        .iter()
+        .filter_map(|j| {
+            j.last_error.as_ref().map(|error| RecentError {
+                job_id: j.id.clone(),
+                kind: j.kind,
+                state: j.state,
+                attempts: j.attempts,
+                error: error.clone(),
+                at: j.updated_at,
+            })
+        })
+        .take(10)
+        .collect();
+    Ok(QueueView {
+        counts,
+        pending,
+        recent_errors,
+    })
+}
+
+fn warnings(jobs: &[Job]) -> Vec<Warning> {
+    jobs.iter()
+        .filter(|j| j.kind == JobKind::Extract)
+        .flat_map(|j| {
+            let refused: Vec<RefusedItem> = j
+                .result
+                .as_ref()
+                .and_then(|r| r.get("refusedItems"))
+                .and_then(|v| serde_json::from_value::<Vec<serde_json::Value>>(v.clone()).ok())
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|v| {
+                    Some(RefusedItem {
+                        ordinal: v.get("ordinal")?.as_i64()?,
+                        experience_ordinal: v.get("experienceOrdinal")?.as_i64()?,
+                        field: v.get("field")?.as_str()?.to_owned(),
+                        detail: v.get("detail")?.as_str()?.to_owned(),
+                    })
+                })
+                .collect();
+            refused.into_iter().map(move |item| Warning {
+                job_id: j.id.clone(),
+                message: format!(
+                    "learning extraction refused experience {} ({}): {}",
+                    item.experience_ordinal, item.field, item.detail
+                ),
+                refused: item,
+            })
+        })
+        .collect()
+}
+
+fn ledger_store(error: crate::ledger::LedgerError) -> StoreError {
+    match error {
+        crate::ledger::LedgerError::Store(store) => store,
+        other => StoreError::Corrupt(other.to_string()),
+    }
+}
+
+pub async fn session_learning(
+    db: &Db,
+    ledger: &Ledger,
+    config: &Config,
+    session_id: &str,
+    offset: i64,
+) -> Result<Option<SessionLearning>, StoreError> {
+    let project_id: Option<String> = crate::on_db!(db, pool =>
+        sqlx::query_scalar("SELECT project_id FROM session WHERE id = $1").bind(session_id).fetch_optional(pool).await)?;
+    let Some(project_id) = project_id else {
+        return Ok(None);
+    };
+    let mut tx = db.begin_read().await?;
+    let policy =
+        policy::effective_in(&mut tx, session_id, &config.learning, ledger.now_ms()).await?;
+    let feedback_ids: Vec<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+            "SELECT message_id FROM message_feedback WHERE session_id = $1 ORDER BY updated_at")
+        .bind(session_id).fetch_all(conn).await)?;
+    let mut feedback = Vec::new();
+    for id in feedback_ids {
+        if let Some(item) = super::feedback::load_in(&mut tx, &id).await? {
+            feedback.push(item);
+        }
+    }
+    let last_retrieval: Option<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+            "SELECT payload FROM learning_event WHERE session_id = $1 AND kind LIKE 'learning.retrieval%' ORDER BY at DESC, id DESC LIMIT 1")
+        .bind(session_id).fetch_optional(conn).await)?;
+    tx.rollback().await?;
+    let (experiences, total) = experience::list(db, &project_id, offset.max(0), PAGE).await?;
+    let session_experiences = experience::for_session(db, session_id).await?;
+    let queue = queue_view(ledger, &project_id, Some(session_id)).await?;
+    let jobs = ledger
+        .list(&JobFilter {
+            session_id: Some(session_id.to_owned()),
+            kind: Some(JobKind::Extract),
+            limit: 50,
+            ..JobFilter::default()
+        })
+        .await
+        .map_err(ledger_store)?;
+    let next = offset.max(0) + PAGE;
+    Ok(Some(SessionLearning {
+        session_id: session_id.to_owned(),
+        project_id,
+        policy,
+        feedback,
+        session_experiences,
+        experiences,
+        next_offset: (next < total).then_some(next),
+        queue,
+        warnings: warnings(&jobs),
+        last_retrieval: last_retrieval.and_then(|text| serde_json::from_str(&text).ok()),
+        patterns: Vec::new(),
+        skill_candidates: Vec::new(),
+    }))
+}
+
+pub async fn project_status(
+    db: &Db,
+    ledger: &Ledger,
+    config: &Config,
+    project_id: &str,
+) -> Result<ProjectStatus, StoreError> {
+    let learning = &config.learning;
+    let now = ledger.now_ms();
+    let today = usage::day_of(now);
+    let (_, automatic_today) = usage::day_totals(db, today).await?;
+    let experiences: i64 = crate::on_db!(db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM experience_record WHERE project_id = $1")
+        .bind(project_id).fetch_one(pool).await)?;
+    let jobs = ledger
+        .list(&JobFilter {
+            projects: Some(vec![project_id.to_owned()]),
+            kind: Some(JobKind::Extract),
+            limit: 50,
+            ..JobFilter::default()
+        })
+        .await
+        .map_err(ledger_store)?;
+    let cap = learning.execution.max_tokens_per_day;
+    let version = extractor_version(config);
+    Ok(ProjectStatus {
+        project_id: project_id.to_owned(),
+        extractor_version: version.to_owned(),
+        extractor: String::from(if version == super::RULES_EXTRACTOR_VERSION {
+            "rules"
+        } else {
+            "model"
+        }),
+        learning_enabled: learning.enabled,
+        use_available: learning.use_enabled(),
+        generation_available: learning.generate_enabled(),
+        post_turn_enabled: learning.post_turn_enabled(),
+        history_batch_limit: super::ingestion::REPAIR_BATCH_LIMIT,
+        queue: queue_view(ledger, project_id, None).await?,
+        experiences,
+        tokens_today: usage::project_totals(db, project_id, Some(today)).await?,
+        tokens_total: usage::project_totals(db, project_id, None).await?,
+        automatic_tokens_today: automatic_today,
+        max_tokens_per_day: cap,
+        automatic_paused: cap
+            .is_some_and(|cap| automatic_today >= i64::try_from(cap).unwrap_or(i64::MAX)),
+        providers: usage::health(db).await?,
+        warnings: warnings(&jobs),
+    })
+}

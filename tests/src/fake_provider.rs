@@ -1,0 +1,497 @@
+//! An in-process fake model provider speaking the three wire formats learning uses:
+//! `POST /v1/chat/completions`, `/v1/responses` and `/v1/messages`.
+//!
+//! Each server plays a FIFO script of [`Reply`]s, one per request, whatever the endpoint:
+//! an answer text wrapped in the success envelope of the endpoint that was called, a raw
+//! status/headers/body, a hang that never answers, or a response replayed from the recorded
+//! cassettes in `shared/corpus/provider-fixtures` (read in place). Every request is recorded
+//! for assertions. With the script used up it answers 500 saying so.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// Where the shared acceptance corpus lives: `ZUNO_CORPUS_DIR`, else `shared/corpus` beside the
+/// repository checkout.
+pub fn corpus_dir() -> PathBuf {
+    std::env::var_os("ZUNO_CORPUS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"))
+}
+
+/// One scripted reply.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    kind: ReplyKind,
+    extra_headers: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone)]
+enum ReplyKind {
+    Answer {
+        text: String,
+        input_tokens: u64,
+        output_tokens: u64,
+    },
+    Raw {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
+    Hang,
+}
+
+impl Reply {
+    /// `text` as the model's answer, in the called endpoint's success envelope, with usage
+    /// 100 input / 20 output tokens.
+    pub fn answer(text: impl Into<String>) -> Reply {
+        Reply::answer_with_usage(text, 100, 20)
+    }
+
+    pub fn answer_with_usage(
+        text: impl Into<String>,
+        input_tokens: u64,
+        output_tokens: u64,
+    ) -> Reply {
+        Reply::from_kind(ReplyKind::Answer {
+            text: text.into(),
+            input_tokens,
+            output_tokens,
+        })
+    }
+
+    /// A JSON body with the given status.
+    pub fn json(status: u16, body: Value) -> Reply {
+        Reply::from_kind(ReplyKind::Raw {
+            status,
+            headers: vec![(
+                String::from("content-type"),
+                String::from("application/json"),
+            )],
+            body: body.to_string(),
+        })
+    }
+
+    /// Any body with the given status and content type.
+    pub fn raw(status: u16, content_type: &str, body: impl Into<String>) -> Reply {
+        Reply::from_kind(ReplyKind::Raw {
+            status,
+            headers: vec![(String::from("content-type"), content_type.to_owned())],
+            body: body.into(),
+        })
+    }
+
+    /// Accepts the request and never answers (until the server is dropped).
+    pub fn hang() -> Reply {
+        Reply::from_kind(ReplyKind::Hang)
+    }
+
+    /// Every recorded response of a cassette, in order. `cassette` is relative to
+    /// `provider-fixtures/`, e.g. `"openai-chat/error_400_unsupported_value.yaml"`.
+    pub fn cassette(cassette: &str) -> Vec<Reply> {
+        load_cassette(cassette)
+            .interactions
+            .into_iter()
+            .map(|interaction| interaction.response.into_reply())
+            .collect()
+    }
+
+    /// The `index`th recorded response of a cassette.
+    pub fn cassette_response(cassette: &str, index: usize) -> Reply {
+        let mut interactions = load_cassette(cassette).interactions;
+        assert!(
+            index < interactions.len(),
+            "{cassette} has {} interactions, not {}",
+            interactions.len(),
+            index + 1
+        );
+        interactions.swap_remove(index).response.into_reply()
+    }
+
+    /// Sets a response header, replacing a scripted or default one of the same name.
+    pub fn with_header(mut self, name: &str, value: &str) -> Reply {
+        self.extra_headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    fn from_kind(kind: ReplyKind) -> Reply {
+        Reply {
+            kind,
+            extra_headers: Vec::new(),
+        }
+    }
+}
+
+/// A request the fake received.
+#[derive(Debug, Clone)]
+pub struct ReceivedRequest {
+    pub method: String,
+    pub path: String,
+    /// Lower-case names; repeated headers joined with `, `.
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body (`Value::Null` when it was not JSON).
+    pub body: Value,
+}
+
+impl ReceivedRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(&name.to_ascii_lowercase())
+            .map(String::as_str)
+    }
+}
+
+#[derive(Default)]
+struct Script {
+    replies: VecDeque<Reply>,
+    received: Vec<ReceivedRequest>,
+}
+
+#[derive(Clone)]
+struct Shared {
+    script: Arc<Mutex<Script>>,
+    shutdown: CancellationToken,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Script> {
+        self.script.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A running fake provider; stopped when dropped.
+pub struct FakeProvider {
+    base_url: String,
+    shared: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeProvider {
+    /// Binds 127.0.0.1 on a free port and starts serving.
+    pub async fn start() -> FakeProvider {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fake provider");
+        let address = listener.local_addr().expect("fake provider address");
+        let shared = Shared {
+            script: Arc::default(),
+            shutdown: CancellationToken::new(),
+        };
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(shared.clone());
+        let stop = shared.shutdown.clone();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+                .expect("fake provider serve");
+        });
+        FakeProvider {
+            base_url: format!("http://{address}/v1"),
+            shared,
+            task,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the `base_url` to configure.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// Appends replies to the script.
+    pub fn push(&self, replies: impl IntoIterator<Item = Reply>) -> &Self {
+        self.shared.lock().replies.extend(replies);
+        self
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<ReceivedRequest> {
+        self.shared.lock().received.clone()
+    }
+
+    /// Replies not consumed yet.
+    pub fn remaining(&self) -> usize {
+        self.shared.lock().replies.len()
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        // Cancelling releases hanging handlers; aborting does not wait for open connections.
+        self.shared.shutdown.cancel();
+        self.task.abort();
+    }
+}
+
+async fn handle(
+    State(shared): State<Shared>,
+    method: axum::http::Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let request = ReceivedRequest {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        headers: header_map(&headers),
+        body,
+    };
+    let (reply, ordinal) = {
+        let mut script = shared.lock();
+        script.received.push(request.clone());
+        (script.replies.pop_front(), script.received.len())
+    };
+    let Some(reply) = reply else {
+        return error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!(
+                "fake provider: no scripted reply left for {} {} (request {ordinal})",
+                request.method, request.path
+            ),
+        );
+    };
+    let mut response = match reply.kind {
+        ReplyKind::Hang => {
+            shared.shutdown.cancelled().await;
+            return error_response(StatusCode::SERVICE_UNAVAILABLE, "fake provider stopped");
+        }
+        ReplyKind::Raw {
+            status,
+            headers,
+            body,
+        } => {
+            let status = StatusCode::from_u16(status).expect("scripted status");
+            let mut response = (status, body).into_response();
+            for (name, value) in headers {
+                set_header(&mut response, &name, &value);
+            }
+            response
+        }
+        ReplyKind::Answer {
+            text,
+            input_tokens,
+            output_tokens,
+        } => match envelope(&request, &text, input_tokens, output_tokens, ordinal) {
+            Some((request_id_header, envelope)) => {
+                let mut response = axum::Json(envelope).into_response();
+                set_header(
+                    &mut response,
+                    request_id_header,
+                    &format!("req_fake_{ordinal}"),
+                );
+                response
+            }
+            None => error_response(
+                StatusCode::NOT_FOUND,
+                &format!("fake provider: no endpoint at {}", request.path),
+            ),
+        },
+    };
+    for (name, value) in &reply.extra_headers {
+        set_header(&mut response, name, value);
+    }
+    response
+}
+
+/// The success envelope of the called endpoint, and the header that carries its request id.
+fn envelope(
+    request: &ReceivedRequest,
+    text: &str,
+    input_tokens: u64,
+    output_tokens: u64,
+    ordinal: usize,
+) -> Option<(&'static str, Value)> {
+    let model = request.body.get("model").cloned().unwrap_or(Value::Null);
+    match request.path.as_str() {
+        "/v1/chat/completions" => Some((
+            "x-request-id",
+            json!({
+                "id": format!("chatcmpl-fake-{ordinal}"),
+                "object": "chat.completion",
+                "created": 1_800_000_000,
+                "model": model,
+                "choices": [{
+                    "index": 0,
+                    "message": { "role": "assistant", "content": text, "refusal": null },
+                    "finish_reason": "stop",
+                }],
+                "usage": {
+                    "prompt_tokens": input_tokens,
+                    "completion_tokens": output_tokens,
+                    "total_tokens": input_tokens + output_tokens,
+                },
+            }),
+        )),
+        "/v1/responses" => Some((
+            "x-request-id",
+            json!({
+                "id": format!("resp_fake_{ordinal}"),
+                "object": "response",
+                "status": "completed",
+                "model": model,
+                "output": [
+                    { "type": "reasoning", "id": format!("rs_fake_{ordinal}"), "summary": [] },
+                    {
+                        "type": "message",
+                        "id": format!("msg_fake_{ordinal}"),
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": [{ "type": "output_text", "text": text, "annotations": [] }],
+                    },
+                ],
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "output_tokens": output_tokens,
+                    "total_tokens": input_tokens + output_tokens,
+                },
+            }),
+        )),
+        "/v1/messages" => {
+            // A forced tool call answers through the tool's input, as the real API does; an
+            // answer that is not a JSON object cannot be a tool input and stays text.
+            let forced_tool = request
+                .body
+                .get("tool_choice")
+                .filter(|choice| choice["type"] == "tool")
+                .and_then(|choice| choice["name"].as_str());
+            let tool_input = serde_json::from_str::<Value>(text)
+                .ok()
+                .filter(Value::is_object);
+            let (content, stop_reason) = match (forced_tool, tool_input) {
+                (Some(name), Some(input)) => (
+                    json!([{
+                        "type": "tool_use",
+                        "id": format!("toolu_fake_{ordinal}"),
+                        "name": name,
+                        "input": input,
+                    }]),
+                    "tool_use",
+                ),
+                _ => (json!([{ "type": "text", "text": text }]), "end_turn"),
+            };
+            Some((
+                "request-id",
+                json!({
+                    "id": format!("msg_fake_{ordinal}"),
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": content,
+                    "stop_reason": stop_reason,
+                    "stop_sequence": null,
+                    "usage": { "input_tokens": input_tokens, "output_tokens": output_tokens },
+                }),
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn error_response(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({ "error": { "message": message, "type": "fake_provider" } })),
+    )
+        .into_response()
+}
+
+fn set_header(response: &mut Response, name: &str, value: &str) {
+    let name = HeaderName::from_bytes(name.as_bytes()).expect("scripted header name");
+    let value = HeaderValue::from_str(value).expect("scripted header value");
+    response.headers_mut().insert(name, value);
+}
+
+fn header_map(headers: &HeaderMap) -> BTreeMap<String, String> {
+    let mut map: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        map.entry(name.as_str().to_owned())
+            .and_modify(|joined| {
+                joined.push_str(", ");
+                joined.push_str(&value);
+            })
+            .or_insert(value);
+    }
+    map
+}
+
+/// A VCR cassette as pydantic-ai records them.
+#[derive(Debug, Deserialize)]
+struct Cassette {
+    interactions: Vec<Interaction>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Interaction {
+    response: RecordedResponse,
+}
+
+#[derive(Debug, Deserialize)]
+struct RecordedResponse {
+    status: RecordedStatus,
+    #[serde(default)]
+    headers: BTreeMap<String, Vec<String>>,
+    /// JSON bodies are recorded parsed.
+    #[serde(default)]
+    parsed_body: Option<Value>,
+    /// Other bodies verbatim.
+    #[serde(default)]
+    body: Option<RecordedBody>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RecordedStatus {
+    code: u16,
+}
+
+#[derive(Debug, Deserialize)]
+struct RecordedBody {
+    string: String,
+}
+
+/// Headers describing the recorded transfer, not the response; the server sets its own.
+const TRANSFER_HEADERS: [&str; 4] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "content-encoding",
+];
+
+impl RecordedResponse {
+    fn into_reply(self) -> Reply {
+        let body = match (self.parsed_body, self.body) {
+            (Some(parsed), _) => parsed.to_string(),
+            (None, Some(raw)) => raw.string,
+            (None, None) => String::new(),
+        };
+        let headers = self
+            .headers
+            .into_iter()
+            .filter(|(name, _)| !TRANSFER_HEADERS.contains(&name.to_ascii_lowercase().as_str()))
+            .filter_map(|(name, values)| Some((name, values.into_iter().next()?)))
+            .collect();
+        Reply::from_kind(ReplyKind::Raw {
+            status: self.status.code,
+            headers,
+            body,
+        })
+    }
+}
+
+fn load_cassette(cassette: &str) -> Cassette {
+    let path = corpus_dir().join("provider-fixtures").join(cassette);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("read cassette {}: {error}", path.display()));
+    serde_yaml_ng::from_str(&text)
+        .unwrap_or_else(|error| panic!("parse cassette {}: {error}", path.display()))
+}

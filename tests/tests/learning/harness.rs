@@ -1,0 +1,176 @@
+//! A small world for learning tests: a project, sessions, turns and an extract worker.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use zuno_shared::config::{Config, ProviderApi, ProviderConfig};
+use zuno_shared::learning::{LearningIngestion, SourceGate, TurnOutcome};
+use zuno_shared::ledger::Ledger;
+use zuno_shared::runtime::{RunReport, Runner, RunnerConfig};
+use zuno_shared::transcript::{
+    MessageStatus, NewMessage, NewProject, NewSession, Part, Role, ToolStatus, TranscriptStore,
+};
+use zuno_tests::TestDb;
+use zuno_worker_extract::extract::ExtractHandler;
+use zuno_worker_extract::provider::LearningModelClient;
+
+pub struct World {
+    pub db: TestDb,
+    pub config: Arc<Config>,
+    pub ingestion: LearningIngestion,
+    pub ledger: Ledger,
+}
+
+/// A configuration whose extractor is the model behind `base_url` (OpenAI Chat wire format).
+pub fn model_config(base_url: &str) -> Config {
+    let mut config = Config::default();
+    config.providers.insert(
+        "fake".into(),
+        ProviderConfig {
+            api: ProviderApi::OpenaiChat,
+            base_url: base_url.to_owned(),
+            api_key_env: None,
+            header_envs: Default::default(),
+            small_model: None,
+            models: Default::default(),
+        },
+    );
+    config.learning.extractor_model = Some("fake/fake-model".into());
+    config.learning.execution.timeout_ms = 5_000;
+    config
+}
+
+impl World {
+    pub async fn new(db: TestDb, config: Config) -> World {
+        let config = Arc::new(config);
+        let clock = zuno_shared::clock::system_clock();
+        let ledger = Ledger::new(db.db.clone(), clock.clone());
+        let ingestion = LearningIngestion::new(
+            TranscriptStore::new(db.db.clone(), clock),
+            ledger.clone(),
+            config.clone(),
+        );
+        ingestion
+            .store()
+            .create_project(&NewProject {
+                id: "proj".into(),
+                name: "Project".into(),
+                worktree: None,
+            })
+            .await
+            .unwrap();
+        World {
+            db,
+            config,
+            ingestion,
+            ledger,
+        }
+    }
+
+    pub async fn session(&self) -> String {
+        self.session_with(NewSession {
+            project_id: "proj".into(),
+            ..NewSession::default()
+        })
+        .await
+    }
+
+    pub async fn session_with(&self, new: NewSession) -> String {
+        self.ingestion.create_session(&new).await.unwrap().0.id
+    }
+
+    pub async fn user(&self, session: &str, text: &str) -> TurnOutcome {
+        let message = NewMessage {
+            id: None,
+            role: Role::User,
+            status: None,
+            parts: vec![Part::Text {
+                text: text.into(),
+                injected: false,
+            }],
+            created_at: None,
+        };
+        self.ingestion
+            .append_message(session, &message, None)
+            .await
+            .unwrap()
+    }
+
+    pub async fn assistant(&self, session: &str, parts: Vec<Part>) -> TurnOutcome {
+        let message = NewMessage {
+            id: None,
+            role: Role::Assistant,
+            status: Some(MessageStatus::Completed),
+            parts,
+            created_at: None,
+        };
+        self.ingestion
+            .append_message(session, &message, None)
+            .await
+            .unwrap()
+    }
+
+    /// A correction followed by a completed tool call: the canonical eligible turn.
+    pub async fn corrected_turn(&self, session: &str) -> TurnOutcome {
+        self.user(
+            session,
+            "No, don't use npm here; use pnpm. It keeps the lockfile consistent.",
+        )
+        .await;
+        self.assistant(
+            session,
+            vec![
+                tool(
+                    "bash",
+                    r#"{"command":"pnpm install"}"#,
+                    "Done in 2.1s",
+                    ToolStatus::Completed,
+                ),
+                text("Installed with pnpm."),
+            ],
+        )
+        .await
+    }
+
+    /// Runs an extract worker until the queue is empty.
+    pub async fn run_extract(&self) -> RunReport {
+        self.run_extract_with(LearningModelClient::new()).await
+    }
+
+    pub async fn run_extract_with(&self, client: LearningModelClient) -> RunReport {
+        let mut config = RunnerConfig::new("extract-test");
+        config.exit_when_idle = true;
+        Runner::new(self.ledger.clone(), config)
+            .with_gate(Arc::new(SourceGate::new(
+                self.config.clone(),
+                self.ledger.clock().clone(),
+            )))
+            .register(Arc::new(ExtractHandler::new(self.config.clone(), client)))
+            .run(CancellationToken::new())
+            .await
+    }
+
+    pub async fn scalar(&self, sql: &'static str) -> i64 {
+        zuno_shared::on_db!(self.db.db, pool => sqlx::query_scalar(sql).fetch_one(pool).await)
+            .unwrap()
+    }
+}
+
+pub fn text(text: &str) -> Part {
+    Part::Text {
+        text: text.into(),
+        injected: false,
+    }
+}
+
+pub fn tool(name: &str, arguments: &str, result: &str, status: ToolStatus) -> Part {
+    Part::ToolCall {
+        tool_name: name.into(),
+        call_id: None,
+        arguments: serde_json::from_str(arguments).unwrap(),
+        result: Some(result.into()),
+        status,
+        external_context: false,
+        injected: false,
+    }
+}

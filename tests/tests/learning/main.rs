@@ -1,0 +1,8 @@
+//! Closed-turn learning end to end, on both backends: admission, the rules and model extractors
+//! (the model through the fake provider speaking real wire formats), validation and refusal,
+//! settlement, policy, feedback, manual commands, repair and token accounting.
+
+mod extraction;
+mod harness;
+mod manual;
+mod policy;
