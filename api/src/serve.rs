@@ -5,7 +5,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
 use zuno_shared::clock::system_clock;
 use zuno_shared::db::Db;
 use zuno_shared::ledger::{ClaimGate, Ledger};
@@ -70,6 +69,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         config,
         db.clone(),
         system_clock(),
+        settings.paths.clone(),
         token.as_deref(),
         Some(telemetry.registry().clone()),
     );
@@ -83,6 +83,12 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         .local_addr()
         .map_err(|e| CliError::new(CliError::FAILURE, e.to_string()))?;
 
+    // Start-up reconciliation of resident Memory: historical applying/undoing candidates are
+    // classified (never replayed) and missing projections restored from their revision.
+    match state.memory.reconcile().await {
+        Ok(report) => tracing::info!(?report, "memory reconciliation finished"),
+        Err(error) => tracing::warn!(%error, "memory reconciliation failed"),
+    }
     // Start-up catch-up: admit recent completed turns that missed admission (e.g. written while
     // no server ran). Failures here must not keep the API from serving.
     match state.ingestion.catch_up().await {
@@ -100,7 +106,10 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         Err(error) => tracing::warn!(%error, "start-up catch-up failed"),
     }
     let mut background = tokio::task::JoinSet::new();
-    background.spawn(report_queue_depth(state.ledger.clone(), shutdown.clone()));
+    background.spawn(zuno_shared::telemetry::report_queue_depth(
+        state.ledger.clone(),
+        shutdown.clone(),
+    ));
     if args.all_in_one {
         for runner in all_in_one_runners(&settings, &db, args.worker_concurrency)? {
             let shutdown = shutdown.clone();
@@ -169,25 +178,6 @@ fn all_in_one_runners(
         runners.push(runner);
     }
     Ok(runners)
-}
-
-/// Publishes queue depth by kind and state every few seconds.
-async fn report_queue_depth(ledger: Ledger, shutdown: CancellationToken) {
-    let metrics = zuno_shared::telemetry::metrics::ledger();
-    loop {
-        match ledger.counts().await {
-            Ok(counts) => {
-                for count in counts {
-                    metrics.queue_depth(count.kind, count.state.as_str(), count.count);
-                }
-            }
-            Err(error) => tracing::debug!(%error, "cannot read queue depth"),
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-        }
-    }
 }
 
 #[cfg(test)]

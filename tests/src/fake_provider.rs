@@ -6,6 +6,11 @@
 //! status/headers/body, a hang that never answers, or a response replayed from the recorded
 //! cassettes in `shared/corpus/provider-fixtures` (read in place). Every request is recorded
 //! for assertions. With the script used up it answers 500 saying so.
+//!
+//! In *auto-answer* mode ([`FakeProvider::start_auto`], the `zuno-fake-provider` binary the
+//! docker-compose stack runs) a request without a scripted reply is answered with a valid
+//! extraction derived from the request itself ([`auto_answer`]), so a stack with no real model
+//! still learns something.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -47,6 +52,8 @@ enum ReplyKind {
         body: String,
     },
     Hang,
+    /// The extraction [`auto_answer`] derives from the request.
+    Auto,
 }
 
 impl Reply {
@@ -92,6 +99,12 @@ impl Reply {
     /// Accepts the request and never answers (until the server is dropped).
     pub fn hang() -> Reply {
         Reply::from_kind(ReplyKind::Hang)
+    }
+
+    /// The extraction answer [`auto_answer`] derives from the request, in the called endpoint's
+    /// success envelope.
+    pub fn auto() -> Reply {
+        Reply::from_kind(ReplyKind::Auto)
     }
 
     /// Every recorded response of a cassette, in order. `cassette` is relative to
@@ -153,13 +166,21 @@ impl ReceivedRequest {
 struct Script {
     replies: VecDeque<Reply>,
     received: Vec<ReceivedRequest>,
+    /// Requests received in all (`received` is bounded in auto-answer mode).
+    count: usize,
 }
 
 #[derive(Clone)]
 struct Shared {
     script: Arc<Mutex<Script>>,
     shutdown: CancellationToken,
+    /// Answer with [`Reply::auto`] when the script is used up (instead of 500).
+    auto: bool,
 }
+
+/// In auto-answer mode the fake runs as a long-lived service: keep only this many recent
+/// requests so memory stays bounded.
+const AUTO_MODE_KEPT_REQUESTS: usize = 1000;
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Script> {
@@ -180,14 +201,29 @@ impl FakeProvider {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind fake provider");
+        FakeProvider::serve(listener, false)
+    }
+
+    /// Binds `address` (e.g. `0.0.0.0:8090`) and serves in auto-answer mode: scripted replies
+    /// still come first, and every request after them gets [`Reply::auto`]. `GET /healthz`
+    /// answers 200 for container health checks.
+    pub async fn start_auto(address: &str) -> std::io::Result<FakeProvider> {
+        let listener = tokio::net::TcpListener::bind(address).await?;
+        Ok(FakeProvider::serve(listener, true))
+    }
+
+    fn serve(listener: tokio::net::TcpListener, auto: bool) -> FakeProvider {
         let address = listener.local_addr().expect("fake provider address");
         let shared = Shared {
             script: Arc::default(),
             shutdown: CancellationToken::new(),
+            auto,
         };
-        let app = axum::Router::new()
-            .fallback(handle)
-            .with_state(shared.clone());
+        let mut app = axum::Router::new();
+        if auto {
+            app = app.route("/healthz", axum::routing::get(|| async { "ok" }));
+        }
+        let app = app.fallback(handle).with_state(shared.clone());
         let stop = shared.shutdown.clone();
         let task = tokio::spawn(async move {
             axum::serve(listener, app)
@@ -222,6 +258,11 @@ impl FakeProvider {
     pub fn remaining(&self) -> usize {
         self.shared.lock().replies.len()
     }
+
+    /// Requests received since start (in auto-answer mode `requests()` keeps only the latest).
+    pub fn request_count(&self) -> usize {
+        self.shared.lock().count
+    }
 }
 
 impl Drop for FakeProvider {
@@ -249,7 +290,15 @@ async fn handle(
     let (reply, ordinal) = {
         let mut script = shared.lock();
         script.received.push(request.clone());
-        (script.replies.pop_front(), script.received.len())
+        script.count += 1;
+        if shared.auto && script.received.len() > AUTO_MODE_KEPT_REQUESTS {
+            script.received.remove(0);
+        }
+        let reply = script
+            .replies
+            .pop_front()
+            .or_else(|| shared.auto.then(Reply::auto));
+        (reply, script.count)
     };
     let Some(reply) = reply else {
         return error_response(
@@ -281,26 +330,41 @@ async fn handle(
             text,
             input_tokens,
             output_tokens,
-        } => match envelope(&request, &text, input_tokens, output_tokens, ordinal) {
-            Some((request_id_header, envelope)) => {
-                let mut response = axum::Json(envelope).into_response();
-                set_header(
-                    &mut response,
-                    request_id_header,
-                    &format!("req_fake_{ordinal}"),
-                );
-                response
-            }
-            None => error_response(
-                StatusCode::NOT_FOUND,
-                &format!("fake provider: no endpoint at {}", request.path),
-            ),
-        },
+        } => answer_response(&request, &text, input_tokens, output_tokens, ordinal),
+        ReplyKind::Auto => {
+            let text = auto_answer(&request.body).to_string();
+            answer_response(&request, &text, 100, 20, ordinal)
+        }
     };
     for (name, value) in &reply.extra_headers {
         set_header(&mut response, name, value);
     }
     response
+}
+
+/// `text` as the called endpoint's success response, or 404 for an endpoint it does not know.
+fn answer_response(
+    request: &ReceivedRequest,
+    text: &str,
+    input_tokens: u64,
+    output_tokens: u64,
+    ordinal: usize,
+) -> Response {
+    match envelope(request, text, input_tokens, output_tokens, ordinal) {
+        Some((request_id_header, envelope)) => {
+            let mut response = axum::Json(envelope).into_response();
+            set_header(
+                &mut response,
+                request_id_header,
+                &format!("req_fake_{ordinal}"),
+            );
+            response
+        }
+        None => error_response(
+            StatusCode::NOT_FOUND,
+            &format!("fake provider: no endpoint at {}", request.path),
+        ),
+    }
 }
 
 /// The success envelope of the called endpoint, and the header that carries its request id.
@@ -395,6 +459,65 @@ fn envelope(
         }
         _ => None,
     }
+}
+
+/// A valid extraction answer derived from a learning request: the `<sources>` JSON framed in
+/// the user message is parsed, and the first `user_statement` source becomes one `correction`
+/// experience citing its first sentence verbatim (so citation validation accepts it). Without
+/// such a source (or for a request that is not an extraction) the answer is empty lists, which
+/// is also valid. Deterministic, so the stack's behaviour is repeatable.
+pub fn auto_answer(body: &Value) -> Value {
+    let statement = framed_sources(body)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|source| source["verification"] == "user_statement")
+        .find_map(|source| {
+            let id = source["source_id"].as_str()?.to_owned();
+            let excerpt = first_sentence(source["text"].as_str()?)?;
+            Some((id, excerpt))
+        });
+    let Some((source_id, excerpt)) = statement else {
+        return json!({ "experiences": [], "memories": [] });
+    };
+    let title: String = excerpt.chars().take(80).collect();
+    json!({
+        "experiences": [{
+            "kind": "correction",
+            "title": format!("User correction: {title}"),
+            "summary": format!("The user corrected the agent: {excerpt}"),
+            "resolution": null,
+            "citations": [{ "source_id": source_id, "excerpt": excerpt }],
+            "confidence": 0.8,
+        }],
+        "memories": [],
+    })
+}
+
+/// The `sources` array of the first string anywhere in `body` that holds a `<sources>` frame
+/// (chat `messages[].content`, Responses `input[]`, Anthropic `messages[]`, plain or as blocks).
+fn framed_sources(body: &Value) -> Option<Vec<Value>> {
+    match body {
+        Value::String(text) => {
+            let start = text.find("<sources>")? + "<sources>".len();
+            let end = start + text[start..].find("</sources>")?;
+            let framed: Value = serde_json::from_str(text[start..end].trim()).ok()?;
+            framed.get("sources")?.as_array().cloned()
+        }
+        Value::Array(items) => items.iter().find_map(framed_sources),
+        Value::Object(map) => map.values().find_map(framed_sources),
+        _ => None,
+    }
+}
+
+/// The first sentence of `text`, trimmed, as an exact substring; `None` when it is too short to
+/// be a citation (validation wants at least four characters).
+fn first_sentence(text: &str) -> Option<String> {
+    let end = text
+        .char_indices()
+        .find(|&(_, c)| matches!(c, '.' | '!' | '?' | '\n' | '。' | '！' | '？'))
+        .map_or(text.len(), |(index, c)| index + c.len_utf8());
+    let sentence = text[..end].trim();
+    (sentence.chars().count() >= 4).then(|| sentence.to_owned())
 }
 
 fn error_response(status: StatusCode, message: &str) -> Response {
@@ -494,4 +617,68 @@ fn load_cassette(cassette: &str) -> Cassette {
         .unwrap_or_else(|error| panic!("read cassette {}: {error}", path.display()));
     serde_yaml_ng::from_str(&text)
         .unwrap_or_else(|error| panic!("parse cassette {}: {error}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zuno_shared::learning::extraction::ExtractionOutput;
+    use zuno_shared::learning::manifest::{SourceKind, SourceRecord, Verification, finish};
+
+    fn record(id: &str, verification: Verification, text: &str) -> SourceRecord {
+        SourceRecord {
+            source_id: id.into(),
+            address: format!("message:m:part:{id}"),
+            message_id: Some("m".into()),
+            part_ordinal: Some(0),
+            kind: SourceKind::UserText,
+            verification,
+            text: text.into(),
+            raw_digest: "raw".into(),
+            redacted_digest: "red".into(),
+            clipped: false,
+        }
+    }
+
+    /// The auto answer to the real prompt passes the real validation with a verified citation.
+    #[test]
+    fn auto_answer_cites_the_first_user_statement_verbatim() {
+        let manifest = finish(vec![
+            record("S1", Verification::AssistantClaim, "I will use npm."),
+            record(
+                "S2",
+                Verification::UserStatement,
+                "  No, use pnpm, not npm! It keeps the lockfile.",
+            ),
+        ]);
+        let (system, user) = zuno_worker_extract::prompt::build(&manifest, false);
+        let body = json!({ "messages": [
+            { "role": "system", "content": system },
+            { "role": "user", "content": user },
+        ]});
+        let answer: ExtractionOutput = serde_json::from_value(auto_answer(&body)).unwrap();
+        assert_eq!(answer.experiences.len(), 1);
+        let citation = &answer.experiences[0].citations[0];
+        assert_eq!(
+            (citation.source_id.as_str(), citation.excerpt.as_str()),
+            ("S2", "No, use pnpm, not npm!")
+        );
+        let checked = zuno_shared::learning::validate::validate(&answer, &manifest).unwrap();
+        assert!(checked.experiences[0].verified, "{checked:?}");
+    }
+
+    #[test]
+    fn auto_answer_is_empty_without_a_user_statement() {
+        let manifest = finish(vec![record("S1", Verification::ToolSucceeded, "ok")]);
+        let (_, user) = zuno_worker_extract::prompt::build(&manifest, true);
+        let body = json!({ "input": [{ "role": "user", "content": user }] });
+        assert_eq!(
+            auto_answer(&body),
+            json!({ "experiences": [], "memories": [] })
+        );
+        assert_eq!(
+            auto_answer(&json!({ "messages": [] })),
+            json!({ "experiences": [], "memories": [] })
+        );
+    }
 }

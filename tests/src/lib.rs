@@ -3,6 +3,7 @@
 //! both, and helpers for the workspace's binaries.
 
 pub mod fake_provider;
+pub mod otlp_receiver;
 pub mod processes;
 pub mod server;
 
@@ -12,19 +13,160 @@ use zuno_shared::clock::{ManualClock, SharedClock};
 use zuno_shared::db::{Backend, ConnectOptions, Db};
 use zuno_shared::ledger::Ledger;
 
-/// The Postgres server tests create their databases on: `ZUNO_TEST_DATABASE_URL`, else
-/// `DATABASE_URL`. `scripts/test` starts a private cluster and sets the former.
+/// The Postgres server tests create their databases on: `ZUNO_TEST_DATABASE_URL`, else a
+/// `postgres://` `DATABASE_URL` (`scripts/test` starts a private cluster and sets the former),
+/// else a container of the locally built Postgres image, started once per test process on first
+/// use (see [`postgres_container`]).
 pub fn postgres_admin_url() -> String {
-    std::env::var("ZUNO_TEST_DATABASE_URL")
-        .or_else(|_| std::env::var("DATABASE_URL"))
-        .ok()
-        .filter(|url| url.starts_with("postgres"))
-        .unwrap_or_else(|| {
-            panic!(
-                "Postgres tests need a server: run `scripts/test` (it starts one), or set \
-                 ZUNO_TEST_DATABASE_URL=postgres://user@host:port/postgres"
-            )
+    configured_postgres_url().unwrap_or_else(|| postgres_container::admin_url().to_owned())
+}
+
+/// A Postgres server named by the environment, if any.
+pub fn configured_postgres_url() -> Option<String> {
+    ["ZUNO_TEST_DATABASE_URL", "DATABASE_URL"]
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .find(|url| url.starts_with("postgres"))
+}
+
+/// Postgres for the tests in a container, when the environment names no server.
+///
+/// One container per test process, started lazily by the first Postgres test and shared by the
+/// rest (each still creates and drops its own database in it). nextest runs every test in a
+/// process of its own, so there it is one container per Postgres test: slower than a shared
+/// server, which is why `scripts/test` starts one and sets `ZUNO_TEST_DATABASE_URL`.
+pub mod postgres_container {
+    use std::process::{Command, Stdio};
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use testcontainers::core::{IntoContainerPort, WaitFor};
+    use testcontainers::runners::AsyncRunner;
+    use testcontainers::{GenericImage, ImageExt};
+
+    /// The image `scripts/images` builds (from Debian packages; nothing is pulled here).
+    pub const DEFAULT_IMAGE: &str = "zuno/postgres:15";
+
+    /// `ZUNO_TEST_POSTGRES_IMAGE`, else [`DEFAULT_IMAGE`]. Any image that follows the official
+    /// `postgres` image's conventions (`POSTGRES_HOST_AUTH_METHOD`, `postgres -c …`) works,
+    /// `postgres:15` included where it can be pulled.
+    pub fn image() -> String {
+        std::env::var("ZUNO_TEST_POSTGRES_IMAGE")
+            .ok()
+            .filter(|image| !image.is_empty())
+            .unwrap_or_else(|| DEFAULT_IMAGE.to_owned())
+    }
+
+    struct Started {
+        admin_url: String,
+        /// The reaper's stdin: closed by the kernel when this process exits, however it exits.
+        _reaper: Option<std::process::ChildStdin>,
+    }
+
+    static STARTED: OnceLock<Result<Started, String>> = OnceLock::new();
+
+    /// The admin URL of this process's Postgres container, starting it on first call. Panics
+    /// with what to do when no container can be started (no Docker, or no image).
+    pub fn admin_url() -> &'static str {
+        match STARTED.get_or_init(start) {
+            Ok(started) => &started.admin_url,
+            Err(error) => panic!(
+                "Postgres tests need a server. None is configured (ZUNO_TEST_DATABASE_URL or a \
+                 postgres:// DATABASE_URL) and no Postgres container could be started from image \
+                 `{}`: {error}.\nEither run `scripts/test` (it starts a private cluster), set \
+                 ZUNO_TEST_DATABASE_URL=postgres://user@host:port/postgres, or make Docker \
+                 available and build the image with `scripts/images`.",
+                image()
+            ),
+        }
+    }
+
+    fn start() -> Result<Started, String> {
+        let image = image();
+        let (name, tag) = image.rsplit_once(':').unwrap_or((image.as_str(), "latest"));
+        let request = GenericImage::new(name, tag)
+            .with_exposed_port(5432.tcp())
+            // The server is ready only after initialization; the image logs this line once.
+            .with_wait_for(WaitFor::message_on_stderr(
+                "database system is ready to accept connections",
+            ))
+            .with_env_var("POSTGRES_HOST_AUTH_METHOD", "trust")
+            .with_label("zuno.test", "postgres")
+            .with_label("zuno.test.pid", std::process::id().to_string())
+            // Test data need not survive a crash; every test opens pools of its own.
+            .with_cmd([
+                "postgres",
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=300",
+            ])
+            .with_startup_timeout(Duration::from_secs(120));
+        // Start on a thread with a runtime of its own: callers may be on any runtime (each
+        // #[tokio::test] has one that ends with the test), or on none.
+        let started = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async move {
+                let container = request.start().await.map_err(|e| e.to_string())?;
+                let port = container
+                    .get_host_port_ipv4(5432.tcp())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let id = container.id().to_owned();
+                // The container must outlive this runtime and every test of the process. Its
+                // Drop would remove it through this runtime's client, so it is not dropped:
+                // the reaper below removes it when the process exits.
+                std::mem::forget(container);
+                Ok::<_, String>((id, port))
+            })
         })
+        .join()
+        .map_err(|_| String::from("the container start panicked"))?;
+        let (id, port) = started?;
+        eprintln!(
+            "test: Postgres in container {} ({image}) on port {port}",
+            &id[..12.min(id.len())]
+        );
+        Ok(Started {
+            admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            _reaper: spawn_reaper(&id),
+        })
+    }
+
+    /// Removes the container once this process is gone, even when it is killed: a detached
+    /// shell waits for EOF on a pipe only this process holds open. (testcontainers' own reaper
+    /// container would need an image pulled from a registry.)
+    fn spawn_reaper(id: &str) -> Option<std::process::ChildStdin> {
+        let spawned = Command::new("setsid")
+            .args([
+                "sh",
+                "-c",
+                "cat >/dev/null; docker rm -f -v \"$0\" >/dev/null 2>&1",
+                id,
+            ])
+            .stdin(Stdio::piped())
+            // Nothing of the test's output stays open in the reaper (nextest waits for it).
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        match spawned {
+            Ok(mut child) => child.stdin.take(),
+            Err(error) => {
+                eprintln!(
+                    "test: cannot start a reaper for container {id} ({error}); remove it with \
+                     `docker rm -f {id}`"
+                );
+                None
+            }
+        }
+    }
 }
 
 /// A fresh, migrated database that lives as long as this value.

@@ -12,16 +12,20 @@ pub struct TestServer {
     pub base: String,
     pub client: reqwest::Client,
     pub state: AppState,
+    /// The server's ZUNO_HOME (global memory lives here).
+    pub home: tempfile::TempDir,
     shutdown: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl TestServer {
     pub async fn start(db: &TestDb, config: Config, operator_token: Option<&str>) -> TestServer {
+        let home = tempfile::tempdir().expect("temp home");
         let state = AppState::new(
             Arc::new(config),
             db.db.clone(),
             zuno_shared::clock::system_clock(),
+            zuno_shared::paths::Paths::resolve(Some(home.path())),
             operator_token,
             None,
         );
@@ -42,6 +46,7 @@ impl TestServer {
             base,
             client: reqwest::Client::new(),
             state,
+            home,
             shutdown,
             task: Some(task),
         }

@@ -14,6 +14,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use zuno_shared::config::Config;
 use zuno_shared::db::Tx;
 use zuno_shared::learning::events::{self, EventScope};
@@ -188,6 +190,14 @@ impl JobHandler for ExtractHandler {
                             .map(|_| ())
                             .map_err(|e| e.to_string())
                     })
+                    // A child of the job's span, so the provider call (repair and retries
+                    // included) shows in the admitting request's trace.
+                    .instrument(tracing::info_span!(
+                        "provider request",
+                        provider = %model.provider,
+                        model = %model.model,
+                        api = %serde_json::json!(model.api).as_str().unwrap_or_default(),
+                    ))
                     .await;
                 let metrics = zuno_shared::telemetry::metrics::provider();
                 match called {
@@ -284,6 +294,21 @@ impl JobHandler for ExtractHandler {
         )
         .await
         .map_err(store_error)?;
+        // Only completed extractions enter memory maintenance.
+        if stored.verified > 0 {
+            let trigger = stored
+                .experiences
+                .last()
+                .map(|(_, id)| id.clone())
+                .unwrap_or_default();
+            zuno_shared::memory::maintenance::admit_in(
+                &ctx.ledger,
+                tx,
+                &snapshot.project_id,
+                &trigger,
+            )
+            .await?;
+        }
         let result = result_json(&version, &answer, &validated, &stored);
         let mut outcome = result.clone();
         outcome["requestId"] = serde_json::json!(answer.request_id);

@@ -3,7 +3,9 @@
 
 pub mod extract;
 pub mod prompt;
-pub mod provider;
+/// The provider client lives in `zuno_shared::provider` (maintenance, mining and evaluation
+/// use it too); re-exported here for the extract stage's callers.
+pub use zuno_shared::provider;
 
 use std::sync::Arc;
 

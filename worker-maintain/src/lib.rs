@@ -1,35 +1,26 @@
 //! The no-tools resident Memory maintenance stage.
-//!
-//! The runtime around this stage (claims, leases, heartbeats, fenced settlement) is complete;
-//! the stage's own model work arrives with its issue, so for now an attempt records an explicit
-//! no-op outcome rather than pretending to have learned anything.
+
+pub mod maintain;
 
 use std::sync::Arc;
 
-use zuno_shared::ledger::{Job, JobKind};
+use zuno_shared::memory::service::MemoryService;
+use zuno_shared::provider::LearningModelClient;
+use zuno_shared::runtime::JobHandler;
 use zuno_shared::runtime::process::WorkerEnv;
-use zuno_shared::runtime::{JobContext, JobError, JobHandler};
-
-pub struct StageHandler {
-    kind: JobKind,
-}
-
-#[async_trait::async_trait]
-impl JobHandler for StageHandler {
-    fn kind(&self) -> JobKind {
-        self.kind
-    }
-
-    async fn run(&self, ctx: JobContext) -> Result<Job, JobError> {
-        let settlement = ctx.begin_settlement().await?;
-        let result = serde_json::json!({ "outcome": "no_op", "reason": "memory maintenance is not implemented yet" });
-        Ok(settlement.complete(result).await?)
-    }
-}
 
 /// The handlers `zuno-worker-maintain` registers.
-pub fn handlers(_env: &WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>> {
-    Ok(vec![Arc::new(StageHandler {
-        kind: JobKind::Maintain,
-    })])
+pub fn handlers(env: &WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>> {
+    let config = Arc::new(env.settings.config.clone());
+    let memory = MemoryService::new(
+        env.ledger.db().clone(),
+        config.clone(),
+        env.settings.paths.clone(),
+        env.ledger.clock().clone(),
+    );
+    Ok(vec![Arc::new(maintain::MaintainHandler::new(
+        config,
+        memory,
+        LearningModelClient::new(),
+    ))])
 }

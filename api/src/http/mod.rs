@@ -32,6 +32,7 @@ pub struct AppState {
     pub transcripts: TranscriptStore,
     pub ingestion: LearningIngestion,
     pub tokens: TokenStore,
+    pub memory: zuno_shared::memory::service::MemoryService,
     pub auth: auth::Auth,
     /// The Prometheus registry rendered at `/metrics` (absent in tests without telemetry).
     pub metrics: Option<prometheus::Registry>,
@@ -42,6 +43,7 @@ impl AppState {
         config: Arc<Config>,
         db: Db,
         clock: SharedClock,
+        paths: zuno_shared::paths::Paths,
         operator_token: Option<&str>,
         metrics: Option<prometheus::Registry>,
     ) -> AppState {
@@ -49,6 +51,12 @@ impl AppState {
         let transcripts = TranscriptStore::new(db.clone(), clock.clone());
         let ingestion = LearningIngestion::new(transcripts.clone(), ledger.clone(), config.clone());
         AppState {
+            memory: zuno_shared::memory::service::MemoryService::new(
+                db.clone(),
+                config.clone(),
+                paths,
+                clock.clone(),
+            ),
             tokens: TokenStore::new(db.clone(), clock),
             auth: auth::Auth::new(operator_token),
             config,

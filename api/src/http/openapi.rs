@@ -7,7 +7,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::routes::{jobs, learning, projects, sessions};
+use super::routes::{jobs, learning, memory, projects, sessions};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -37,7 +37,7 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(projects::create_project, projects::list_projects))
         .routes(routes!(projects::get_project))
         .routes(routes!(projects::create_session))
-        .routes(routes!(sessions::get_session))
+        .routes(routes!(sessions::get_session, sessions::delete_session))
         .routes(routes!(sessions::append_message, sessions::list_messages))
         .routes(routes!(sessions::replace_parts))
         .routes(routes!(sessions::complete_message))
@@ -56,6 +56,17 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(learning::forget))
         .routes(routes!(learning::reprocess))
         .routes(routes!(learning::repair_history))
+        .routes(routes!(memory::context))
+        .routes(routes!(memory::get_receipt))
+        .routes(routes!(memory::search))
+        .routes(routes!(memory::read, memory::update))
+        .routes(routes!(memory::candidates))
+        .routes(routes!(memory::approve))
+        .routes(routes!(memory::reject))
+        .routes(routes!(memory::undo))
+        .routes(routes!(memory::inspect))
+        .routes(routes!(memory::import))
+        .routes(routes!(memory::revisions))
         .route("/api/openapi.json", axum::routing::get(serve_document))
 }
 

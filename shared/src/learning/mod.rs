@@ -10,7 +10,9 @@ mod ingestion;
 pub mod manifest;
 pub mod policy;
 pub mod projection;
+pub mod recall;
 pub mod redact;
+pub mod retrieval;
 pub mod rules;
 pub mod signals;
 mod snapshot;
@@ -19,6 +21,7 @@ pub mod validate;
 
 pub use ingestion::{
     LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError, RULES_EXTRACTOR_VERSION,
-    ReflectOutcome, ReflectScope, RepairAction, RepairReport, TurnOutcome, extractor_version,
+    ReflectOutcome, ReflectScope, RepairAction, RepairReport, SessionDeletion, TurnOutcome,
+    extractor_version,
 };
 pub use snapshot::{SourceCheck, SourceGate, SourceSnapshot, cited_sources, manifest_for};

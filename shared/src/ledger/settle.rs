@@ -305,7 +305,10 @@ impl Settlement<'_> {
     }
 
     /// `state` is a terminal state or `retry` (queued again unless the row's own attempt count
-    /// has reached its ceiling, which the statement decides).
+    /// has reached its ceiling, which the statement decides). Runs in a `settle` span, a child
+    /// of the job's span, so the settlement shows in the admitting request's trace.
+    #[tracing::instrument(name = "settle", skip_all,
+        fields(job.id = %self.lease.job_id, job.kind = %self.lease.kind, settle.state = state))]
     async fn finish(
         mut self,
         state: &str,

@@ -15,7 +15,7 @@ use crate::config::{Config, EnvOverrides, load_file};
 use crate::db::{ConnectOptions, Db};
 use crate::ledger::{ClaimGate, Ledger};
 use crate::paths::Paths;
-use crate::telemetry::{TelemetryConfig, TelemetryGuard};
+use crate::telemetry::{MetricsServer, TelemetryConfig, TelemetryGuard, report_queue_depth};
 
 /// Command-line options every worker binary accepts.
 #[derive(Debug, Clone, clap::Args)]
@@ -54,6 +54,10 @@ pub struct WorkerArgs {
     /// Exit once nothing is left to claim (batch drains and tests).
     #[arg(long)]
     pub exit_when_idle: bool,
+    /// Serve `GET /metrics` (Prometheus text) and `GET /healthz` on this address, e.g.
+    /// `0.0.0.0:9100`, so a scraper can reach every worker of a fleet. Off when absent.
+    #[arg(long, env = "ZUNO_METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Loaded configuration and the paths it came from.
@@ -148,8 +152,18 @@ where
     if let Some(url) = &args.database_url {
         settings.config.database.url = Some(url.clone());
     }
-    let _telemetry = init_telemetry(service, &settings.config)?;
+    let telemetry = init_telemetry(service, &settings.config)?;
     let shutdown = super::shutdown::on_signal();
+    // Bound before waiting for the database: a worker stuck on an unreachable database is
+    // alive, and its metrics say so.
+    let metrics_server = match args.metrics_addr {
+        Some(address) => Some(
+            MetricsServer::start(address, telemetry.registry().clone(), shutdown.clone())
+                .await
+                .with_context(|| format!("cannot serve metrics on {address}"))?,
+        ),
+        None => None,
+    };
     let options = settings.connect_options();
     let db = tokio::select! {
         db = open_database(&options, Duration::from_secs(600)) => db?,
@@ -167,10 +181,19 @@ where
     for handler in handlers {
         runner = runner.register(handler);
     }
+    // Queue depth is database-wide; a worker publishes it only when its metrics go somewhere.
+    let depth = (metrics_server.is_some() || env.settings.config.telemetry.otlp_endpoint.is_some())
+        .then(|| tokio::spawn(report_queue_depth(env.ledger.clone(), shutdown.clone())));
     let report = runner.run(shutdown.clone()).await;
     shutdown.cancel();
     if let Some(listener) = listener {
         let _ = listener.await;
+    }
+    if let Some(depth) = depth {
+        let _ = depth.await;
+    }
+    if let Some(server) = metrics_server {
+        server.abort();
     }
     db.close().await;
     tracing::info!(?report, "worker exited");

@@ -10,6 +10,22 @@ use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 
 use crate::ledger::JobKind;
 
+// Bucket boundaries in seconds. The SDK's default boundaries (0, 5, 10, 25, … 10000) suit
+// milliseconds: in seconds they would put every claim and most provider calls in the first
+// bucket and make quantiles meaningless. Each set spans its measurement's expected range.
+const CLAIM_LATENCY_BUCKETS: [f64; 13] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+const JOB_DURATION_BUCKETS: [f64; 15] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+const PROVIDER_LATENCY_BUCKETS: [f64; 14] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+];
+const RETRIEVAL_LATENCY_BUCKETS: [f64; 11] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
 fn meter() -> Meter {
     opentelemetry::global::meter("zuno")
 }
@@ -50,6 +66,7 @@ pub fn ledger() -> &'static LedgerMetrics {
                 .f64_histogram("zuno_claim_latency")
                 .with_unit("s")
                 .with_description("Duration of one claim transaction")
+                .with_boundaries(CLAIM_LATENCY_BUCKETS.to_vec())
                 .build(),
             settled: meter
                 .u64_counter("zuno_jobs_settled")
@@ -71,6 +88,7 @@ pub fn ledger() -> &'static LedgerMetrics {
                 .f64_histogram("zuno_job_duration")
                 .with_unit("s")
                 .with_description("Wall time of one job attempt")
+                .with_boundaries(JOB_DURATION_BUCKETS.to_vec())
                 .build(),
             queue_depth: meter
                 .i64_gauge("zuno_queue_depth")
@@ -174,6 +192,7 @@ pub fn provider() -> &'static ProviderMetrics {
                 .f64_histogram("zuno_provider_latency")
                 .with_unit("s")
                 .with_description("Provider call latency, including repair and retries")
+                .with_boundaries(PROVIDER_LATENCY_BUCKETS.to_vec())
                 .build(),
             errors: meter
                 .u64_counter("zuno_provider_errors")
@@ -248,6 +267,7 @@ pub fn retrieval() -> &'static RetrievalMetrics {
                 .f64_histogram("zuno_retrieval_latency")
                 .with_unit("s")
                 .with_description("Prompt-context assembly latency")
+                .with_boundaries(RETRIEVAL_LATENCY_BUCKETS.to_vec())
                 .build(),
             skipped: meter
                 .u64_counter("zuno_retrieval_skipped")

@@ -4,9 +4,13 @@
 //! OpenTelemetry layer exporting spans over OTLP/HTTP when an endpoint is configured, a meter
 //! provider that feeds the Prometheus registry served at `/metrics` (and OTLP when configured),
 //! and the W3C trace-context propagator used to carry a trace from an admitting request to the
-//! worker that runs the job.
+//! worker that runs the job. Processes without an HTTP API serve `/metrics` through
+//! [`MetricsServer`]; every process exporting metrics publishes queue depth with
+//! [`report_queue_depth`].
 
 pub mod metrics;
+mod queue_depth;
+mod server;
 mod trace_context;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -17,6 +21,8 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+pub use queue_depth::{QUEUE_DEPTH_INTERVAL, publish_queue_depth, report_queue_depth};
+pub use server::MetricsServer;
 pub use trace_context::{continue_trace, current_traceparent};
 
 /// How to set up telemetry for one process.

@@ -6,4 +6,5 @@ mod errors;
 mod ingestion;
 mod learning;
 mod openapi;
+mod recall;
 mod tracing_context;

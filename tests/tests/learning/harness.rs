@@ -6,6 +6,7 @@ use tokio_util::sync::CancellationToken;
 use zuno_shared::config::{Config, ProviderApi, ProviderConfig};
 use zuno_shared::learning::{LearningIngestion, SourceGate, TurnOutcome};
 use zuno_shared::ledger::Ledger;
+use zuno_shared::memory::service::MemoryService;
 use zuno_shared::runtime::{RunReport, Runner, RunnerConfig};
 use zuno_shared::transcript::{
     MessageStatus, NewMessage, NewProject, NewSession, Part, Role, ToolStatus, TranscriptStore,
@@ -13,6 +14,7 @@ use zuno_shared::transcript::{
 use zuno_tests::TestDb;
 use zuno_worker_extract::extract::ExtractHandler;
 use zuno_worker_extract::provider::LearningModelClient;
+use zuno_worker_maintain::maintain::MaintainHandler;
 
 pub struct World {
     pub db: TestDb,
@@ -146,6 +148,47 @@ impl World {
                 self.ledger.clock().clone(),
             )))
             .register(Arc::new(ExtractHandler::new(self.config.clone(), client)))
+            .run(CancellationToken::new())
+            .await
+    }
+
+    /// Creates another project, optionally with a worktree (where `.zuno/RULES.md` lives).
+    pub async fn project(&self, id: &str, worktree: Option<&std::path::Path>) {
+        self.ingestion
+            .store()
+            .create_project(&NewProject {
+                id: id.into(),
+                name: id.into(),
+                worktree: worktree.map(|w| w.display().to_string()),
+            })
+            .await
+            .unwrap();
+    }
+
+    /// The memory service over this world's database, with `home` as ZUNO_HOME.
+    pub fn memory(&self, home: &std::path::Path) -> MemoryService {
+        MemoryService::new(
+            self.db.db.clone(),
+            self.config.clone(),
+            zuno_shared::paths::Paths::resolve(Some(home)),
+            self.ledger.clock().clone(),
+        )
+    }
+
+    /// Runs a maintain worker (no model: the deterministic plan) until the queue is empty.
+    pub async fn run_maintain(&self, memory: &MemoryService) -> RunReport {
+        let mut config = RunnerConfig::new("maintain-test");
+        config.exit_when_idle = true;
+        Runner::new(self.ledger.clone(), config)
+            .with_gate(Arc::new(SourceGate::new(
+                self.config.clone(),
+                self.ledger.clock().clone(),
+            )))
+            .register(Arc::new(MaintainHandler::new(
+                self.config.clone(),
+                memory.clone(),
+                LearningModelClient::new(),
+            )))
             .run(CancellationToken::new())
             .await
     }

@@ -4,5 +4,7 @@
 
 mod extraction;
 mod harness;
+mod maintenance;
 mod manual;
 mod policy;
+mod recall;

@@ -180,7 +180,7 @@ async fn forgotten_evidence_cannot_be_readmitted(db: TestDb) {
     world.run_extract().await;
     let experience_id: String = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar("SELECT id FROM experience_record")
         .fetch_one(pool).await).unwrap();
-    let forgotten = world
+    let (forgotten, _) = world
         .ingestion
         .forget(&experience_id)
         .await

@@ -392,7 +392,14 @@ pub async fn forget(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Experience>> {
     visible_experience(&state, &caller, &id).await?;
-    Ok(Json(state.ingestion.forget(&id).await??))
+    let (experience, documents) = state.ingestion.forget(&id).await??;
+    for document in documents {
+        // The retraction is committed; a failed projection is reported in inspect-memory.
+        if let Err(error) = state.memory.publish(&document).await {
+            tracing::warn!(%error, "memory projection failed after forget");
+        }
+    }
+    Ok(Json(experience))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

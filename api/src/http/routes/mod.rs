@@ -1,5 +1,6 @@
 pub mod health;
 pub mod jobs;
 pub mod learning;
+pub mod memory;
 pub mod projects;
 pub mod sessions;

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
-use zuno_shared::learning::TurnOutcome;
+use zuno_shared::learning::{SessionDeletion, TurnOutcome};
 use zuno_shared::transcript::{Message, MessageStatus, NewMessage, Part, Role, Session};
 
 use crate::http::AppState;
@@ -93,6 +93,46 @@ pub async fn get_session(
     Path(session_id): Path<String>,
 ) -> ApiResult<Json<Session>> {
     Ok(Json(visible_session(&state, &caller, &session_id).await?))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeleteSession {
+    /// Required, no default: `true` also deletes Experience derived from this session (and
+    /// retracts automatic Memory that loses its last source); `false` keeps project learning,
+    /// detached from the session and withheld from recall because its sources are gone.
+    pub cleanup_derived_experiences: bool,
+}
+
+/// Delete a session with its messages, feedback and learning jobs. The keep-versus-clean choice
+/// for derived Experience is explicit.
+#[utoipa::path(delete, path = "/api/session/{sessionID}", tag = "sessions",
+    params(("sessionID" = String, Path), DeleteSession),
+    responses((status = 200, body = SessionDeletion), (status = 400, body = Problem), (status = 404, body = Problem)))]
+pub async fn delete_session(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(session_id): Path<String>,
+    query: Result<Query<DeleteSession>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<SessionDeletion>> {
+    let Query(choice) = query.map_err(|rejection| {
+        crate::http::error::ApiError::bad_request(
+            "cleanupDerivedExperiences",
+            format!("an explicit `true` or `false` is required ({rejection})"),
+        )
+    })?;
+    visible_session(&state, &caller, &session_id).await?;
+    let deletion = state
+        .ingestion
+        .delete_session(&session_id, choice.cleanup_derived_experiences)
+        .await?;
+    for document in &deletion.documents {
+        // The retraction is committed; a failed projection is reported by inspect-memory.
+        if let Err(error) = state.memory.publish(document).await {
+            tracing::warn!(%error, "memory projection failed after session deletion");
+        }
+    }
+    Ok(Json(deletion))
 }
 
 /// Append a message. An assistant message sent as already completed closes its turn: when the

@@ -266,6 +266,11 @@ impl LearningIngestion {
                 Err(error) => return Ok(Err(error.into())),
             };
         changed_event_in(&mut tx, &experience, origin.as_str(), now).await?;
+        if origin == ExperienceOrigin::Remember {
+            crate::memory::maintenance::admit_in(&self.ledger, &mut tx, project_id, &experience.id)
+                .await
+                .map_err(super::ledger_error)?;
+        }
         tx.commit().await?;
         Ok(Ok(experience))
     }
@@ -284,17 +289,21 @@ impl LearningIngestion {
         Ok(Ok(experience))
     }
 
-    /// `/learn forget <experience-id>`.
-    pub async fn forget(&self, experience_id: &str) -> Manual<Experience> {
+    /// `/learn forget <experience-id>`: marks the evidence forgotten and, in the same
+    /// transaction, retracts resident entries that lost all their sources and rejects pending
+    /// candidates citing it. Returns the memory documents whose projection needs republishing.
+    pub async fn forget(&self, experience_id: &str) -> Manual<(Experience, Vec<String>)> {
         let mut tx = self.store.db().begin().await?;
         let now = self.ledger.now_ms();
         let experience = match experience::forget_in(&mut tx, experience_id, now).await? {
             Ok(experience) => experience,
             Err(error) => return Ok(Err(error.into())),
         };
+        let documents =
+            crate::memory::service::retract_unsupported_in(&mut tx, experience_id, now).await?;
         changed_event_in(&mut tx, &experience, "forgotten", now).await?;
         tx.commit().await?;
-        Ok(Ok(experience))
+        Ok(Ok((experience, documents)))
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod manual;
 mod repair;
+mod retention;
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use serde::Serialize;
 pub use manual::ReflectOutcome;
 pub use manual::{ManualError, ReflectScope};
 pub use repair::{REPAIR_BATCH as REPAIR_BATCH_LIMIT, RepairAction, RepairReport};
+pub use retention::SessionDeletion;
 
 use super::eligibility::{self, Eligibility};
 use super::feedback::{self, Feedback, FeedbackError, FeedbackValue};

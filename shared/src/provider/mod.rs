@@ -55,13 +55,13 @@ mod wire;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use crate::config::ProviderApi;
 use backon::{ExponentialBuilder, Retryable};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
-use zuno_shared::config::ProviderApi;
 
 pub use error::{
     Diagnostic, MAX_MESSAGE_CHARS, ProviderError, ProviderFailure, parse_retry_after,

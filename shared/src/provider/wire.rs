@@ -1,7 +1,7 @@
 //! The three wire formats: request bodies and the parts of a success response learning uses.
 
+use crate::config::ProviderApi;
 use serde_json::{Map, Value, json};
-use zuno_shared::config::ProviderApi;
 
 use super::{LearningRequest, ResolvedModel, Usage};
 

@@ -1,7 +1,7 @@
 //! Which provider and model learning calls, and with which request parameters.
 
+use crate::config::{Config, ModelConfig, ProviderApi, ProviderConfig};
 use serde_json::{Map, Value};
-use zuno_shared::config::{Config, ModelConfig, ProviderApi, ProviderConfig};
 
 /// Sampling parameters a model may not accept. Learning never adds any of them; configured ones
 /// are kept only when the model declares `supports_sampling`.

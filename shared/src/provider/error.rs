@@ -45,7 +45,6 @@ impl fmt::Display for Diagnostic {
 /// Why a provider call failed. [`ProviderError::is_permanent`] separates the failures that a
 /// later attempt cannot fix from those worth retrying.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
 pub enum ProviderError {
     /// A configured header or API-key environment variable is not set.
     #[error("provider credential missing: environment variable {variable} is not set")]
@@ -495,7 +494,7 @@ pub(crate) fn clean_message(message: &str, secrets: &[String]) -> String {
         text = text.replace(secret.as_str(), "[REDACTED:credential]");
     }
     clip(
-        &zuno_shared::learning::redact::redact(&text).text,
+        &crate::learning::redact::redact(&text).text,
         MAX_MESSAGE_CHARS,
     )
 }

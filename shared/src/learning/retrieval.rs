@@ -1,0 +1,629 @@
+//! `ExperienceRetriever`: project-first recall under a token budget, prompt receipts, and the
+//! feedback loop that moves experiences up or down (see docs/adr/0005-recall.md for the ranking
+//! rule and its constants).
+//!
+//! Query text only ever reaches the index as bounded quoted terms (`recall::query`). Automatic
+//! retrieval is confined to the session's project, returns at most `retrieval.max_items`
+//! records within `retrieval.max_context_tokens` counted with a real tokenizer on the rendered
+//! section, and persists the exact sections in a prompt receipt before they are returned.
+//! Explicit search is pure: it changes no counts.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::experience::{self, Experience};
+use super::recall::query::{self, MatchMode, QueryTerms};
+use super::recall::{render, tokens};
+use super::{events, policy, signals};
+use crate::config::Config;
+use crate::db::{Db, Pool, StoreError, Tx};
+
+/// How many text matches are reranked.
+const CANDIDATES: i64 = 40;
+/// Short CJK terms fall back to a scan of the project's most recent records, bounded here.
+const SHORT_TERM_SCAN: i64 = 2000;
+
+/// Ranking constants (ADR 0005).
+pub mod ranking {
+    /// Weight of an unverified observation relative to a verified experience.
+    pub const UNVERIFIED: f64 = 0.6;
+    /// Recency half-life in days; recency contributes at most `RECENCY_SHARE` of the score.
+    pub const HALF_LIFE_DAYS: f64 = 30.0;
+    pub const RECENCY_SHARE: f64 = 0.3;
+    /// Each earlier use adds a little (logarithmic) weight.
+    pub const USE_WEIGHT: f64 = 0.05;
+    /// spec 003: a reinforced experience gains 0.1, a violated one loses 0.2 ...
+    pub const REINFORCE: f64 = 0.1;
+    pub const VIOLATE: f64 = 0.2;
+    /// ... and is pruned from automatic retrieval once its score falls to this or it was violated
+    /// more than `MAX_VIOLATIONS` times.
+    pub const PRUNE_SCORE: f64 = -0.8;
+    pub const MAX_VIOLATIONS: i64 = 3;
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchHit {
+    pub experience: Experience,
+    /// Text relevance in (0, 1], relative to the best match of this query.
+    pub relevance: f64,
+    /// The final ranking score.
+    pub score: f64,
+}
+
+#[derive(sqlx::FromRow)]
+struct RankRow {
+    id: String,
+    relevance: f64,
+}
+
+#[derive(sqlx::FromRow)]
+struct Signals {
+    id: String,
+    verification: String,
+    confidence: f64,
+    created_at: i64,
+    use_count: i64,
+    feedback_score: f64,
+    violations: i64,
+}
+
+/// Text candidates of one project for `terms`, best first, as `(id, relevance)`.
+async fn text_candidates(
+    db: &Db,
+    project_id: &str,
+    terms: &QueryTerms,
+    mode: MatchMode,
+) -> Result<Vec<(String, f64)>, StoreError> {
+    let mut found: HashMap<String, f64> = HashMap::new();
+    let mut keep = |rows: Vec<RankRow>, scale: f64| {
+        let best = rows
+            .iter()
+            .map(|r| r.relevance)
+            .fold(f64::MIN, f64::max)
+            .max(f64::MIN_POSITIVE);
+        for row in rows {
+            let relevance = (row.relevance / best).clamp(0.01, 1.0) * scale;
+            let entry = found.entry(row.id).or_insert(0.0);
+            *entry = entry.max(relevance);
+        }
+    };
+    match db.pool() {
+        Pool::Sqlite(pool) => {
+            let scope = format!("p{}", hex::encode(project_id.as_bytes()));
+            // `{title summary resolution}:` confines the (quoted) terms to text columns; the scope
+            // token confines the match to this project's posting list.
+            for (table, expression, scale) in [
+                ("experience_fts", terms.fts5_unicode(mode), 1.0),
+                ("experience_trigram", terms.fts5_trigram(mode), 0.8),
+            ] {
+                let Some(expression) = expression else {
+                    continue;
+                };
+                let matcher =
+                    format!("scope:\"{scope}\" AND {{title summary resolution}}: ({expression})");
+                let sql = format!(
+                    "SELECT k.experience_id AS id, -bm25({table}, 0.0, 5.0, 2.0, 1.0) AS relevance \
+                     FROM {table} JOIN experience_search_key k ON k.num = {table}.rowid \
+                     WHERE {table} MATCH $1 ORDER BY rank LIMIT $2"
+                );
+                let rows: Vec<RankRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                    .bind(&matcher)
+                    .bind(CANDIDATES)
+                    .fetch_all(pool)
+                    .await?;
+                keep(rows, scale);
+            }
+            for pattern in terms.short_cjk_like_patterns() {
+                let rows: Vec<RankRow> = sqlx::query_as(
+                    "SELECT id, 1.0 AS relevance FROM (SELECT id, title, summary, resolution FROM experience_record \
+                       WHERE project_id = $1 ORDER BY created_at DESC LIMIT $2) recent \
+                     WHERE title LIKE $3 ESCAPE '\\' OR summary LIKE $3 ESCAPE '\\' OR resolution LIKE $3 ESCAPE '\\' LIMIT $4",
+                )
+                .bind(project_id)
+                .bind(SHORT_TERM_SCAN)
+                .bind(&pattern)
+                .bind(CANDIDATES)
+                .fetch_all(pool)
+                .await?;
+                keep(rows, 0.5);
+            }
+        }
+        Pool::Postgres(pool) => {
+            let texts = terms.texts();
+            if !texts.is_empty() {
+                // Each term goes through plainto_tsquery, which treats it as plain text.
+                let joiner = match mode {
+                    MatchMode::Any => " || ",
+                    MatchMode::All => " && ",
+                };
+                let query_sql: Vec<String> = (0..texts.len())
+                    .map(|i| format!("plainto_tsquery('simple', ${})", i + 3))
+                    .collect();
+                let sql = format!(
+                    "SELECT id, ts_rank_cd(search_vector, q)::DOUBLE PRECISION AS relevance \
+                     FROM experience_record, (SELECT {}) AS tsq(q) \
+                     WHERE project_id = $1 AND search_vector @@ q ORDER BY relevance DESC LIMIT $2",
+                    query_sql.join(joiner)
+                );
+                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                    .bind(project_id)
+                    .bind(CANDIDATES);
+                for text in &texts {
+                    query = query.bind(*text);
+                }
+                let rows: Vec<RankRow> = query.fetch_all(pool).await?;
+                keep(rows, 1.0);
+                // CJK (and any term the 'simple' parser cannot split) through the trigram index.
+                let cjk: Vec<String> = terms
+                    .terms
+                    .iter()
+                    .filter(|t| t.cjk)
+                    .map(|t| {
+                        format!(
+                            "%{}%",
+                            t.text
+                                .replace('\\', "\\\\")
+                                .replace('%', "\\%")
+                                .replace('_', "\\_")
+                        )
+                    })
+                    .collect();
+                if !cjk.is_empty() {
+                    let conditions: Vec<String> = (0..cjk.len()).map(|i| format!(
+                        "(coalesce(title, '') || ' ' || coalesce(summary, '') || ' ' || coalesce(resolution, '')) ILIKE ${}", i + 3)).collect();
+                    let joined = conditions.join(match mode {
+                        MatchMode::Any => " OR ",
+                        MatchMode::All => " AND ",
+                    });
+                    let sql = format!(
+                        "SELECT id, 1.0::DOUBLE PRECISION AS relevance FROM experience_record WHERE project_id = $1 AND ({joined}) LIMIT $2"
+                    );
+                    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                        .bind(project_id)
+                        .bind(CANDIDATES);
+                    for pattern in &cjk {
+                        query = query.bind(pattern.as_str());
+                    }
+                    let rows: Vec<RankRow> = query.fetch_all(pool).await?;
+                    keep(rows, 0.7);
+                }
+            }
+        }
+    }
+    let mut ranked: Vec<(String, f64)> = found.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok(ranked)
+}
+
+fn final_score(relevance: f64, signals: &Signals, now: i64) -> f64 {
+    use ranking::*;
+    let verification = if signals.verification == "verified" {
+        1.0
+    } else {
+        UNVERIFIED
+    };
+    let age_days = ((now - signals.created_at).max(0) as f64) / 86_400_000.0;
+    let recency = 1.0 - RECENCY_SHARE + RECENCY_SHARE * 0.5_f64.powf(age_days / HALF_LIFE_DAYS);
+    let uses = 1.0 + USE_WEIGHT * ((1 + signals.use_count.max(0)) as f64).ln();
+    let feedback = (1.0 + signals.feedback_score).clamp(0.2, 2.0);
+    let confidence = 0.5 + 0.5 * signals.confidence.clamp(0.0, 1.0);
+    relevance * verification * recency * uses * feedback * confidence
+}
+
+/// Searches one project's live experiences (not forgotten, sources unchanged). Read-only.
+pub async fn search(
+    db: &Db,
+    project_id: &str,
+    text: &str,
+    limit: usize,
+    mode: MatchMode,
+    now: i64,
+) -> Result<Vec<SearchHit>, StoreError> {
+    ranked(db, project_id, &query::parse(text), mode, limit, now, false).await
+}
+
+async fn ranked(
+    db: &Db,
+    project_id: &str,
+    terms: &QueryTerms,
+    mode: MatchMode,
+    limit: usize,
+    now: i64,
+    automatic: bool,
+) -> Result<Vec<SearchHit>, StoreError> {
+    if terms.is_empty() {
+        return Ok(Vec::new());
+    }
+    let candidates = text_candidates(db, project_id, terms, mode).await?;
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let placeholders: Vec<String> = (0..candidates.len())
+        .map(|i| format!("${}", i + 2))
+        .collect();
+    let sql = format!(
+        "SELECT id, verification, confidence, created_at, use_count, feedback_score, violations FROM experience_record \
+         WHERE project_id = $1 AND status = 'active' AND source_state = 'current' AND id IN ({})",
+        placeholders.join(", ")
+    );
+    let rows: Vec<Signals> = crate::on_db!(db, pool => {
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project_id);
+        for (id, _) in &candidates {
+            query = query.bind(id.as_str());
+        }
+        query.fetch_all(pool).await
+    })?;
+    let relevance: HashMap<&str, f64> =
+        candidates.iter().map(|(id, r)| (id.as_str(), *r)).collect();
+    let mut scored: Vec<(String, f64, f64)> = rows
+        .iter()
+        .filter(|s| {
+            !automatic
+                || (s.violations <= ranking::MAX_VIOLATIONS
+                    && s.feedback_score > ranking::PRUNE_SCORE)
+        })
+        .map(|s| {
+            let r = relevance.get(s.id.as_str()).copied().unwrap_or(0.0);
+            (s.id.clone(), r, final_score(r, s, now))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    scored.truncate(limit);
+    let mut hits = Vec::with_capacity(scored.len());
+    for (id, relevance, score) in scored {
+        if let Some(experience) = experience::get(db, &id).await? {
+            hits.push(SearchHit {
+                experience,
+                relevance,
+                score,
+            });
+        }
+    }
+    Ok(hits)
+}
+
+/// One prompt section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Section {
+    /// `memory.global`, `memory.project` or `learning.experiences`.
+    pub name: String,
+    pub content: String,
+    pub tokens: usize,
+    /// The memory document revision the section shows (memory sections).
+    pub revision: Option<i64>,
+}
+
+/// Why automatic retrieval inserted nothing although matches existed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetrievalSkipped {
+    pub code: String,
+    /// Tokens the framed section with its cheapest match needs.
+    pub required_tokens: usize,
+    /// `learning.retrieval.max_context_tokens`.
+    pub configured_tokens: usize,
+    /// True when this is the session's first such notice (reported once per session).
+    pub first_in_session: bool,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptContext {
+    pub receipt_id: String,
+    pub session_id: String,
+    pub project_id: String,
+    pub use_memories: bool,
+    pub sections: Vec<Section>,
+    /// Experiences inserted, in order.
+    pub experience_ids: Vec<String>,
+    pub skipped: Option<RetrievalSkipped>,
+}
+
+/// A persisted receipt: exactly what a request's prompt contained.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Receipt {
+    pub id: String,
+    pub session_id: Option<String>,
+    pub project_id: String,
+    pub sections: Vec<Section>,
+    #[schema(value_type = Object)]
+    pub memory_revisions: serde_json::Value,
+    pub experience_ids: Vec<String>,
+    #[schema(value_type = Object)]
+    pub retrieval: serde_json::Value,
+    pub created_at: i64,
+}
+
+fn source_label(experience: &Experience) -> String {
+    let mut label = format!("project {}", experience.project_id);
+    if let Some(session) = &experience.session_id {
+        label.push_str(&format!(" · session {session}"));
+    }
+    if let Some(message) = experience
+        .evidence
+        .iter()
+        .find_map(|e| e.message_id.as_deref())
+    {
+        label.push_str(&format!(" · message {message}"));
+    } else if let Some(address) = experience
+        .evidence
+        .first()
+        .and_then(|e| e.address.as_deref())
+    {
+        label.push_str(&format!(" · {address}"));
+    }
+    label
+}
+
+fn render_experiences(selected: &[&Experience]) -> String {
+    let labels: Vec<String> = selected.iter().map(|e| source_label(e)).collect();
+    let items: Vec<render::RenderedItem<'_>> = selected
+        .iter()
+        .zip(&labels)
+        .map(|(e, label)| render::RenderedItem {
+            id: &e.id,
+            kind: e.kind.as_str(),
+            verification: &e.verification,
+            source: label,
+            title: &e.title,
+            summary: &e.summary,
+            resolution: e.resolution.as_deref(),
+            sha256: &e.content_digest,
+        })
+        .collect();
+    render::experiences_section(&items)
+}
+
+/// Chooses experiences in rank order while the rendered section stays within the budget.
+/// Returns the selection and, when nothing fits, the tokens the cheapest match would need.
+pub fn select_within_budget(
+    ranked: &[SearchHit],
+    max_items: usize,
+    max_tokens: usize,
+) -> (Vec<&Experience>, Option<usize>) {
+    let mut selected: Vec<&Experience> = Vec::new();
+    let mut cheapest: Option<usize> = None;
+    for hit in ranked {
+        if selected.len() >= max_items {
+            break;
+        }
+        let mut trial = selected.clone();
+        trial.push(&hit.experience);
+        let cost = tokens::count(&render_experiences(&trial));
+        if selected.is_empty() {
+            cheapest = Some(cheapest.map_or(cost, |c: usize| c.min(cost)));
+        }
+        if cost <= max_tokens {
+            selected = trial;
+        }
+    }
+    if selected.is_empty() {
+        (selected, cheapest)
+    } else {
+        (selected, None)
+    }
+}
+
+/// Assembles the prompt context for a session's next model request (the `/context` call): the
+/// resident Memory sections and retrieved experiences, under the session's `use_memories`
+/// policy and `learning.use`; persists the receipt first, records the retrieval snapshot and use
+/// counts, and applies the reinforce/violate rule to the previous receipt's experiences.
+pub async fn assemble(
+    db: &Db,
+    config: &Config,
+    session_id: &str,
+    prompt: &str,
+    now: i64,
+) -> Result<Option<PromptContext>, StoreError> {
+    let started = std::time::Instant::now();
+    let project_id: Option<String> = crate::on_db!(db, pool =>
+        sqlx::query_scalar("SELECT project_id FROM session WHERE id = $1").bind(session_id).fetch_optional(pool).await)?;
+    let Some(project_id) = project_id else {
+        return Ok(None);
+    };
+    let mut read = db.begin_read().await?;
+    let session_policy = policy::effective_in(&mut read, session_id, &config.learning, now).await?;
+    read.rollback().await?;
+    let use_memories = session_policy.use_memories && config.learning.use_enabled();
+    let terms = query::parse(prompt);
+
+    let mut sections = Vec::new();
+    let mut memory_revisions = serde_json::Map::new();
+    if use_memories {
+        for (name, document) in crate::memory::store::prompt_documents(db, &project_id).await? {
+            memory_revisions.insert(name.to_owned(), serde_json::json!(document.revision));
+            if document.entries.is_empty() {
+                continue;
+            }
+            let entries: Vec<&str> = document
+                .entries
+                .iter()
+                .map(|e| e.content.as_str())
+                .collect();
+            let content = render::memory_section(name, document.revision, &entries);
+            sections.push(Section {
+                name: name.to_owned(),
+                tokens: tokens::count(&content),
+                content,
+                revision: Some(document.revision),
+            });
+        }
+    }
+    let retrieval = &config.learning.retrieval;
+    let (mut experience_ids, mut skipped, mut snapshot) = (Vec::new(), None, serde_json::json!({}));
+    if use_memories {
+        let ranked = ranked(
+            db,
+            &project_id,
+            &terms,
+            MatchMode::Any,
+            CANDIDATES as usize,
+            now,
+            true,
+        )
+        .await?;
+        let (selected, required) = select_within_budget(
+            &ranked,
+            retrieval.max_items as usize,
+            retrieval.max_context_tokens as usize,
+        );
+        snapshot = serde_json::json!({
+            "terms": terms.texts(),
+            "candidates": ranked.iter().map(|h| serde_json::json!({"id": h.experience.id, "relevance": h.relevance, "score": h.score})).collect::<Vec<_>>(),
+            "selected": selected.iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
+            "maxItems": retrieval.max_items,
+            "maxContextTokens": retrieval.max_context_tokens,
+        });
+        if !selected.is_empty() {
+            let content = render_experiences(&selected);
+            sections.push(Section {
+                name: String::from("learning.experiences"),
+                tokens: tokens::count(&content),
+                content,
+                revision: None,
+            });
+            experience_ids = selected.iter().map(|e| e.id.clone()).collect();
+        } else if let Some(required) = required {
+            skipped = Some(RetrievalSkipped {
+                code: String::from("learning.retrieval_skipped"),
+                required_tokens: required,
+                configured_tokens: retrieval.max_context_tokens as usize,
+                first_in_session: false,
+            });
+            snapshot["skipped"] = serde_json::json!({"requiredTokens": required, "configuredTokens": retrieval.max_context_tokens});
+        }
+    }
+
+    let receipt_id = crate::ids::new_id("rcp");
+    let mut tx = db.begin().await?;
+    apply_feedback_loop_in(&mut tx, session_id, prompt).await?;
+    let sql = "INSERT INTO prompt_receipt (id, session_id, project_id, sections, memory_revisions, experience_ids, retrieval, created_at) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+    crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+        .bind(&receipt_id)
+        .bind(session_id)
+        .bind(&project_id)
+        .bind(serde_json::to_string(&sections).unwrap_or_default())
+        .bind(serde_json::Value::Object(memory_revisions).to_string())
+        .bind(serde_json::to_string(&experience_ids).unwrap_or_default())
+        .bind(snapshot.to_string())
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    for id in &experience_ids {
+        crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE experience_record SET use_count = use_count + 1, last_used_at = $2 WHERE id = $1")
+            .bind(id).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+    }
+    let scope = events::EventScope {
+        project_id: Some(&project_id),
+        session_id: Some(session_id),
+        ..Default::default()
+    };
+    if let Some(skip) = &mut skipped {
+        let earlier: i64 = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+                "SELECT COUNT(*) FROM learning_event WHERE session_id = $1 AND kind = 'learning.retrieval_skipped'")
+            .bind(session_id).fetch_one(conn).await)?;
+        skip.first_in_session = earlier == 0;
+        if skip.first_in_session {
+            events::append_in(&mut tx, "learning.retrieval_skipped", &scope,
+                &serde_json::json!({"receiptId": receipt_id, "requiredTokens": skip.required_tokens, "configuredTokens": skip.configured_tokens}), now).await?;
+        }
+        crate::telemetry::metrics::retrieval().skipped();
+    }
+    events::append_in(&mut tx, "learning.retrieval.selection", &scope,
+        &serde_json::json!({"receiptId": receipt_id, "selected": experience_ids, "skipped": skipped}), now).await?;
+    tx.commit().await?;
+    let metrics = crate::telemetry::metrics::retrieval();
+    metrics.latency(started.elapsed());
+    metrics.selected(experience_ids.len() as u64);
+    Ok(Some(PromptContext {
+        receipt_id,
+        session_id: session_id.to_owned(),
+        project_id,
+        use_memories,
+        sections,
+        experience_ids,
+        skipped,
+    }))
+}
+
+/// spec 003's loop, with observable signals instead of embeddings: when the user's next prompt
+/// carries an explicit correction, the experiences injected into the previous request are
+/// violated (−0.2); when it carries praise, they are reinforced (+0.1).
+async fn apply_feedback_loop_in(
+    tx: &mut Tx,
+    session_id: &str,
+    prompt: &str,
+) -> Result<(), StoreError> {
+    let Some(signal) = signals::strongest(prompt) else {
+        return Ok(());
+    };
+    let delta = match signal.kind.strength() {
+        signals::Strength::Strong => -ranking::VIOLATE,
+        signals::Strength::Weak => ranking::REINFORCE,
+        signals::Strength::Medium => return Ok(()),
+    };
+    let previous: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+            "SELECT experience_ids FROM prompt_receipt WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1")
+        .bind(session_id).fetch_optional(conn).await)?;
+    let ids: Vec<String> = previous
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    for id in ids {
+        adjust_in(tx, &id, delta).await?;
+    }
+    Ok(())
+}
+
+/// Reinforces (delta > 0) or violates (delta < 0) one experience.
+pub async fn adjust_in(tx: &mut Tx, experience_id: &str, delta: f64) -> Result<(), StoreError> {
+    let (reinforce, violate) = if delta > 0.0 { (1, 0) } else { (0, 1) };
+    crate::on_tx!(tx, conn => sqlx::query(
+            "UPDATE experience_record SET feedback_score = CASE WHEN feedback_score + $2 > 1.0 THEN 1.0 \
+                 WHEN feedback_score + $2 < -1.0 THEN -1.0 ELSE feedback_score + $2 END, \
+               reinforcements = reinforcements + $3, violations = violations + $4 WHERE id = $1")
+        .bind(experience_id).bind(delta).bind(reinforce as i64).bind(violate as i64)
+        .execute(conn).await.map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+type ReceiptRow = (
+    String,
+    Option<String>,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+);
+
+/// Replays a receipt: its exact sections, without consulting the index.
+pub async fn receipt(db: &Db, id: &str) -> Result<Option<Receipt>, StoreError> {
+    let sql = "SELECT id, session_id, project_id, sections, memory_revisions, experience_ids, retrieval, created_at FROM prompt_receipt WHERE id = $1";
+    let row: Option<ReceiptRow> =
+        crate::on_db!(db, pool => sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?;
+    let Some((id, session_id, project_id, sections, revisions, experiences, retrieval, created_at)) =
+        row
+    else {
+        return Ok(None);
+    };
+    let corrupt = |what: &str| StoreError::Corrupt(format!("prompt_receipt {id}: {what}"));
+    Ok(Some(Receipt {
+        sections: serde_json::from_str(&sections).map_err(|_| corrupt("sections"))?,
+        memory_revisions: serde_json::from_str(&revisions)
+            .map_err(|_| corrupt("memory_revisions"))?,
+        experience_ids: serde_json::from_str(&experiences)
+            .map_err(|_| corrupt("experience_ids"))?,
+        retrieval: serde_json::from_str(&retrieval).map_err(|_| corrupt("retrieval"))?,
+        id,
+        session_id,
+        project_id,
+        created_at,
+    }))
+}

@@ -1,0 +1,7 @@
+//! Resident Memory: authoritative entries in the database and their Markdown projections.
+
+pub mod maintenance;
+pub mod projection;
+pub mod service;
+pub mod store;
+pub mod validate;

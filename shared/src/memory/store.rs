@@ -1,0 +1,251 @@
+//! Database access for resident Memory: documents (one global, one per project) with a
+//! revision, current entries, revision history, candidates and provenance.
+
+use serde::{Deserialize, Serialize};
+
+use crate::db::{Db, StoreError, Tx};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    Global,
+    Project,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Global => "global",
+            Scope::Project => "project",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Scope> {
+        match value {
+            "global" => Some(Scope::Global),
+            "project" => Some(Scope::Project),
+            _ => None,
+        }
+    }
+
+    /// The prompt section this scope renders as.
+    pub fn section(self) -> &'static str {
+        match self {
+            Scope::Global => "memory.global",
+            Scope::Project => "memory.project",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub id: String,
+    pub content: String,
+    /// `user`, `automatic` or `imported`.
+    pub owner: String,
+    pub derived: bool,
+    pub position: i64,
+    pub created_revision: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Document {
+    pub id: String,
+    pub scope: Scope,
+    pub project_id: Option<String>,
+    pub revision: i64,
+    pub entries: Vec<Entry>,
+}
+
+/// What prompts may show of a document: entries whose support still stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentView {
+    pub scope: Scope,
+    pub revision: i64,
+    pub entries: Vec<Entry>,
+    /// Derived entries withheld because every source supporting them is gone, forgotten or
+    /// changed.
+    pub withheld: usize,
+}
+
+/// The document for a scope, created (empty, revision 0) on first use. Creating the row writes
+/// no file: projections are created by their first accepted write.
+pub async fn document_in(
+    tx: &mut Tx,
+    scope: Scope,
+    project_id: Option<&str>,
+    now: i64,
+) -> Result<Document, StoreError> {
+    let project_id = match scope {
+        Scope::Global => None,
+        Scope::Project => project_id,
+    };
+    let find = "SELECT id, revision FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = COALESCE($2, '')";
+    let found: Option<(String, i64)> = crate::on_tx!(tx, conn => sqlx::query_as(find).bind(scope.as_str()).bind(project_id).fetch_optional(conn).await)?;
+    let (id, revision) = match found {
+        Some(found) => found,
+        None => {
+            let id = crate::ids::new_id("mdoc");
+            let sql = "INSERT INTO memory_document (id, scope, project_id, revision, updated_at) VALUES ($1, $2, $3, 0, $4) ON CONFLICT DO NOTHING";
+            crate::on_tx!(tx, conn => sqlx::query(sql).bind(&id).bind(scope.as_str()).bind(project_id).bind(now)
+                .execute(conn).await.map(|done| done.rows_affected()))?;
+            crate::on_tx!(tx, conn => sqlx::query_as(find).bind(scope.as_str()).bind(project_id).fetch_one(conn).await)?
+        }
+    };
+    let entries = entries_in(tx, &id).await?;
+    Ok(Document {
+        id,
+        scope,
+        project_id: project_id.map(str::to_owned),
+        revision,
+        entries,
+    })
+}
+
+pub async fn entries_in(tx: &mut Tx, document_id: &str) -> Result<Vec<Entry>, StoreError> {
+    let sql = "SELECT id, content, owner, derived, position, created_revision FROM memory_entry \
+               WHERE document_id = $1 AND retracted_revision IS NULL ORDER BY position, id";
+    Ok(crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(document_id).fetch_all(conn).await)?)
+}
+
+/// Entry ids, among `entries`, that are derived and have lost all their support.
+pub async fn unsupported_in(tx: &mut Tx, entries: &[Entry]) -> Result<Vec<String>, StoreError> {
+    let mut unsupported = Vec::new();
+    for entry in entries.iter().filter(|e| e.derived) {
+        let live: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
+                "SELECT COUNT(*) FROM memory_provenance p JOIN experience_record e ON e.id = p.experience_id \
+                 WHERE p.entry_id = $1 AND e.status = 'active' AND e.source_state = 'current'")
+            .bind(&entry.id).fetch_one(conn).await)?;
+        if live == 0 {
+            unsupported.push(entry.id.clone());
+        }
+    }
+    Ok(unsupported)
+}
+
+/// The documents a project's prompts show, as `(section name, view)`.
+pub async fn prompt_documents(
+    db: &Db,
+    project_id: &str,
+) -> Result<Vec<(&'static str, DocumentView)>, StoreError> {
+    let mut tx = db.begin_read().await?;
+    let mut views = Vec::new();
+    for scope in [Scope::Global, Scope::Project] {
+        if let Some(view) = view_in(&mut tx, scope, Some(project_id)).await? {
+            views.push((scope.section(), view));
+        }
+    }
+    tx.rollback().await?;
+    Ok(views)
+}
+
+/// A document's prompt view without creating it.
+pub async fn view_in(
+    tx: &mut Tx,
+    scope: Scope,
+    project_id: Option<&str>,
+) -> Result<Option<DocumentView>, StoreError> {
+    let project_id = match scope {
+        Scope::Global => None,
+        Scope::Project => project_id,
+    };
+    let found: Option<(String, i64)> = crate::on_tx!(tx, conn => sqlx::query_as(
+            "SELECT id, revision FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = COALESCE($2, '')")
+        .bind(scope.as_str()).bind(project_id).fetch_optional(conn).await)?;
+    let Some((id, revision)) = found else {
+        return Ok(None);
+    };
+    let entries = entries_in(tx, &id).await?;
+    let unsupported = unsupported_in(tx, &entries).await?;
+    let withheld = unsupported.len();
+    let entries = entries
+        .into_iter()
+        .filter(|e| !unsupported.contains(&e.id))
+        .collect();
+    Ok(Some(DocumentView {
+        scope,
+        revision,
+        entries,
+        withheld,
+    }))
+}
+
+/// A candidate as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Candidate {
+    pub id: String,
+    pub document_id: String,
+    pub project_id: Option<String>,
+    pub target: String,
+    pub action: String,
+    pub content: Option<String>,
+    pub old_text: Option<String>,
+    pub reason: String,
+    pub confidence: f64,
+    pub origin: String,
+    /// `pending`, `applied`, `rejected`, `undone`, `uncertain`, `stale` (historical:
+    /// `applying`, `undoing`).
+    pub state: String,
+    pub base_revision: i64,
+    /// JSON array of the document's entries before the change.
+    pub before_entries: Option<String>,
+    /// JSON array of the entries after the change.
+    pub after_entries: Option<String>,
+    pub applied_revision: Option<i64>,
+    pub undone_revision: Option<i64>,
+    pub detail: Option<String>,
+    pub job_id: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+pub const CANDIDATE_COLUMNS: &str = "id, document_id, project_id, target, action, content, old_text, reason, confidence, origin, \
+    state, base_revision, before_entries, after_entries, applied_revision, undone_revision, detail, job_id, created_at, updated_at";
+
+pub async fn candidate_in(tx: &mut Tx, id: &str) -> Result<Option<Candidate>, StoreError> {
+    let sql = format!("SELECT {CANDIDATE_COLUMNS} FROM memory_candidate WHERE id = $1");
+    Ok(
+        crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(id).fetch_optional(conn).await)?,
+    )
+}
+
+pub async fn candidates(
+    db: &Db,
+    project_id: Option<&str>,
+    state: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Candidate>, StoreError> {
+    let sql = format!(
+        "SELECT {CANDIDATE_COLUMNS} FROM memory_candidate WHERE ($1 IS NULL OR project_id = $1 OR target = 'global') \
+         AND ($2 IS NULL OR state = $2) ORDER BY created_at DESC, id DESC LIMIT $3"
+    );
+    Ok(
+        crate::on_db!(db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project_id).bind(state).bind(limit).fetch_all(pool).await)?,
+    )
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Revision {
+    pub revision: i64,
+    /// JSON array of the entries after this revision.
+    pub entries: String,
+    pub change: String,
+    pub candidate_id: Option<String>,
+    pub at: i64,
+}
+
+pub async fn revisions(
+    db: &Db,
+    document_id: &str,
+    limit: i64,
+) -> Result<Vec<Revision>, StoreError> {
+    let sql = "SELECT revision, entries, change, candidate_id, at FROM memory_revision WHERE document_id = $1 ORDER BY revision DESC LIMIT $2";
+    Ok(
+        crate::on_db!(db, pool => sqlx::query_as(sql).bind(document_id).bind(limit).fetch_all(pool).await)?,
+    )
+}

@@ -1,0 +1,733 @@
+//! Whole-pipeline throughput on Postgres (docs/benchmarks.md, "Whole pipeline").
+//!
+//! `zuno-pipeline-bench run` measures, for each worker-process count W:
+//!
+//! - **pipeline**: a `zuno serve` API process and W `zuno-worker-extract` processes (release
+//!   binaries beside this one) on a fresh Postgres database. Concurrent HTTP clients close N
+//!   turns (a user correction, then a completed assistant turn with a tool call: two requests,
+//!   the second admits an `extract` job in its transaction); the workers extract each through the
+//!   model extractor against an in-process fake provider that answers at once with a valid,
+//!   cited experience, and settle it. Timed from the first request to the last settlement.
+//! - **baseline**: the same N jobs through the ledger alone: the same clients admit `maintain`
+//!   jobs with `Ledger::admit` (one autocommit + NOTIFY each) and W worker processes with the
+//!   same process harness (`run_worker`: LISTEN, claims, heartbeats) settle each with a no-op
+//!   handler.
+//!
+//! Rounds alternate baseline and pipeline; medians are reported. CPU time is read from `/proc`
+//! for Postgres (the postmaster and its children), the API, the workers and this process (the
+//! HTTP clients and the fake provider), beside whole-machine busy time, so the figures say
+//! where the cores went. One JSON line per worker count.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use zuno_shared::clock::system_clock;
+use zuno_shared::db::{ConnectOptions, Db};
+use zuno_shared::ledger::{Job, JobIdentity, JobKind, JobOrigin, Ledger, NewJob};
+use zuno_shared::runtime::process::{WorkerArgs, allow_all, run_worker};
+use zuno_shared::runtime::{JobContext, JobError, JobHandler};
+use zuno_tests::fake_provider::{FakeProvider, Reply};
+
+#[derive(Parser)]
+struct Args {
+    #[command(subcommand)]
+    command: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Runs the benchmark and prints one JSON line per worker count.
+    Run {
+        /// A Postgres URL whose role may create databases (one fresh database per run).
+        #[arg(long, env = "ZUNO_TEST_DATABASE_URL")]
+        admin_url: String,
+        /// Closed turns (jobs) per run.
+        #[arg(long, default_value_t = 1000)]
+        jobs: usize,
+        /// Alternating baseline/pipeline rounds; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Worker-process counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        workers: Vec<usize>,
+        /// Concurrent HTTP clients (each its own sessions), and concurrent admitters in the
+        /// baseline.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Turns per session before a client opens the next one.
+        #[arg(long, default_value_t = 10)]
+        turns_per_session: usize,
+        /// Where `zuno` and `zuno-worker-extract` are (default: beside this binary).
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// The cluster's postmaster.pid, to attribute Postgres CPU (default:
+        /// `$ZUNO_TEST_PG_DIR/data/postmaster.pid`, as `scripts/pg-cluster` sets it).
+        #[arg(long)]
+        pg_pid_file: Option<PathBuf>,
+    },
+    /// Internal: a worker process with the real process harness and a no-op `maintain` handler.
+    NoopWorker {
+        #[command(flatten)]
+        worker: WorkerArgs,
+    },
+}
+
+/// Settles each job at once through the fenced settlement, like zuno-bench's ledger worker.
+struct Noop;
+
+#[async_trait::async_trait]
+impl JobHandler for Noop {
+    fn kind(&self) -> JobKind {
+        JobKind::Maintain
+    }
+
+    async fn run(&self, ctx: JobContext) -> Result<Job, JobError> {
+        Ok(ctx
+            .begin_settlement()
+            .await?
+            .complete(serde_json::json!({}))
+            .await?)
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Args::parse().command {
+        Bench::NoopWorker { worker } => {
+            run_worker("zuno-bench-noop", worker, allow_all, |_| {
+                Ok(vec![Arc::new(Noop) as Arc<dyn JobHandler>])
+            })
+            .await
+        }
+        Bench::Run {
+            admin_url,
+            jobs,
+            rounds,
+            workers,
+            clients,
+            turns_per_session,
+            bin_dir,
+            pg_pid_file,
+        } => {
+            let bin_dir = match bin_dir {
+                Some(dir) => dir,
+                None => std::env::current_exe()?
+                    .parent()
+                    .context("binary directory")?
+                    .to_path_buf(),
+            };
+            let pg_pid_file = pg_pid_file.or_else(|| {
+                std::env::var_os("ZUNO_TEST_PG_DIR")
+                    .map(|dir| Path::new(&dir).join("data/postmaster.pid"))
+            });
+            let bench = PipelineBench {
+                admin_url,
+                jobs,
+                clients: clients.max(1),
+                turns_per_session: turns_per_session.max(1),
+                bin_dir,
+                postmaster: pg_pid_file.as_deref().and_then(postmaster_pid),
+                serial: std::sync::atomic::AtomicUsize::new(0),
+            };
+            let mut results: HashMap<usize, Vec<(RunResult, RunResult)>> = HashMap::new();
+            for round in 0..rounds {
+                for &count in &workers {
+                    let baseline = bench.baseline(count).await?;
+                    let pipeline = bench.pipeline(count).await?;
+                    eprintln!(
+                        "round {} workers {count}: pipeline {:.0} jobs/s, baseline {:.0} jobs/s",
+                        round + 1,
+                        pipeline.rate(),
+                        baseline.rate()
+                    );
+                    results.entry(count).or_default().push((pipeline, baseline));
+                }
+            }
+            for count in workers {
+                report(count, jobs, &results[&count]);
+            }
+            Ok(())
+        }
+    }
+}
+
+struct PipelineBench {
+    admin_url: String,
+    jobs: usize,
+    clients: usize,
+    turns_per_session: usize,
+    bin_dir: PathBuf,
+    postmaster: Option<u32>,
+    serial: std::sync::atomic::AtomicUsize,
+}
+
+/// One timed run.
+#[derive(Debug, Clone)]
+struct RunResult {
+    jobs: usize,
+    /// From the first request (admission) to the last settlement.
+    elapsed: Duration,
+    /// From the first request to the last admission.
+    admission: Duration,
+    /// CPU time over the run, in cores (CPU-seconds per wall second).
+    cpu: Cpu,
+}
+
+impl RunResult {
+    fn rate(&self) -> f64 {
+        self.jobs as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Cpu {
+    postgres: Option<f64>,
+    api: f64,
+    workers: f64,
+    bench: f64,
+    machine: f64,
+}
+
+impl PipelineBench {
+    /// A fresh database for one run, dropped by [`PipelineBench::drop_database`].
+    async fn create_database(&self) -> anyhow::Result<(String, String)> {
+        let serial = self
+            .serial
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("zuno_pipeline_{}_{serial}", std::process::id());
+        let admin = Db::connect(&ConnectOptions::new(self.admin_url.clone())).await?;
+        let sql = format!("CREATE DATABASE {name}");
+        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            .execute(
+                admin
+                    .as_postgres()
+                    .context("the admin URL must be Postgres")?,
+            )
+            .await?;
+        admin.close().await;
+        Ok((zuno_tests::database_url(&self.admin_url, &name), name))
+    }
+
+    async fn drop_database(&self, name: &str) -> anyhow::Result<()> {
+        let admin = Db::connect(&ConnectOptions::new(self.admin_url.clone())).await?;
+        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            .execute(admin.as_postgres().context("postgres")?)
+            .await?;
+        admin.close().await;
+        Ok(())
+    }
+
+    /// Per-client shares of the jobs.
+    fn shares(&self) -> Vec<usize> {
+        (0..self.clients)
+            .map(|i| self.jobs / self.clients + usize::from(i < self.jobs % self.clients))
+            .filter(|&share| share > 0)
+            .collect()
+    }
+
+    async fn pipeline(&self, worker_count: usize) -> anyhow::Result<RunResult> {
+        let (url, name) = self.create_database().await?;
+        let home = tempfile::tempdir()?;
+        let fake = FakeProvider::start().await;
+        fake.push((0..self.jobs).map(|_| valid_answer()));
+        let config = json!({
+            "providers": { "fake": { "api": "openai_chat", "base_url": fake.base_url() } },
+            "learning": { "extractor_model": "fake/fake-model" },
+        });
+        std::fs::write(home.path().join("config.json"), config.to_string())?;
+
+        let mut api = self.command("zuno", home.path(), &url);
+        api.args(["serve", "--bind", "127.0.0.1:0"]);
+        let (mut api, address) = spawn_api(api, &home.path().join("api.log")).await?;
+        let mut workers = Vec::new();
+        for i in 0..worker_count {
+            let mut worker = self.command("zuno-worker-extract", home.path(), &url);
+            worker.args(["--worker-id", &format!("bench-extract-{i}")]);
+            let log = home.path().join(format!("worker-{i}.log"));
+            workers.push(spawn_worker(worker, &log)?);
+        }
+        for i in 0..worker_count {
+            wait_for_log(
+                &home.path().join(format!("worker-{i}.log")),
+                "worker started",
+            )
+            .await?;
+        }
+        let db = Db::connect(&ConnectOptions::new(url.clone())).await?;
+        let http = reqwest::Client::new();
+        let base = format!("http://{address}");
+        post(
+            &http,
+            &base,
+            "/api/projects",
+            json!({"id": "bench", "name": "bench"}),
+        )
+        .await?;
+
+        let pids = Pids {
+            api: api.id(),
+            workers: workers.iter().filter_map(Child::id).collect(),
+        };
+        let before = self.snapshot(&pids);
+        let started = Instant::now();
+        let mut clients = tokio::task::JoinSet::new();
+        for share in self.shares() {
+            let http = http.clone();
+            let base = base.clone();
+            let turns_per_session = self.turns_per_session;
+            clients.spawn(async move { close_turns(&http, &base, share, turns_per_session).await });
+        }
+        while let Some(done) = clients.join_next().await {
+            done??;
+        }
+        let admission = started.elapsed();
+        wait_settled(&db, "extract", self.jobs).await?;
+        let elapsed = started.elapsed();
+        let after = self.snapshot(&pids);
+        verify_completed(&db, "extract", self.jobs).await?;
+        let experiences: i64 = zuno_shared::on_db!(&db, pool => sqlx::query_scalar(
+            "SELECT COUNT(*) FROM experience_record").fetch_one(pool).await)?;
+        anyhow::ensure!(
+            experiences as usize == self.jobs,
+            "{experiences} experiences stored for {} jobs",
+            self.jobs
+        );
+        db.close().await;
+
+        for worker in &mut workers {
+            stop(worker).await;
+        }
+        stop(&mut api).await;
+        self.drop_database(&name).await?;
+        Ok(RunResult {
+            jobs: self.jobs,
+            elapsed,
+            admission,
+            cpu: cpu(&before, &after, elapsed),
+        })
+    }
+
+    async fn baseline(&self, worker_count: usize) -> anyhow::Result<RunResult> {
+        let (url, name) = self.create_database().await?;
+        let home = tempfile::tempdir()?;
+        std::fs::write(home.path().join("config.json"), "{}")?;
+        let mut options = ConnectOptions::new(url.clone());
+        options.max_connections = u32::try_from(self.clients + 2).unwrap_or(u32::MAX);
+        // Migrates, like the API process does in the pipeline run.
+        let db = Db::open(&options).await?;
+        let ledger = Ledger::new(db.clone(), system_clock());
+        let exe = std::env::current_exe()?;
+        let mut workers = Vec::new();
+        for i in 0..worker_count {
+            let mut worker = Command::new(&exe);
+            self.clean_env(&mut worker, home.path(), &url);
+            worker.args(["noop-worker", "--worker-id", &format!("bench-noop-{i}")]);
+            let log = home.path().join(format!("worker-{i}.log"));
+            workers.push(spawn_worker(worker, &log)?);
+        }
+        for i in 0..worker_count {
+            wait_for_log(
+                &home.path().join(format!("worker-{i}.log")),
+                "worker started",
+            )
+            .await?;
+        }
+
+        let pids = Pids {
+            api: None,
+            workers: workers.iter().filter_map(Child::id).collect(),
+        };
+        let before = self.snapshot(&pids);
+        let started = Instant::now();
+        let mut clients = tokio::task::JoinSet::new();
+        let mut next = 0;
+        for share in self.shares() {
+            let ledger = ledger.clone();
+            let range = next..next + share;
+            next += share;
+            clients.spawn(async move {
+                for i in range {
+                    ledger
+                        .admit(NewJob::new(
+                            JobIdentity::maintain("bench", "/bench", &i.to_string()),
+                            JobOrigin::Explicit,
+                        ))
+                        .await?;
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(done) = clients.join_next().await {
+            done??;
+        }
+        let admission = started.elapsed();
+        wait_settled(&db, "maintain", self.jobs).await?;
+        let elapsed = started.elapsed();
+        let after = self.snapshot(&pids);
+        verify_completed(&db, "maintain", self.jobs).await?;
+        db.close().await;
+        for worker in &mut workers {
+            stop(worker).await;
+        }
+        self.drop_database(&name).await?;
+        Ok(RunResult {
+            jobs: self.jobs,
+            elapsed,
+            admission,
+            cpu: cpu(&before, &after, elapsed),
+        })
+    }
+
+    fn command(&self, binary: &str, home: &Path, url: &str) -> Command {
+        let mut command = Command::new(self.bin_dir.join(binary));
+        self.clean_env(&mut command, home, url);
+        command
+    }
+
+    /// A private home (its config.json), the run's database, the default log level, and none
+    /// of the caller's Zuno environment.
+    fn clean_env(&self, command: &mut Command, home: &Path, url: &str) {
+        for variable in [
+            "ZUNO_DATABASE_URL",
+            "ZUNO_BIND",
+            "ZUNO_API_TOKEN",
+            "ZUNO_CONFIG",
+            "ZUNO_METRICS_ADDR",
+            "ZUNO_LOG",
+            "ZUNO_LOG_FORMAT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ] {
+            command.env_remove(variable);
+        }
+        command
+            .env("ZUNO_HOME", home)
+            .env("DATABASE_URL", url)
+            .kill_on_drop(true);
+    }
+
+    fn snapshot(&self, pids: &Pids) -> Snapshot {
+        let postgres = self.postmaster.map(|postmaster| {
+            let mut ticks = HashMap::new();
+            for pid in postgres_pids(postmaster) {
+                if let Some(t) = process_ticks(pid) {
+                    ticks.insert(pid, t);
+                }
+            }
+            ticks
+        });
+        Snapshot {
+            postgres,
+            api: pids.api.and_then(process_ticks).unwrap_or(0),
+            workers: pids
+                .workers
+                .iter()
+                .filter_map(|&pid| process_ticks(pid))
+                .sum(),
+            bench: process_ticks(std::process::id()).unwrap_or(0),
+            machine_busy: machine_busy_ticks(),
+        }
+    }
+}
+
+struct Pids {
+    api: Option<u32>,
+    workers: Vec<u32>,
+}
+
+/// CPU ticks (USER_HZ) at one instant.
+struct Snapshot {
+    /// Per process: backends come and go, so they are matched by pid.
+    postgres: Option<HashMap<u32, u64>>,
+    api: u64,
+    workers: u64,
+    bench: u64,
+    machine_busy: u64,
+}
+
+/// `/proc` reports CPU time in USER_HZ, which Linux fixes at 100 per second for user space.
+const USER_HZ: f64 = 100.0;
+
+fn cpu(before: &Snapshot, after: &Snapshot, elapsed: Duration) -> Cpu {
+    let cores = |ticks: u64| ticks as f64 / USER_HZ / elapsed.as_secs_f64();
+    let postgres = match (&before.postgres, &after.postgres) {
+        (Some(before), Some(after)) => Some(cores(
+            after
+                .iter()
+                .map(|(pid, t)| t.saturating_sub(before.get(pid).copied().unwrap_or(0)))
+                .sum(),
+        )),
+        _ => None,
+    };
+    Cpu {
+        postgres,
+        api: cores(after.api.saturating_sub(before.api)),
+        workers: cores(after.workers.saturating_sub(before.workers)),
+        bench: cores(after.bench.saturating_sub(before.bench)),
+        machine: cores(after.machine_busy.saturating_sub(before.machine_busy)),
+    }
+}
+
+/// utime + stime of a process.
+fn process_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces; fields resume after its closing parenthesis.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The postmaster and its children (backends, writers, autovacuum): this cluster only, not
+/// other clusters on the machine.
+fn postgres_pids(postmaster: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid == postmaster || parent_pid(pid) == Some(postmaster))
+        .collect()
+}
+
+fn postmaster_pid(pid_file: &Path) -> Option<u32> {
+    std::fs::read_to_string(pid_file)
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Busy ticks of the whole machine (everything but idle and iowait), summed over CPUs.
+fn machine_busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().next() else {
+        return 0;
+    };
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    fields.iter().take(8).sum::<u64>()
+        - fields.get(3).copied().unwrap_or(0)
+        - fields.get(4).copied().unwrap_or(0)
+}
+
+/// An extraction whose experience cites an exact excerpt of the turn's user message.
+fn valid_answer() -> Reply {
+    Reply::answer(
+        json!({
+            "experiences": [{
+                "kind": "correction", "title": "Use pnpm", "summary": "Use pnpm, not npm.",
+                "resolution": "Installed with pnpm.",
+                "citations": [{"source_id": "S1", "excerpt": "use pnpm"}],
+                "confidence": 0.85
+            }],
+            "memories": []
+        })
+        .to_string(),
+    )
+}
+
+/// One client: sessions of `turns_per_session` closed turns until `count` are admitted.
+async fn close_turns(
+    http: &reqwest::Client,
+    base: &str,
+    count: usize,
+    turns_per_session: usize,
+) -> anyhow::Result<()> {
+    let user = json!({"role": "user", "parts": [{"type": "text",
+        "text": "No, don't use npm here; use pnpm. It keeps the lockfile consistent."}]});
+    let assistant = json!({"role": "assistant", "status": "completed", "parts": [
+        {"type": "tool_call", "toolName": "bash", "callId": "c1",
+         "arguments": {"command": "pnpm install"}, "result": "Done in 2.1s", "status": "completed"},
+        {"type": "text", "text": "Installed with pnpm."}]});
+    let mut admitted = 0;
+    while admitted < count {
+        let session = post(http, base, "/api/projects/bench/sessions", json!({})).await?;
+        let session = session["id"].as_str().context("session id")?.to_owned();
+        let path = format!("/api/session/{session}/messages");
+        for _ in 0..turns_per_session.min(count - admitted) {
+            post(http, base, &path, user.clone()).await?;
+            let outcome = post(http, base, &path, assistant.clone()).await?;
+            anyhow::ensure!(
+                outcome["admission"]["outcome"] == "queued",
+                "turn not admitted: {outcome}"
+            );
+            admitted += 1;
+        }
+    }
+    Ok(())
+}
+
+async fn post(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    body: Value,
+) -> anyhow::Result<Value> {
+    let response = http
+        .post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await?;
+    let status = response.status();
+    let body: Value = response.json().await?;
+    anyhow::ensure!(status.is_success(), "POST {path}: {status} {body}");
+    Ok(body)
+}
+
+/// Polls until `jobs` jobs of `kind` reached a terminal state.
+async fn wait_settled(db: &Db, kind: &str, jobs: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let settled: i64 = zuno_shared::on_db!(db, pool => sqlx::query_scalar(
+            "SELECT COUNT(*) FROM learning_job WHERE kind = $1 \
+             AND state IN ('completed', 'failed', 'skipped', 'uncertain')")
+            .bind(kind).fetch_one(pool).await)?;
+        if settled as usize >= jobs {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {settled} of {jobs} jobs settled in time"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn verify_completed(db: &Db, kind: &str, jobs: usize) -> anyhow::Result<()> {
+    let states: Vec<(String, i64)> = zuno_shared::on_db!(db, pool => sqlx::query_as(
+        "SELECT state, COUNT(*) FROM learning_job WHERE kind = $1 GROUP BY state")
+        .bind(kind).fetch_all(pool).await)?;
+    anyhow::ensure!(
+        states == [(String::from("completed"), jobs as i64)],
+        "expected {jobs} completed {kind} jobs, found {states:?}"
+    );
+    Ok(())
+}
+
+async fn spawn_api(mut command: Command, log: &Path) -> anyhow::Result<(Child, String)> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(log)?))
+        .spawn()
+        .context("spawn zuno serve")?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .context("zuno serve did not start in time")??
+        .with_context(|| {
+            format!(
+                "zuno serve exited: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            )
+        })?;
+    let address = line
+        .strip_prefix("zuno listening on http://")
+        .and_then(|rest| rest.split_whitespace().next())
+        .with_context(|| format!("unexpected start-up line: {line}"))?
+        .to_owned();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, address))
+}
+
+fn spawn_worker(mut command: Command, log: &Path) -> anyhow::Result<Child> {
+    let file = std::fs::File::create(log)?;
+    Ok(command
+        .stdout(Stdio::from(file.try_clone()?))
+        .stderr(Stdio::from(file))
+        .spawn()?)
+}
+
+/// Waits until a process logged `needle` (a worker logs "worker started" once it listens and
+/// is about to claim).
+async fn wait_for_log(log: &Path, needle: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(needle) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{} never logged `{needle}`:\n{text}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// SIGTERM, then a bounded wait (kill on drop covers a process that does not exit).
+async fn stop(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn round2(value: f64) -> f64 {
+    (value * 100.0).round() / 100.0
+}
+
+/// Medians over rounds of one worker count: rates, admission-only rate, and CPU in cores.
+fn report(workers: usize, jobs: usize, rounds: &[(RunResult, RunResult)]) {
+    let side = |pick: fn(&(RunResult, RunResult)) -> &RunResult| {
+        let runs: Vec<&RunResult> = rounds.iter().map(pick).collect();
+        let rates: Vec<f64> = runs.iter().map(|r| r.rate()).collect();
+        json!({
+            "jobsPerSec": median(rates.clone()).round(),
+            "roundsJobsPerSec": rates.iter().map(|r| r.round()).collect::<Vec<_>>(),
+            "admissionPerSec": median(runs.iter().map(|r| r.jobs as f64 / r.admission.as_secs_f64()).collect()).round(),
+            "cpuCores": {
+                "postgres": runs.iter().map(|r| r.cpu.postgres).collect::<Option<Vec<f64>>>().map(|v| round2(median(v))),
+                "api": round2(median(runs.iter().map(|r| r.cpu.api).collect())),
+                "workers": round2(median(runs.iter().map(|r| r.cpu.workers).collect())),
+                "benchProcess": round2(median(runs.iter().map(|r| r.cpu.bench).collect())),
+                "machine": round2(median(runs.iter().map(|r| r.cpu.machine).collect())),
+            },
+        })
+    };
+    let ratio = median(rounds.iter().map(|(p, b)| p.rate() / b.rate()).collect());
+    println!(
+        "{}",
+        json!({
+            "workers": workers,
+            "jobs": jobs,
+            "rounds": rounds.len(),
+            "pipeline": side(|r| &r.0),
+            "baseline": side(|r| &r.1),
+            "pipelineOverBaseline": round2(ratio),
+        })
+    );
+}

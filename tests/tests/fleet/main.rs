@@ -1,0 +1,324 @@
+//! Fleet fault tests: real containers of the locally built images (`scripts/images`) on a
+//! private Docker network around a Postgres container, with `zuno-probe` workers whose handler
+//! records one effect row per job inside its fenced settlement transaction. Each test breaks the
+//! fleet the way an operator or the infrastructure would — `docker kill`, `docker pause`,
+//! `docker network disconnect`, a rolling restart, a database restart — and then checks the
+//! ledger's promises from the database (`Fleet::assert_ledger_promises`): no job lost, none
+//! applied twice, every settlement accepted or fenced correctly, attempts never above three.
+//!
+//! Every wait polls the database for a condition under a deadline. The tests skip (printing
+//! `SKIP:`) only when no Docker engine is reachable; `scripts/fault-tests` runs them alone.
+
+#[macro_use]
+mod docker;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use docker::{Fleet, JobRow, WorkerSpec};
+
+const SETTLE: Duration = Duration::from_secs(120);
+const HOLD_FOREVER: u64 = 600_000;
+
+async fn admit_all(fleet: &Fleet, prefix: &str, count: usize) -> BTreeSet<String> {
+    let mut admitted = BTreeSet::new();
+    for n in 0..count {
+        admitted.insert(fleet.admit(&format!("{prefix}-{n}")).await);
+    }
+    admitted
+}
+
+/// Waits until `worker` holds a live lease on every admitted job; returns the rows.
+async fn held_by(fleet: &Fleet, worker: &str, admitted: &BTreeSet<String>) -> Vec<JobRow> {
+    fleet
+        .wait_jobs(
+            &format!("{worker} holds every job"),
+            Duration::from_secs(60),
+            |jobs| {
+                (jobs.len() == admitted.len()
+                    && jobs.iter().all(|job| {
+                        job.state == "running" && job.lease_owner.as_deref() == Some(worker)
+                    }))
+                .then(|| jobs.to_vec())
+            },
+        )
+        .await
+}
+
+/// Waits until `worker` has a `fenced` event for every admitted job: its stale attempt reached
+/// the database and was refused.
+async fn fenced_for_every_job(fleet: &Fleet, worker: &str, admitted: &BTreeSet<String>) {
+    let fenced: BTreeSet<String> = fleet
+        .wait_events(
+            &format!("{worker}'s stale writes are refused for every job"),
+            Duration::from_secs(90),
+            |events| {
+                let fenced: BTreeSet<String> = events
+                    .iter()
+                    .filter(|e| e.event == "fenced" && e.worker_id.as_deref() == Some(worker))
+                    .map(|e| e.job_id.clone())
+                    .collect();
+                (&fenced == admitted).then_some(fenced)
+            },
+        )
+        .await;
+    for event in fleet.events().await.unwrap() {
+        if event.event == "fenced" && fenced.contains(&event.job_id) {
+            eprintln!("fenced: {} {:?}", event.job_id, event.detail);
+        }
+    }
+}
+
+/// The stale worker's attempts left no effect; the rescuer's did, once per job.
+async fn only_rescuer_applied(fleet: &Fleet, stale: &str, rescuer: &str) {
+    let effects = fleet.effects().await.unwrap();
+    assert!(
+        effects
+            .iter()
+            .all(|e| e.worker_id == rescuer && e.attempt == 2),
+        "only {rescuer}'s second attempts committed, nothing of {stale}: {effects:?}"
+    );
+}
+
+/// `docker kill` a worker holding leases: another worker completes its jobs once the leases
+/// expire, on the second attempt, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_jobs_are_completed_by_another_after_the_lease() {
+    require_docker!();
+    let fleet = Fleet::start("kill").await;
+    let admitted = admit_all(&fleet, "kill", 4).await;
+    let victim = fleet
+        .worker("victim", WorkerSpec::holding(HOLD_FOREVER))
+        .await;
+    let held = held_by(&fleet, "victim", &admitted).await;
+    docker::docker(&["kill", &victim]).await;
+    // The survivor starts after the kill and can claim only what has expired.
+    fleet.worker("survivor", WorkerSpec::holding(100)).await;
+
+    let summary = fleet.assert_ledger_promises(&admitted, SETTLE).await;
+    eprintln!("kill: {summary:?}");
+    only_rescuer_applied(&fleet, "victim", "survivor").await;
+    let events = fleet.events().await.unwrap();
+    for job in &held {
+        assert!(
+            events.iter().any(|e| e.job_id == job.id
+                && e.event == "lease_expired"
+                && e.worker_id.as_deref() == Some("victim")),
+            "the victim's lease on {} was rescued as expired: {events:?}",
+            job.id
+        );
+    }
+    let effects = fleet.effects().await.unwrap();
+    for effect in &effects {
+        let held = held.iter().find(|job| job.id == effect.job_id).unwrap();
+        // The last lease the victim held may have been extended by heartbeats after `held`
+        // was read, never shortened: the rescue came after the lease seen here expired.
+        assert!(
+            effect.at >= held.lease_expires_at.unwrap(),
+            "completed only after the victim's lease expired: {effect:?} vs {held:?}"
+        );
+    }
+    assert_eq!((summary.jobs, summary.retried), (4, 4));
+    assert_eq!(fleet.state(&victim).await, "exited");
+}
+
+/// `docker pause` a worker past its lease while another completes its jobs, then `unpause`:
+/// the resumed worker's stale writes (settlement or heartbeat, whichever its frozen timers send
+/// first) are refused with a `fenced` event, and only the rescuer's effects exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_resumed_after_its_lease_is_fenced() {
+    require_docker!();
+    let fleet = Fleet::start("pause").await;
+    let admitted = admit_all(&fleet, "pause", 2).await;
+    let hold = 3_000;
+    let stalled = fleet.worker("stalled", WorkerSpec::holding(hold)).await;
+    held_by(&fleet, "stalled", &admitted).await;
+    let paused_at = fleet.ledger.now_ms();
+    docker::docker(&["pause", &stalled]).await;
+    fleet.worker("rescuer", WorkerSpec::holding(100)).await;
+    fleet
+        .wait_jobs(
+            "the rescuer completes every job",
+            Duration::from_secs(60),
+            |jobs| {
+                jobs.iter()
+                    .all(|job| job.state == "completed")
+                    .then_some(())
+            },
+        )
+        .await;
+    // Keep it frozen until its own work would have finished too, so on resume its settlement
+    // is due at once (racing its overdue heartbeat).
+    zuno_tests::eventually(
+        "the stalled worker's hold has elapsed",
+        Duration::from_secs(30),
+        || async {
+            let elapsed = fleet.ledger.now_ms() >= paused_at + hold as i64;
+            if !elapsed {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            elapsed.then_some(())
+        },
+    )
+    .await;
+    docker::docker(&["unpause", &stalled]).await;
+    fenced_for_every_job(&fleet, "stalled", &admitted).await;
+
+    let summary = fleet.assert_ledger_promises(&admitted, SETTLE).await;
+    eprintln!("pause: {summary:?}");
+    assert!(summary.fenced >= 2, "{summary:?}");
+    only_rescuer_applied(&fleet, "stalled", "rescuer").await;
+    assert_eq!(
+        fleet.state(&stalled).await,
+        "running",
+        "the stale worker lives on"
+    );
+}
+
+/// `docker network disconnect` a worker from the database mid-job, and reconnect it after
+/// another worker took over: its writes, delayed in the network, arrive after the takeover and
+/// are refused; every job is applied once, by the rescuer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cut_off_from_the_database_is_fenced_after_reconnecting() {
+    require_docker!();
+    let fleet = Fleet::start("partition").await;
+    let admitted = admit_all(&fleet, "partition", 2).await;
+    // It never finishes on its own: only its heartbeats are in flight when the network heals.
+    let cut = fleet
+        .worker("cut-off", WorkerSpec::holding(HOLD_FOREVER))
+        .await;
+    held_by(&fleet, "cut-off", &admitted).await;
+    let address = fleet.address(&cut).await;
+    fleet.disconnect(&cut).await;
+    fleet.worker("rescuer", WorkerSpec::holding(100)).await;
+    fleet
+        .wait_jobs(
+            "the rescuer completes every job",
+            Duration::from_secs(60),
+            |jobs| {
+                jobs.iter()
+                    .all(|job| job.state == "completed")
+                    .then_some(())
+            },
+        )
+        .await;
+    fleet.reconnect(&cut, &address).await;
+    fenced_for_every_job(&fleet, "cut-off", &admitted).await;
+
+    let summary = fleet.assert_ledger_promises(&admitted, SETTLE).await;
+    eprintln!("partition: {summary:?}");
+    assert!(summary.fenced >= 2, "{summary:?}");
+    only_rescuer_applied(&fleet, "cut-off", "rescuer").await;
+    assert_eq!(fleet.state(&cut).await, "running");
+}
+
+/// Admits one job every `every` until stopped; returns the admitted ids.
+fn steady_admissions(
+    fleet: Arc<Fleet>,
+    prefix: &'static str,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<BTreeSet<String>> {
+    tokio::spawn(async move {
+        let mut admitted = BTreeSet::new();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut n = 0;
+        while !stop.load(Ordering::SeqCst) {
+            tick.tick().await;
+            admitted.insert(fleet.admit(&format!("{prefix}-{n}")).await);
+            n += 1;
+        }
+        admitted
+    })
+}
+
+/// Waits until `worker` has committed an effect after `since` (it is back at work).
+async fn works_again(fleet: &Fleet, worker: &str, since: i64) {
+    fleet
+        .wait_effects(
+            &format!("{worker} completes jobs again"),
+            Duration::from_secs(60),
+            |effects| {
+                effects
+                    .iter()
+                    .any(|e| e.worker_id == worker && e.at > since)
+                    .then_some(())
+            },
+        )
+        .await;
+}
+
+/// A rolling restart (`docker restart`: SIGTERM, graceful drain, start) of every worker, one at
+/// a time, under steady admission load: nothing is lost or applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_loses_nothing() {
+    require_docker!();
+    let fleet = Arc::new(Fleet::start("rolling").await);
+    let workers = ["w1", "w2", "w3"];
+    let mut containers = Vec::new();
+    for worker in workers {
+        containers.push(fleet.worker(worker, WorkerSpec::holding(200)).await);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_admissions(
+        fleet.clone(),
+        "rolling",
+        Duration::from_millis(50),
+        stop.clone(),
+    );
+    for worker in workers {
+        works_again(&fleet, worker, 0).await;
+    }
+    for (worker, container) in workers.iter().zip(&containers) {
+        docker::docker(&["restart", "--time", "10", container]).await;
+        let restarted = fleet.ledger.now_ms();
+        works_again(&fleet, worker, restarted).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let admitted = load.await.unwrap();
+    assert!(admitted.len() >= 50, "load was steady: {}", admitted.len());
+
+    let summary = fleet.assert_ledger_promises(&admitted, SETTLE).await;
+    eprintln!("rolling restart: {summary:?}");
+    for worker in workers {
+        assert!(
+            summary.effects_by_worker.get(worker).copied().unwrap_or(0) > 0,
+            "{summary:?}"
+        );
+    }
+}
+
+/// Postgres restarts (`docker restart`) under load: workers reconnect and continue, admissions
+/// retried across the outage are not duplicated, and every job completes exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_restart_under_load_is_survived() {
+    require_docker!();
+    let fleet = Arc::new(Fleet::start("pgrestart").await);
+    let workers = ["w1", "w2"];
+    for worker in workers {
+        fleet.worker(worker, WorkerSpec::holding(100)).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_admissions(
+        fleet.clone(),
+        "pgrestart",
+        Duration::from_millis(50),
+        stop.clone(),
+    );
+    for worker in workers {
+        works_again(&fleet, worker, 0).await;
+    }
+    docker::docker(&["restart", "--time", "10", &fleet.postgres]).await;
+    let restarted = fleet.ledger.now_ms();
+    for worker in workers {
+        works_again(&fleet, worker, restarted).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let admitted = load.await.unwrap();
+
+    let summary = fleet.assert_ledger_promises(&admitted, SETTLE).await;
+    eprintln!("postgres restart: {summary:?}");
+}

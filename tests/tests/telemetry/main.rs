@@ -1,0 +1,83 @@
+//! Telemetry end to end.
+//!
+//! - `otlp`: the whole pipeline in one process exporting to an in-process OTLP receiver; the
+//!   admitting request, the job, the provider request and the settlement form one trace, and
+//!   every metric the fleet is watched by arrives.
+//! - `prometheus`: a real `zuno` API process and a real worker process scraped by a real
+//!   Prometheus; every expression of the Grafana dashboard returns data after real traffic.
+
+mod otlp;
+mod prometheus;
+
+use serde_json::json;
+use zuno_shared::config::{Config, ProviderApi, ProviderConfig};
+use zuno_tests::fake_provider::Reply;
+
+/// The provider name and model the tests configure (`learning.extractor_model`).
+pub const PROVIDER: &str = "fake";
+pub const MODEL: &str = "fake-model";
+
+/// The user's correction that opens each turn; [`valid_answer`] cites an exact excerpt of it.
+pub const CORRECTION: &str = "No, don't use npm here; use pnpm. It keeps the lockfile consistent.";
+
+/// A configuration whose extractor is the model behind `base_url` (OpenAI Chat wire format).
+pub fn model_config(base_url: &str, timeout_ms: u64) -> Config {
+    let mut config = Config::default();
+    config.providers.insert(
+        PROVIDER.into(),
+        ProviderConfig {
+            api: ProviderApi::OpenaiChat,
+            base_url: base_url.to_owned(),
+            api_key_env: None,
+            header_envs: Default::default(),
+            small_model: None,
+            models: Default::default(),
+        },
+    );
+    config.learning.extractor_model = Some(format!("{PROVIDER}/{MODEL}"));
+    config.learning.execution.timeout_ms = timeout_ms;
+    config
+}
+
+/// The completed assistant turn (a tool call) that closes the turn and admits extraction.
+pub fn assistant_turn() -> serde_json::Value {
+    json!({
+        "role": "assistant",
+        "status": "completed",
+        "parts": [
+            {"type": "tool_call", "toolName": "bash", "callId": "c1",
+             "arguments": {"command": "pnpm install"}, "result": "Done in 2.1s", "status": "completed"},
+            {"type": "text", "text": "Installed with pnpm."}
+        ]
+    })
+}
+
+pub fn user_turn() -> serde_json::Value {
+    json!({"role": "user", "parts": [{"type": "text", "text": CORRECTION}]})
+}
+
+/// An extraction whose one experience cites `use pnpm` in the user's message (source `S1`), so
+/// it validates and is stored verified.
+pub fn valid_answer() -> Reply {
+    Reply::answer(
+        json!({
+            "experiences": [{
+                "kind": "correction", "title": "Use pnpm", "summary": "Use pnpm, not npm.",
+                "resolution": "Installed with pnpm.",
+                "citations": [{"source_id": "S1", "excerpt": "use pnpm"}],
+                "confidence": 0.85
+            }],
+            "memories": []
+        })
+        .to_string(),
+    )
+}
+
+/// A 401 with an OpenAI-style body: a permanent provider failure (error class `auth`).
+pub fn unauthorized() -> Reply {
+    Reply::json(
+        401,
+        json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                         "code": "invalid_api_key"}}),
+    )
+}
