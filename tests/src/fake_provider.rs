@@ -52,6 +52,11 @@ enum ReplyKind {
         body: String,
     },
     Hang,
+    /// `then`, once the gate is opened (a test holds a request in flight while it acts).
+    Held {
+        gate: Gate,
+        then: Box<Reply>,
+    },
     /// The extraction [`auto_answer`] derives from the request.
     Auto,
 }
@@ -101,6 +106,14 @@ impl Reply {
         Reply::from_kind(ReplyKind::Hang)
     }
 
+    /// Receives the request, then waits for `gate` to open before answering with `then`.
+    pub fn held(gate: &Gate, then: Reply) -> Reply {
+        Reply::from_kind(ReplyKind::Held {
+            gate: gate.clone(),
+            then: Box::new(then),
+        })
+    }
+
     /// The extraction answer [`auto_answer`] derives from the request, in the called endpoint's
     /// success envelope.
     pub fn auto() -> Reply {
@@ -140,6 +153,27 @@ impl Reply {
             kind,
             extra_headers: Vec::new(),
         }
+    }
+}
+
+/// Holds [`Reply::held`] answers until [`Gate::open`].
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::Semaphore>);
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate::new()
+    }
+}
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate(Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+
+    /// Lets every held reply (now and later) answer.
+    pub fn open(&self) {
+        self.0.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
     }
 }
 
@@ -309,7 +343,18 @@ async fn handle(
             ),
         );
     };
+    let mut reply = reply;
+    while let ReplyKind::Held { gate, then } = reply.kind {
+        tokio::select! {
+            permit = gate.0.acquire() => drop(permit),
+            _ = shared.shutdown.cancelled() => {
+                return error_response(StatusCode::SERVICE_UNAVAILABLE, "fake provider stopped");
+            }
+        }
+        reply = *then;
+    }
     let mut response = match reply.kind {
+        ReplyKind::Held { .. } => unreachable!("held replies were released above"),
         ReplyKind::Hang => {
             shared.shutdown.cancelled().await;
             return error_response(StatusCode::SERVICE_UNAVAILABLE, "fake provider stopped");

@@ -94,6 +94,26 @@ struct ModelPlan {
     changes: Vec<Change>,
 }
 
+/// The first document whose revision is no longer the one the plan was made against. Each
+/// change's compare-and-set (`UPDATE … WHERE revision = …`) still guards the commit itself.
+async fn moved_revision_in(
+    tx: &mut Tx,
+    project_id: &str,
+    planned: &[(Scope, i64)],
+) -> Result<Option<(Scope, i64, i64)>, sqlx::Error> {
+    for &(scope, expected) in planned {
+        let project = (scope == Scope::Project).then_some(project_id);
+        let current: Option<i64> = zuno_shared::on_tx!(tx, conn => sqlx::query_scalar(
+                "SELECT revision FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = COALESCE($2, '')")
+            .bind(scope.as_str()).bind(project).fetch_optional(conn).await)?;
+        let current = current.unwrap_or(0);
+        if current != expected {
+            return Ok(Some((scope, expected, current)));
+        }
+    }
+    Ok(None)
+}
+
 fn store_error(error: impl std::fmt::Display) -> JobError {
     JobError::retryable(error.to_string())
 }
@@ -168,14 +188,28 @@ impl JobHandler for MaintainHandler {
                 .bind(&input.id).fetch_all(conn).await).map_err(store_error)?;
             hints.append(&mut rows);
         }
-        let project_entries = store::view_in(&mut read, Scope::Project, Some(&project_id))
+        let project_view = store::view_in(&mut read, Scope::Project, Some(&project_id))
             .await
-            .map_err(store_error)?
+            .map_err(store_error)?;
+        let global_view = store::view_in(&mut read, Scope::Global, None)
+            .await
+            .map_err(store_error)?;
+        // The plan is made against these revisions; if either document moves before the plan
+        // commits, the plan is stale and nothing commits.
+        let planned_revisions = [
+            (
+                Scope::Project,
+                project_view.as_ref().map_or(0, |v| v.revision),
+            ),
+            (
+                Scope::Global,
+                global_view.as_ref().map_or(0, |v| v.revision),
+            ),
+        ];
+        let project_entries = project_view
             .map(|v| v.entries.into_iter().map(|e| e.content).collect::<Vec<_>>())
             .unwrap_or_default();
-        let global_entries = store::view_in(&mut read, Scope::Global, None)
-            .await
-            .map_err(store_error)?
+        let global_entries = global_view
             .map(|v| v.entries.into_iter().map(|e| e.content).collect::<Vec<_>>())
             .unwrap_or_default();
         read.rollback().await.map_err(store_error)?;
@@ -197,6 +231,22 @@ impl JobHandler for MaintainHandler {
         loop {
             let mut settlement = ctx.begin_settlement().await?;
             let tx = settlement.tx().await?;
+            if let Some((scope, expected, current)) =
+                moved_revision_in(tx, &project_id, &planned_revisions)
+                    .await
+                    .map_err(store_error)?
+            {
+                drop(settlement);
+                tracing::info!(
+                    scope = scope.as_str(),
+                    expected,
+                    current,
+                    "memory moved while planning; nothing commits"
+                );
+                return Err(JobError::retryable(
+                    MemoryError::Stale { expected, current }.to_string(),
+                ));
+            }
             match self
                 .commit_plan_in(tx, &project_id, &job.id, &plan, &user_backed)
                 .await

@@ -2,10 +2,15 @@
 //! journal, provenance and watermark; unchanged input is not sent again; an invalid plan gets one
 //! repair and never commits partially.
 
+use std::time::Duration;
+
 use serde_json::json;
 use zuno_shared::learning::experience::ExperienceOrigin;
-use zuno_shared::ledger::{JobFilter, JobKind, JobState};
-use zuno_tests::fake_provider::{FakeProvider, Reply};
+use zuno_shared::learning::extraction::MemoryAction;
+use zuno_shared::ledger::{AllowAll, ClaimRequest, JobFilter, JobKind, JobState};
+use zuno_shared::memory::service::{Origin, Proposal};
+use zuno_shared::memory::store::Scope;
+use zuno_tests::fake_provider::{FakeProvider, Gate, Reply};
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{World, model_config};
@@ -168,8 +173,171 @@ async fn a_refused_change_rolls_back_the_attempt_and_one_repair_commits_the_rest
     assert!(rules.contains("pnpm") && !rules.contains("Ignore all previous"));
 }
 
+/// The model's answer is held while something else happens; then `world.run_maintain` finishes.
+async fn while_the_model_answers<F, Fut>(
+    world: &World,
+    memory: &zuno_shared::memory::service::MemoryService,
+    provider: &FakeProvider,
+    answer: Reply,
+    meanwhile: F,
+) -> zuno_shared::runtime::RunReport
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let gate = Gate::new();
+    provider.push([Reply::held(&gate, answer)]);
+    let run = world.run_maintain(memory);
+    tokio::pin!(run);
+    let interleaved = async {
+        zuno_tests::eventually(
+            "the model request is in flight",
+            Duration::from_secs(30),
+            || async { (provider.request_count() == 1).then_some(()) },
+        )
+        .await;
+        meanwhile().await;
+        gate.open();
+    };
+    let (report, ()) = tokio::join!(run, interleaved);
+    report
+}
+
+/// A person edits the project's Memory while the plan is being made: the plan was made against
+/// a revision that no longer exists, so nothing of it commits and the job is retried later.
+async fn a_plan_over_a_moved_revision_commits_nothing(db: TestDb) {
+    let provider = FakeProvider::start().await;
+    let (world, worktree, experience) = remembered(db, &provider).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    let report = while_the_model_answers(
+        &world,
+        &memory,
+        &provider,
+        plan(json!([add("Install packages with pnpm.", &experience)])),
+        || async {
+            let outcome = memory
+                .propose(Proposal {
+                    scope: Scope::Project,
+                    project_id: Some(String::from("web")),
+                    action: MemoryAction::Add,
+                    content: Some(String::from("Run tests with `just test`.")),
+                    old_text: None,
+                    expected_revision: None,
+                    reason: String::from("typed by the user"),
+                    confidence: 1.0,
+                    origin: Origin::User,
+                    evidence: Vec::new(),
+                    explicit_user_evidence: true,
+                    job_id: None,
+                })
+                .await
+                .unwrap();
+            assert!(outcome.applied);
+        },
+    )
+    .await;
+    assert_eq!(report.retried, 1, "{report:?}");
+    assert_eq!(report.completed, 0, "{report:?}");
+    let job = &maintain_jobs(&world).await[0];
+    assert_eq!(job.state, JobState::Queued, "retried later, not failed");
+    assert!(
+        job.last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("stale"),
+        "{job:?}"
+    );
+    // Only the person's entry exists: no journal row, provenance or watermark from the plan.
+    assert_eq!(
+        world
+            .scalar("SELECT COUNT(*) FROM memory_candidate WHERE job_id IS NOT NULL")
+            .await,
+        0
+    );
+    assert_eq!(
+        world.scalar("SELECT COUNT(*) FROM memory_provenance").await,
+        0
+    );
+    assert_eq!(
+        world
+            .scalar("SELECT COUNT(*) FROM memory_maintenance")
+            .await,
+        0
+    );
+    let rules = std::fs::read_to_string(worktree.path().join(".zuno/RULES.md")).unwrap();
+    assert!(
+        rules.contains("just test") && !rules.contains("pnpm"),
+        "{rules}"
+    );
+}
+
+/// Another worker takes the job over while the model answers: the first worker's settlement is
+/// fenced and its plan never reaches the database or the file.
+async fn a_plan_from_a_lost_lease_commits_nothing(db: TestDb) {
+    let provider = FakeProvider::start().await;
+    let (world, worktree, experience) = remembered(db, &provider).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    // A separate ledger handle, as another worker process would have.
+    let thief = world.db.ledger();
+    let report = while_the_model_answers(
+        &world,
+        &memory,
+        &provider,
+        plan(json!([add("Install packages with pnpm.", &experience)])),
+        || async {
+            zuno_tests::eventually(
+                "another worker claims the expired lease",
+                Duration::from_secs(30),
+                || async {
+                    zuno_shared::on_db!(world.db.db, pool => sqlx::query(
+                        "UPDATE learning_job SET lease_expires_at = 0 WHERE state = 'running'")
+                    .execute(pool).await.map(|done| done.rows_affected()))
+                    .unwrap();
+                    let batch = thief
+                        .claim(
+                            &ClaimRequest {
+                                worker_id: "thief",
+                                kinds: &[JobKind::Maintain],
+                                limit: 1,
+                                lease_ms: 600_000,
+                                scopes: None,
+                            },
+                            &AllowAll,
+                        )
+                        .await
+                        .unwrap();
+                    (!batch.claimed.is_empty()).then_some(())
+                },
+            )
+            .await;
+        },
+    )
+    .await;
+    assert_eq!(report.lease_lost, 1, "{report:?}");
+    assert_eq!(report.completed, 0, "{report:?}");
+    let job = &maintain_jobs(&world).await[0];
+    assert_eq!(job.state, JobState::Running);
+    assert_eq!(job.lease_owner.as_deref(), Some("thief"));
+    assert_eq!(
+        world.scalar("SELECT COUNT(*) FROM memory_candidate").await,
+        0
+    );
+    assert_eq!(world.scalar("SELECT COUNT(*) FROM memory_entry").await, 0);
+    assert_eq!(
+        world
+            .scalar("SELECT COUNT(*) FROM memory_maintenance")
+            .await,
+        0
+    );
+    assert!(!worktree.path().join(".zuno/RULES.md").exists());
+}
+
 on_both_backends!(
     a_model_plan_commits_with_journal_provenance_and_watermark,
     an_invalid_answer_is_repaired_once_then_fails_without_committing,
     a_refused_change_rolls_back_the_attempt_and_one_repair_commits_the_rest,
+    a_plan_over_a_moved_revision_commits_nothing,
+    a_plan_from_a_lost_lease_commits_nothing,
 );

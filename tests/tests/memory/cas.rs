@@ -87,6 +87,8 @@ async fn a_writer_queued_behind_an_uncommitted_replace_is_stale(db: TestDb) {
     let env = Env::new(db).await;
     env.apply(add(Scope::Project, "Install with npm.", Origin::Tool))
         .await;
+    // A second handle on the same database (opening one migrates, so open it before the lock).
+    let other = env.service_on(env.db.reopen().await);
     let mut tx = env.db.db.begin().await.unwrap();
     let staged = env
         .memory
@@ -96,7 +98,6 @@ async fn a_writer_queued_behind_an_uncommitted_replace_is_stale(db: TestDb) {
     assert!(staged.applied);
     assert_eq!(staged.revision, 2);
 
-    let other = env.service_on(env.db.reopen().await);
     let second =
         tokio::spawn(async move { other.propose(replace_at(1, "Install with yarn.")).await });
     if env.db.backend == zuno_shared::db::Backend::Postgres {

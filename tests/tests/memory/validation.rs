@@ -157,8 +157,9 @@ async fn caps_count_unicode_scalar_values_and_name_their_key(db: TestDb) {
     assert_eq!(env.entries(Scope::Global).await, [global.clone()]);
     assert_eq!(env.revision(Scope::Global).await, 1);
 
-    // The project cap is the larger one: what the global cap refused fits a project.
-    env.apply(add(Scope::Project, &longer, Origin::User)).await;
+    // The project cap is the larger one: what the global cap refused fits a project. The tool
+    // wrote it, so the tool may rewrite it (a user-owned entry would be refused as `UserOwned`).
+    env.apply(add(Scope::Project, &longer, Origin::Tool)).await;
     let project = "规".repeat(3000);
     env.apply(replace(Scope::Project, &longer, &project, Origin::Tool))
         .await;
