@@ -160,7 +160,7 @@ fn all_in_one_runners(
     type Gate = fn(&WorkerEnv) -> Arc<dyn ClaimGate>;
     let stages: [(&str, Build, Gate); 4] = [
         ("extract", zuno_worker_extract::handlers, source_gate),
-        ("maintain", zuno_worker_maintain::handlers, allow_all),
+        ("maintain", zuno_worker_maintain::handlers, source_gate),
         ("mine", zuno_worker_mine::handlers, allow_all),
         ("eval", zuno_worker_eval::handlers, allow_all),
     ];

@@ -194,6 +194,8 @@ fn message_digest(message: &Message) -> String {
 /// in order: a verified snapshot exists; the session's generation policy is `enabled`; the
 /// source is unchanged; none of its sources was explicitly forgotten; and, for automatic work
 /// only, that today's automatic token spend is under `learning.execution.max_tokens_per_day`.
+/// Maintenance jobs pass only while the project's canonical memory path is the one they were
+/// bound to at admission.
 pub struct SourceGate {
     config: Arc<Config>,
     clock: SharedClock,
@@ -208,10 +210,23 @@ impl SourceGate {
 #[async_trait]
 impl ClaimGate for SourceGate {
     async fn check(&self, tx: &mut Tx, job: &Job) -> Result<GateDecision, StoreError> {
+        let skip = |reason: String| Ok(GateDecision::Skip { reason });
+        if job.kind == JobKind::Maintain {
+            // A maintenance job runs only for the canonical memory path it was admitted for: if
+            // the project's worktree moved, its plan would be written somewhere it was not made for.
+            if let (Some(project_id), Some(bound)) = (&job.project_id, &job.claim_scope) {
+                let current = crate::memory::maintenance::memory_scope_in(tx, project_id).await?;
+                if &current != bound {
+                    return skip(format!(
+                        "the project's memory path moved from {bound} to {current}; maintenance runs for the new path"
+                    ));
+                }
+            }
+            return Ok(GateDecision::Proceed);
+        }
         if job.kind != JobKind::Extract {
             return Ok(GateDecision::Proceed);
         }
-        let skip = |reason: String| Ok(GateDecision::Skip { reason });
         let Some(snapshot) = SourceSnapshot::load_in(tx, &job.id).await? else {
             return skip(String::from("the job has no verified source snapshot"));
         };

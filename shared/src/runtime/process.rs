@@ -54,6 +54,11 @@ pub struct WorkerArgs {
     /// Exit once nothing is left to claim (batch drains and tests).
     #[arg(long)]
     pub exit_when_idle: bool,
+    /// Claim only jobs bound to one of these scopes (maintenance jobs are bound to their
+    /// canonical memory path, e.g. `/src/web/.zuno/RULES.md`), so a host claims only the Memory
+    /// it can write. Unset: every job of the worker's kinds.
+    #[arg(long = "claim-scope", env = "ZUNO_CLAIM_SCOPES", value_delimiter = ',')]
+    pub claim_scopes: Vec<String>,
     /// Serve `GET /metrics` (Prometheus text) and `GET /healthz` on this address, e.g.
     /// `0.0.0.0:9100`, so a scraper can reach every worker of a fleet. Off when absent.
     #[arg(long, env = "ZUNO_METRICS_ADDR")]
@@ -221,10 +226,14 @@ pub fn runner_config(args: &WorkerArgs, config: &Config, default_id: String) -> 
     );
     runner.grace = Duration::from_millis(args.grace_ms);
     runner.exit_when_idle = args.exit_when_idle;
+    if !args.claim_scopes.is_empty() {
+        runner.scopes = Some(args.claim_scopes.clone());
+    }
     runner
 }
 
-/// The extraction gate: source snapshots, session policy, forgotten sources, daily token cap.
+/// The source gate: for extraction, source snapshots, session policy, forgotten sources and the
+/// daily token cap; for maintenance, the bound canonical memory path.
 pub fn source_gate(env: &WorkerEnv) -> Arc<dyn ClaimGate> {
     Arc::new(crate::learning::SourceGate::new(
         Arc::new(env.settings.config.clone()),

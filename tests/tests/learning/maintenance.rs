@@ -334,7 +334,40 @@ async fn a_plan_from_a_lost_lease_commits_nothing(db: TestDb) {
     assert!(!worktree.path().join(".zuno/RULES.md").exists());
 }
 
+/// The project's worktree moves after the job was admitted: the job was bound to the old
+/// canonical memory path, so it is skipped rather than written somewhere it was not planned for.
+async fn a_job_runs_only_for_its_bound_memory_path(db: TestDb) {
+    let provider = FakeProvider::start().await;
+    let (world, worktree, _) = remembered(db, &provider).await;
+    let bound = maintain_jobs(&world).await[0].claim_scope.clone();
+    assert_eq!(
+        bound.as_deref(),
+        Some(worktree.path().join(".zuno/RULES.md").to_str().unwrap())
+    );
+    let moved = tempfile::tempdir().unwrap();
+    zuno_shared::on_db!(world.db.db, pool => sqlx::query("UPDATE project SET worktree = $1 WHERE id = 'web'")
+        .bind(moved.path().display().to_string()).execute(pool).await.map(|done| done.rows_affected()))
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let report = world.run_maintain(&world.memory(home.path())).await;
+    assert_eq!(report.completed + report.failed, 0, "{report:?}");
+    assert_eq!(provider.request_count(), 0, "nothing was planned");
+    let job = &maintain_jobs(&world).await[0];
+    assert_eq!(job.state, JobState::Skipped);
+    let reason = job.result.as_ref().map(|r| r["skipped"].to_string());
+    assert!(
+        reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("memory path moved"),
+        "{job:?}"
+    );
+    assert!(!worktree.path().join(".zuno").exists());
+    assert!(!moved.path().join(".zuno").exists());
+}
+
 on_both_backends!(
+    a_job_runs_only_for_its_bound_memory_path,
     a_model_plan_commits_with_journal_provenance_and_watermark,
     an_invalid_answer_is_repaired_once_then_fails_without_committing,
     a_refused_change_rolls_back_the_attempt_and_one_repair_commits_the_rest,
