@@ -11,6 +11,7 @@ pub mod memory;
 pub mod paths;
 pub mod provider;
 pub mod runtime;
+pub mod skills;
 pub mod telemetry;
 pub mod tokens;
 pub mod transcript;

@@ -1,35 +1,40 @@
-//! Offline cassette evaluation of Skill candidates.
-//!
-//! The runtime around this stage (claims, leases, heartbeats, fenced settlement) is complete;
-//! the stage's own model work arrives with its issue, so for now an attempt records an explicit
-//! no-op outcome rather than pretending to have learned anything.
+//! Offline cassette evaluation of Skill candidates (spec 002 "Skill candidates and evaluation").
+
+pub mod eval;
 
 use std::sync::Arc;
 
-use zuno_shared::ledger::{Job, JobKind};
+use zuno_shared::provider::LearningModelClient;
+use zuno_shared::runtime::JobHandler;
 use zuno_shared::runtime::process::WorkerEnv;
-use zuno_shared::runtime::{JobContext, JobError, JobHandler};
+use zuno_shared::skills::SkillService;
 
-pub struct StageHandler {
-    kind: JobKind,
-}
-
-#[async_trait::async_trait]
-impl JobHandler for StageHandler {
-    fn kind(&self) -> JobKind {
-        self.kind
+/// The handlers `zuno-worker-eval` registers. At start-up it reconciles only evaluations past
+/// their deadline (another process's live evaluation is left alone) and interrupted Skill file
+/// effects.
+pub fn handlers(env: &WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>> {
+    let config = Arc::new(env.settings.config.clone());
+    let skills = SkillService::new(env.ledger.clone(), config);
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let startup = skills.clone();
+        runtime.spawn(async move {
+            match startup.reconcile_expired_evaluations().await {
+                Ok(expired) if !expired.is_empty() => {
+                    tracing::info!(
+                        count = expired.len(),
+                        "expired evaluations reconciled at start-up"
+                    );
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "start-up evaluation reconciliation failed"),
+            }
+            if let Err(error) = startup.reconcile_skills().await {
+                tracing::warn!(%error, "start-up Skill effect reconciliation failed");
+            }
+        });
     }
-
-    async fn run(&self, ctx: JobContext) -> Result<Job, JobError> {
-        let settlement = ctx.begin_settlement().await?;
-        let result = serde_json::json!({ "outcome": "no_op", "reason": "skill evaluation is not implemented yet" });
-        Ok(settlement.complete(result).await?)
-    }
-}
-
-/// The handlers `zuno-worker-eval` registers.
-pub fn handlers(_env: &WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>> {
-    Ok(vec![Arc::new(StageHandler {
-        kind: JobKind::Evaluate,
-    })])
+    Ok(vec![Arc::new(eval::EvaluateHandler::new(
+        skills,
+        LearningModelClient::new(),
+    ))])
 }

@@ -308,6 +308,15 @@ impl JobHandler for ExtractHandler {
                 &trigger,
             )
             .await?;
+            // The slow path's project check also runs after each successful extraction.
+            zuno_shared::skills::schedule::admit_project_check_in(
+                &ctx.ledger,
+                tx,
+                self.config.learning.aggregation.interval_ms,
+                &snapshot.project_id,
+                zuno_shared::ledger::JobOrigin::Explicit,
+            )
+            .await?;
         }
         let result = result_json(&version, &answer, &validated, &stored);
         let mut outcome = result.clone();

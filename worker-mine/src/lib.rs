@@ -1,40 +1,41 @@
-//! The slow path: project and cross-project pattern mining.
-//!
-//! The runtime around this stage (claims, leases, heartbeats, fenced settlement) is complete;
-//! the stage's own model work arrives with its issue, so for now an attempt records an explicit
-//! no-op outcome rather than pretending to have learned anything.
+//! The slow path: project and cross-project pattern mining (spec 002 "Slow path: consolidate
+//! repeated evidence").
+
+pub mod mine;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use zuno_shared::ledger::{Job, JobKind};
+use zuno_shared::provider::LearningModelClient;
+use zuno_shared::runtime::JobHandler;
 use zuno_shared::runtime::process::WorkerEnv;
-use zuno_shared::runtime::{JobContext, JobError, JobHandler};
+use zuno_shared::skills::SkillService;
 
-pub struct StageHandler {
-    kind: JobKind,
-}
-
-#[async_trait::async_trait]
-impl JobHandler for StageHandler {
-    fn kind(&self) -> JobKind {
-        self.kind
+/// The handlers `zuno-worker-mine` registers. Also starts the periodic check: at start-up
+/// (restart recovery) and once per aggregation interval it admits each project's check for the
+/// current bucket; identical checks from several hosts share one job.
+pub fn handlers(env: &WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>> {
+    let config = Arc::new(env.settings.config.clone());
+    let skills = SkillService::new(env.ledger.clone(), config.clone());
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let scheduler = skills.clone();
+        let interval = Duration::from_millis(config.learning.aggregation.interval_ms.max(1000));
+        runtime.spawn(async move {
+            let mut ticks = tokio::time::interval(interval);
+            loop {
+                ticks.tick().await;
+                if let Err(error) = scheduler.admit_checks().await {
+                    tracing::warn!(%error, "periodic aggregation check could not be admitted; retrying next interval");
+                }
+            }
+        });
     }
-
-    async fn run(&self, ctx: JobContext) -> Result<Job, JobError> {
-        let settlement = ctx.begin_settlement().await?;
-        let result = serde_json::json!({ "outcome": "no_op", "reason": "pattern mining is not implemented yet" });
-        Ok(settlement.complete(result).await?)
-    }
-}
-
-/// The handlers `zuno-worker-mine` registers.
-pub fn handlers(_env: &WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>> {
+    let client = LearningModelClient::new();
     Ok(vec![
-        Arc::new(StageHandler {
-            kind: JobKind::AggregateProject,
-        }),
-        Arc::new(StageHandler {
-            kind: JobKind::AggregateGlobal,
-        }),
+        Arc::new(mine::AggregateProjectHandler::new(
+            skills.clone(),
+            client.clone(),
+        )),
+        Arc::new(mine::AggregateGlobalHandler::new(skills, client)),
     ])
 }

@@ -7,7 +7,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::routes::{jobs, learning, memory, projects, sessions};
+use super::routes::{jobs, learning, memory, projects, sessions, skills};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -67,6 +67,19 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(memory::inspect))
         .routes(routes!(memory::import))
         .routes(routes!(memory::revisions))
+        .routes(routes!(skills::promote))
+        .routes(routes!(skills::aggregate))
+        .routes(routes!(skills::patterns))
+        .routes(routes!(skills::global_patterns))
+        .routes(routes!(skills::pattern_promote))
+        .routes(routes!(skills::pattern_reject))
+        .routes(routes!(skills::candidates))
+        .routes(routes!(skills::get_candidate))
+        .routes(routes!(skills::review))
+        .routes(routes!(skills::runs))
+        .routes(routes!(skills::apply))
+        .routes(routes!(skills::undo))
+        .routes(routes!(skills::reject))
         .route("/api/openapi.json", axum::routing::get(serve_document))
 }
 

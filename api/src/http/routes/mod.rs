@@ -4,3 +4,4 @@ pub mod learning;
 pub mod memory;
 pub mod projects;
 pub mod sessions;
+pub mod skills;

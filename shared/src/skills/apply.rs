@@ -1,0 +1,479 @@
+//! At-most-once Skill file effects (spec 002 "At-most-once file effects").
+//!
+//! Apply and undo run in three steps:
+//!
+//! 1. [`SkillService::prepare`] checks the source digest and the destination, then persists an
+//!    operation id with the exact before/after snapshots and moves the candidate to `applying`
+//!    (or `undoing`) by compare-and-set, so of two concurrent attempts exactly one proceeds.
+//!    Drift marks the candidate `stale` instead and nothing is written.
+//! 2. [`SkillService::perform`] makes the effect under the shared OS path lock: an atomic replace
+//!    that only writes over the exact `before` bytes (or removal of exactly `after` for an undo
+//!    back to absent).
+//! 3. [`SkillService::finish`] records the outcome.
+//!
+//! After process loss between 1 and 3, [`SkillService::reconcile_skills`] reads the filesystem
+//! under the same lock (skipping a busy writer): exact `after` = applied, exact `before` = not
+//! applied, anything else = `uncertain`. It never replays the effect.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::candidate::{Candidate, candidate_in, check_managed_dirs, read_skill, worktree_in};
+use super::{SkillError, SkillService, is_managed_path};
+use crate::db::Tx;
+use crate::memory::projection::{self, ProjectionError, Publish};
+
+/// A persisted operation, ready for its effect.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Operation {
+    pub id: String,
+    pub candidate_id: String,
+    /// `apply` or `undo`.
+    pub kind: String,
+    pub path: String,
+    pub worktree: String,
+    /// Exact bytes before the effect; `None` = absent.
+    pub before: Option<String>,
+    /// Exact bytes after the effect; `None` = absent.
+    pub after: Option<String>,
+}
+
+/// What one effect did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    Applied,
+    /// The file no longer held the `before` bytes at the lock: nothing was written.
+    Drifted,
+}
+
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillReconcileReport {
+    pub applied: Vec<String>,
+    pub not_applied: Vec<String>,
+    pub uncertain: Vec<String>,
+    /// Candidates whose path lock was held by a live writer: left for a later pass.
+    pub busy: Vec<String>,
+}
+
+/// An interrupted operation: id, candidate, kind, path, before, after, project.
+type InterruptedRow = (
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    String,
+);
+
+fn digest(content: Option<&str>) -> Option<String> {
+    content.map(|c| projection::digest(c.as_bytes()))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ProjectionError> + Send + 'static,
+) -> Result<T, SkillError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| SkillError::Conflict(format!("file task failed: {e}")))?
+        .map_err(SkillError::from)
+}
+
+/// Creates `.agents`, `.agents/skills` and the Skill's directory one level at a time, refusing
+/// links, so the final directory is a real directory under the worktree.
+fn create_dirs(worktree: &Path, path: &Path) -> Result<(), ProjectionError> {
+    check_managed_dirs(worktree, path)?;
+    let relative = path
+        .strip_prefix(worktree)
+        .map_err(|_| ProjectionError::NotRegular {
+            path: path.to_path_buf(),
+        })?;
+    let mut current = worktree.to_path_buf();
+    let components: Vec<_> = relative.components().collect();
+    for component in &components[..components.len().saturating_sub(1)] {
+        current.push(component);
+        match std::fs::create_dir(&current) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => {
+                return Err(ProjectionError::Io {
+                    path: current,
+                    reason: error.to_string(),
+                });
+            }
+        }
+    }
+    check_managed_dirs(worktree, path)
+}
+
+/// The effect itself (blocking): under the path lock, write `after` over exactly `before`.
+fn effect(
+    worktree: &Path,
+    path: &Path,
+    before: Option<&str>,
+    after: Option<&str>,
+) -> Result<Effect, ProjectionError> {
+    match after {
+        Some(content) => {
+            create_dirs(worktree, path)?;
+            match projection::publish(path, content, digest(before).as_deref())? {
+                Publish::Written { .. } | Publish::Unchanged { .. } => Ok(Effect::Applied),
+                Publish::ExternalEdit { .. } => Ok(Effect::Drifted),
+            }
+        }
+        None => projection::with_lock(path, || {
+            check_managed_dirs(worktree, path)?;
+            let current = projection::read(path)?;
+            match current {
+                None => Ok(Effect::Applied),
+                Some(file) if Some(file.digest.as_str()) == digest(before).as_deref() => {
+                    std::fs::remove_file(path).map_err(|e| ProjectionError::Io {
+                        path: path.to_path_buf(),
+                        reason: e.to_string(),
+                    })?;
+                    Ok(Effect::Applied)
+                }
+                Some(_) => Ok(Effect::Drifted),
+            }
+        }),
+    }
+}
+
+impl SkillService {
+    async fn mark_stale_in(&self, tx: &mut Tx, id: &str, detail: &str) -> Result<(), SkillError> {
+        crate::on_tx!(tx, conn => sqlx::query(
+                "UPDATE skill_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1")
+            .bind(id).bind(detail).bind(self.now()).execute(conn).await.map(|d| d.rows_affected()))?;
+        Ok(())
+    }
+
+    /// `skill-apply` (an approved candidate, or a pending revocation) and `skill-undo` (an
+    /// applied candidate), end to end. Returns the candidate after the effect.
+    pub async fn apply(&self, id: &str) -> Result<Candidate, SkillError> {
+        let operation = self.prepare(id, "apply").await?;
+        let effect = self.perform(&operation).await?;
+        self.finish(&operation, effect).await
+    }
+
+    pub async fn undo(&self, id: &str) -> Result<Candidate, SkillError> {
+        let operation = self.prepare(id, "undo").await?;
+        let effect = self.perform(&operation).await?;
+        self.finish(&operation, effect).await
+    }
+
+    /// Step 1: checks, then persists the operation and its exact snapshots (see the module docs).
+    pub async fn prepare(&self, id: &str, kind: &str) -> Result<Operation, SkillError> {
+        let now = self.now();
+        let mut tx = self.db.begin().await?;
+        let candidate = candidate_in(&mut tx, id)
+            .await?
+            .ok_or_else(|| SkillError::NotFound(format!("skill candidate `{id}` was not found")))?;
+        let worktree = worktree_in(&mut tx, &candidate.project_id)
+            .await?
+            .ok_or_else(|| SkillError::Conflict(String::from("the project has no worktree")))?;
+        let target = PathBuf::from(&candidate.target_path);
+        let source = PathBuf::from(&candidate.source_path);
+        if !is_managed_path(&worktree, &target) || !is_managed_path(&worktree, &source) {
+            return Err(SkillError::Invalid {
+                field: "targetPath",
+                reason: String::from(
+                    "a Skill target must be <worktree>/.agents/skills/<name>/SKILL.md",
+                ),
+            });
+        }
+        let (from_state, to_state, before_expected, after) = match kind {
+            "apply" if candidate.operation == "apply" => {
+                if candidate.state != "approved" {
+                    return Err(SkillError::Conflict(format!(
+                        "skill candidate `{id}` is `{}`; apply needs a review that passed evaluation (`approved`)",
+                        candidate.state
+                    )));
+                }
+                ("approved", "applying", None, candidate.content.clone())
+            }
+            "apply" => {
+                // A revocation restores what the revoked Skill replaced (usually: absent).
+                if candidate.state != "pending" {
+                    return Err(SkillError::Conflict(format!(
+                        "revocation `{id}` is `{}`, not pending",
+                        candidate.state
+                    )));
+                }
+                let revoked = match &candidate.revokes_id {
+                    Some(r) => candidate_in(&mut tx, r).await?,
+                    None => None,
+                };
+                let before: Option<String> = match revoked.as_ref().and_then(|r| r.operation_id.clone()) {
+                    Some(op) => crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+                            "SELECT before_content FROM skill_operation WHERE id = $1 AND kind = 'apply'")
+                        .bind(op).fetch_optional(conn).await)?.flatten(),
+                    None => None,
+                };
+                ("pending", "applying", None, before)
+            }
+            "undo" => {
+                if candidate.state != "applied" {
+                    return Err(SkillError::Conflict(format!(
+                        "skill candidate `{id}` is `{}`; only applied candidates can be undone",
+                        candidate.state
+                    )));
+                }
+                let last: Option<(String, Option<String>, Option<String>)> = crate::on_tx!(&mut tx, conn => sqlx::query_as(
+                        "SELECT kind, before_content, after_content FROM skill_operation WHERE id = $1")
+                    .bind(&candidate.operation_id).fetch_optional(conn).await)?;
+                let (last_kind, before, after) = last.ok_or_else(|| {
+                    SkillError::Conflict(String::from("the applied operation is missing"))
+                })?;
+                // After an undo that did not happen, the last operation is that undo: its
+                // `before` is the applied file and its `after` what undo restores.
+                let (applied, restored) = if last_kind == "apply" {
+                    (after, before)
+                } else {
+                    (before, after)
+                };
+                ("applied", "undoing", Some(applied), restored)
+            }
+            other => {
+                return Err(SkillError::Invalid {
+                    field: "operation",
+                    reason: format!("`{other}` is not apply or undo"),
+                });
+            }
+        };
+        // The authoritative filesystem, read now (links refused).
+        let (current, source_now) = {
+            let (w, t, s) = (worktree.clone(), target.clone(), source.clone());
+            blocking(move || Ok((read_skill(&w, &t)?, read_skill(&w, &s)?))).await?
+        };
+        let current_content = current.as_ref().map(|f| f.content.clone());
+        if kind == "apply" && candidate.operation == "apply" {
+            let drift = if candidate.companion {
+                if source_now.as_ref().map(|f| &f.digest) != candidate.source_digest.as_ref() {
+                    Some(String::from(
+                        "the read-only source Skill changed since the candidate was proposed",
+                    ))
+                } else if current.as_ref().is_some_and(|f| f.read_only) {
+                    Some(String::from(
+                        "a read-only companion already exists at the destination",
+                    ))
+                } else if current.is_some() {
+                    Some(String::from(
+                        "the companion destination already exists and was not written by this candidate",
+                    ))
+                } else {
+                    None
+                }
+            } else if current.as_ref().map(|f| &f.digest) != candidate.source_digest.as_ref() {
+                Some(String::from(
+                    "the Skill file changed since the candidate was proposed (source drift)",
+                ))
+            } else {
+                None
+            };
+            if let Some(detail) = drift {
+                self.mark_stale_in(&mut tx, id, &detail).await?;
+                tx.commit().await?;
+                return Err(SkillError::Stale(detail));
+            }
+        }
+        if kind == "apply"
+            && candidate.operation == "revoke"
+            && current.as_ref().map(|f| &f.digest) != candidate.source_digest.as_ref()
+        {
+            let detail =
+                String::from("the applied Skill file changed since the revocation was proposed");
+            self.mark_stale_in(&mut tx, id, &detail).await?;
+            tx.commit().await?;
+            return Err(SkillError::Stale(detail));
+        }
+        if let Some(expected) = before_expected
+            && current_content != expected
+        {
+            return Err(SkillError::Conflict(String::from(
+                "the Skill file changed after it was applied; undoing it would discard those changes",
+            )));
+        }
+        let operation = Operation {
+            id: crate::ids::new_id("skop"),
+            candidate_id: id.to_owned(),
+            kind: kind.to_owned(),
+            path: candidate.target_path.clone(),
+            worktree: worktree.display().to_string(),
+            before: current_content,
+            after,
+        };
+        // Compare-and-set: of concurrent attempts exactly one moves the candidate on.
+        let moved = crate::on_tx!(&mut tx, conn => sqlx::query(
+                "UPDATE skill_candidate SET state = $3, operation_id = $4, updated_at = $5 WHERE id = $1 AND state = $2")
+            .bind(id).bind(from_state).bind(to_state).bind(&operation.id).bind(now)
+            .execute(conn).await.map(|d| d.rows_affected()))?;
+        if moved != 1 {
+            return Err(SkillError::Conflict(format!(
+                "skill candidate `{id}` changed state concurrently; another {kind} is in progress or done"
+            )));
+        }
+        crate::on_tx!(&mut tx, conn => sqlx::query(
+                "INSERT INTO skill_operation (id, candidate_id, kind, path, before_content, before_digest, after_content, after_digest, \
+                   state, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'prepared', $9)")
+            .bind(&operation.id).bind(id).bind(kind).bind(&operation.path)
+            .bind(&operation.before).bind(digest(operation.before.as_deref()))
+            .bind(&operation.after).bind(digest(operation.after.as_deref())).bind(now)
+            .execute(conn).await.map(|d| d.rows_affected()))?;
+        tx.commit().await?;
+        Ok(operation)
+    }
+
+    /// Step 2: the file effect under the shared OS path lock.
+    pub async fn perform(&self, operation: &Operation) -> Result<Effect, SkillError> {
+        let (worktree, path) = (
+            PathBuf::from(&operation.worktree),
+            PathBuf::from(&operation.path),
+        );
+        let (before, after) = (operation.before.clone(), operation.after.clone());
+        blocking(move || effect(&worktree, &path, before.as_deref(), after.as_deref())).await
+    }
+
+    /// Step 3: records the outcome. A drifted effect wrote nothing: the candidate is `stale`.
+    pub async fn finish(
+        &self,
+        operation: &Operation,
+        effect: Effect,
+    ) -> Result<Candidate, SkillError> {
+        let now = self.now();
+        let mut tx = self.db.begin().await?;
+        let (op_state, candidate_state, detail) = match (effect, operation.kind.as_str()) {
+            (Effect::Applied, "apply") => ("applied", "applied", None),
+            (Effect::Applied, _) => ("applied", "undone", None),
+            (Effect::Drifted, _) => (
+                "not_applied",
+                "stale",
+                Some("the file changed between the check and the write; nothing was written"),
+            ),
+        };
+        self.settle_operation_in(&mut tx, operation, op_state, candidate_state, detail, now)
+            .await?;
+        let candidate = candidate_in(&mut tx, &operation.candidate_id)
+            .await?
+            .expect("exists");
+        tx.commit().await?;
+        if effect == Effect::Drifted {
+            return Err(SkillError::Stale(String::from(
+                "the Skill file changed between the check and the write; the candidate is stale",
+            )));
+        }
+        Ok(candidate)
+    }
+
+    async fn settle_operation_in(
+        &self,
+        tx: &mut Tx,
+        operation: &Operation,
+        op_state: &str,
+        candidate_state: &str,
+        detail: Option<&str>,
+        now: i64,
+    ) -> Result<(), SkillError> {
+        crate::on_tx!(tx, conn => sqlx::query(
+                "UPDATE skill_operation SET state = $2, detail = $3, settled_at = $4 WHERE id = $1 AND state = 'prepared'")
+            .bind(&operation.id).bind(op_state).bind(detail).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        crate::on_tx!(tx, conn => sqlx::query(
+                "UPDATE skill_candidate SET state = $3, detail = $4, updated_at = $5 \
+                 WHERE id = $1 AND operation_id = $2 AND state IN ('applying', 'undoing')")
+            .bind(&operation.candidate_id).bind(&operation.id).bind(candidate_state).bind(detail).bind(now)
+            .execute(conn).await.map(|d| d.rows_affected()))?;
+        // A completed revocation ends the revoked candidate too.
+        if candidate_state == "applied" {
+            crate::on_tx!(tx, conn => sqlx::query(
+                    "UPDATE skill_candidate SET state = 'undone', detail = 'revoked', updated_at = $2 \
+                     WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1) AND state = 'applied'")
+                .bind(&operation.candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        }
+        Ok(())
+    }
+
+    /// Classifies interrupted operations from the filesystem (see the module docs): never
+    /// replays an effect, skips a path whose lock a live writer holds.
+    pub async fn reconcile_skills(&self) -> Result<SkillReconcileReport, SkillError> {
+        let mut report = SkillReconcileReport::default();
+        let rows: Vec<InterruptedRow> = crate::on_db!(self.db, pool => sqlx::query_as(
+                "SELECT o.id, o.candidate_id, o.kind, o.path, o.before_content, o.after_content, c.project_id \
+                 FROM skill_operation o JOIN skill_candidate c ON c.operation_id = o.id \
+                 WHERE o.state = 'prepared' AND c.state IN ('applying', 'undoing')")
+            .fetch_all(pool).await)?;
+        for (op_id, candidate_id, kind, path, before, after, project_id) in rows {
+            let mut read = self.db.begin_read().await?;
+            let worktree = worktree_in(&mut read, &project_id).await?;
+            read.rollback().await?;
+            let Some(worktree) = worktree else { continue };
+            let target = PathBuf::from(&path);
+            let observed = blocking(move || {
+                match projection::try_with_lock(&target, || read_skill(&worktree, &target)) {
+                    Ok(file) => Ok(Some(file.map(|f| f.content))),
+                    Err(ProjectionError::Busy { .. }) => Ok(None),
+                    Err(error) => Err(error),
+                }
+            })
+            .await;
+            let observed = match observed {
+                Ok(Some(observed)) => observed,
+                Ok(None) => {
+                    report.busy.push(candidate_id);
+                    continue;
+                }
+                // An unreadable or redirected path is neither snapshot.
+                Err(SkillError::File(_)) => Some(String::from("\u{0}unreadable")),
+                Err(other) => return Err(other),
+            };
+            let operation = Operation {
+                id: op_id,
+                candidate_id: candidate_id.clone(),
+                kind: kind.clone(),
+                path,
+                worktree: String::new(),
+                before: before.clone(),
+                after: after.clone(),
+            };
+            let now = self.now();
+            let mut tx = self.db.begin().await?;
+            if observed == after {
+                let state = if kind == "apply" { "applied" } else { "undone" };
+                self.settle_operation_in(
+                    &mut tx,
+                    &operation,
+                    "applied",
+                    state,
+                    Some("reconciled: the file holds the exact after snapshot"),
+                    now,
+                )
+                .await?;
+                report.applied.push(candidate_id);
+            } else if observed == before {
+                let state = if kind == "apply" {
+                    let operation_kind: String = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+                            "SELECT operation FROM skill_candidate WHERE id = $1")
+                        .bind(&candidate_id).fetch_one(conn).await)?;
+                    if operation_kind == "revoke" {
+                        "pending"
+                    } else {
+                        "approved"
+                    }
+                } else {
+                    "applied"
+                };
+                self.settle_operation_in(&mut tx, &operation, "not_applied", state,
+                    Some("reconciled: the file holds the exact before snapshot; the effect did not happen"), now).await?;
+                report.not_applied.push(candidate_id);
+            } else {
+                self.settle_operation_in(&mut tx, &operation, "uncertain", "uncertain",
+                    Some("reconciled: the file matches neither snapshot; inspect it before deciding (never replayed)"), now).await?;
+                report.uncertain.push(candidate_id);
+            }
+            tx.commit().await?;
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,116 @@
+//! Admission of aggregation checks (spec 002 "Slow path"): one job per project, interval bucket
+//! (`learning.aggregation.interval_ms`, 24 h) and evidence identity, and one global job per
+//! bucket (`learning.global_promotion.interval_ms`, 7 days) and digest of the promoted project
+//! evidence. Several hosts checking together admit the same identity, so they share one job.
+
+use super::pattern::{ELIGIBLE, evidence_digest, project_key, watermark_in};
+use super::{SkillError, SkillService};
+use crate::db::{StoreError, Tx};
+use crate::ledger::{Admission, JobIdentity, JobOrigin, Ledger, LedgerError, NewJob, bucket_start};
+
+/// The evidence identity of a project check: the digest of the eligible experiences past the
+/// aggregation watermark.
+pub async fn project_evidence_digest_in(
+    tx: &mut Tx,
+    project_id: &str,
+) -> Result<String, StoreError> {
+    let (at, id) = watermark_in(tx, &project_key(project_id)).await?;
+    let sql = format!(
+        "SELECT e.id FROM experience_record e WHERE e.project_id = $1 AND {ELIGIBLE} \
+         AND (e.created_at > $2 OR (e.created_at = $2 AND e.id > $3)) ORDER BY e.id"
+    );
+    let ids: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(project_id).bind(at).bind(&id).fetch_all(conn).await)?;
+    Ok(evidence_digest(&ids))
+}
+
+/// The digest of every promoted project pattern's evidence (the global job identity).
+pub async fn promoted_evidence_digest_in(tx: &mut Tx) -> Result<String, StoreError> {
+    let rows: Vec<(String, String)> = crate::on_tx!(tx, conn => sqlx::query_as(
+            "SELECT p.id, v.experience_id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
+             WHERE p.scope = 'project' AND p.state = 'promoted' ORDER BY p.id, v.experience_id")
+        .fetch_all(conn).await)?;
+    let keys: Vec<String> = rows.into_iter().map(|(p, e)| format!("{p}:{e}")).collect();
+    Ok(evidence_digest(&keys))
+}
+
+/// Admits the project check for the current bucket in the caller's transaction (after a
+/// successful extraction, periodically, and at restart).
+pub async fn admit_project_check_in(
+    ledger: &Ledger,
+    tx: &mut Tx,
+    interval_ms: u64,
+    project_id: &str,
+    origin: JobOrigin,
+) -> Result<Admission, LedgerError> {
+    let digest = project_evidence_digest_in(tx, project_id).await?;
+    let bucket = bucket_start(
+        ledger.now_ms(),
+        i64::try_from(interval_ms.max(1)).unwrap_or(i64::MAX),
+    );
+    let job = NewJob::new(
+        JobIdentity::aggregate_project(project_id, bucket, &digest),
+        origin,
+    )
+    .with_trace_parent(crate::telemetry::current_traceparent());
+    ledger.admit_in(tx, job).await
+}
+
+/// Admits the global check for the current bucket over the current promoted evidence.
+pub async fn admit_global_check_in(
+    service: &SkillService,
+    tx: &mut Tx,
+) -> Result<Admission, LedgerError> {
+    let digest = promoted_evidence_digest_in(tx).await?;
+    let interval = service.config().learning.global_promotion.interval_ms;
+    let bucket = bucket_start(
+        service.ledger().now_ms(),
+        i64::try_from(interval.max(1)).unwrap_or(i64::MAX),
+    );
+    let job = NewJob::new(
+        JobIdentity::aggregate_global(bucket, &digest),
+        JobOrigin::Periodic,
+    );
+    service.ledger().admit_in(tx, job).await
+}
+
+impl SkillService {
+    /// The periodic (and restart) check: admits a project check for every project and the global
+    /// check, for the current buckets. Idempotent per bucket and evidence identity.
+    pub async fn admit_checks(&self) -> Result<Vec<Admission>, SkillError> {
+        let projects: Vec<String> = crate::on_db!(self.db, pool => sqlx::query_scalar(
+                "SELECT id FROM project ORDER BY id").fetch_all(pool).await)?;
+        let mut tx = self.db.begin().await?;
+        let mut admissions = Vec::new();
+        for project in projects {
+            admissions.push(
+                admit_project_check_in(
+                    &self.ledger,
+                    &mut tx,
+                    self.config.learning.aggregation.interval_ms,
+                    &project,
+                    JobOrigin::Periodic,
+                )
+                .await?,
+            );
+        }
+        admissions.push(admit_global_check_in(self, &mut tx).await?);
+        tx.commit().await?;
+        Ok(admissions)
+    }
+
+    /// An explicit check of one project now (same identity as the periodic one).
+    pub async fn admit_project_check(&self, project_id: &str) -> Result<Admission, SkillError> {
+        let mut tx = self.db.begin().await?;
+        let admission = admit_project_check_in(
+            &self.ledger,
+            &mut tx,
+            self.config.learning.aggregation.interval_ms,
+            project_id,
+            JobOrigin::Explicit,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(admission)
+    }
+}
