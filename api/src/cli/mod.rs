@@ -3,8 +3,14 @@
 //! Exit codes: 0 success, 1 unexpected failure, 2 bad input (including usage errors),
 //! 3 not found, 4 conflict, 5 server or database unavailable.
 
+pub mod client;
 mod debug;
+pub mod hook;
+pub mod import;
+pub mod install;
 mod jobs;
+pub mod learn;
+pub mod mcp;
 mod tokens;
 
 use std::path::PathBuf;
@@ -59,6 +65,38 @@ pub enum Command {
     Tokens {
         #[command(subcommand)]
         command: tokens::TokensCommand,
+    },
+    /// Import agent transcripts (Claude Code, Codex) through the ingestion path.
+    Import {
+        #[command(subcommand)]
+        command: import::ImportCommand,
+    },
+    /// Agent hook client (reads the hook JSON on stdin, answers on stdout, never blocks).
+    Hook(hook::HookArgs),
+    /// Learning commands (`zuno learn help` lists every action).
+    Learn {
+        #[command(flatten)]
+        common: learn::Common,
+        #[command(subcommand)]
+        action: learn::LearnAction,
+    },
+    /// Admit a manual extraction of a session's latest turn or whole session.
+    Reflect(learn::ReflectArgs),
+    /// Resident Memory: read, inspect, review candidates, remove, undo.
+    Memory {
+        #[command(flatten)]
+        common: learn::Common,
+        #[command(subcommand)]
+        action: learn::MemoryAction,
+    },
+    /// A session's memory policy (use of memories, learning generation).
+    Memories(learn::MemoriesArgs),
+    /// Stdio MCP server: experience_search, memory_read, memory_update (--read-only: reads).
+    Mcp(mcp::McpArgs),
+    /// Wire an agent to Zuno (hooks and MCP server); shows the diff, applies with --yes.
+    Install {
+        #[command(subcommand)]
+        command: install::InstallCommand,
     },
 }
 
@@ -186,6 +224,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Debug { command } => debug::run(&cli.global, command).await,
         Command::Jobs { command } => jobs::run(&cli.global, command).await,
         Command::Tokens { command } => tokens::run(&cli.global, command).await,
+        Command::Import { command } => import::run(&cli.global, command).await,
+        Command::Hook(args) => hook::run(&cli.global, args).await,
+        Command::Install { command } => install::run(command),
+        Command::Mcp(args) => mcp::run(&cli.global, args).await,
+        Command::Learn { common, action } => learn::learn(&cli.global, common, action).await,
+        Command::Reflect(args) => learn::reflect(&cli.global, args).await,
+        Command::Memory { common, action } => learn::memory(&cli.global, common, action).await,
+        Command::Memories(args) => learn::memories(&cli.global, args).await,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Projects, sessions and messages with their parts: what hosts send and learning reads.
 
+pub mod import;
 mod model;
 mod store;
 

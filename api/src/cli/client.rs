@@ -1,0 +1,250 @@
+//! The client the `zuno` subcommands use to reach the API: over HTTP when a server is
+//! configured (`--server` or `ZUNO_SERVER_URL`), else the same router served in-process over
+//! the local database, so both paths run exactly the route code (ingestion, admission, memory).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::{CliError, GlobalArgs, open_local};
+
+/// Where the API lives.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// A running Zuno server (default: the local database directly).
+    #[arg(long, global = true, env = "ZUNO_SERVER_URL")]
+    pub server: Option<String>,
+    /// Bearer token for the server.
+    #[arg(long, global = true, env = "ZUNO_API_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// A failed API call, classified for exit codes.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server (or the local database) could not be reached.
+    #[error("server unavailable: {0}")]
+    Unavailable(String),
+    /// The API answered with a problem document.
+    #[error("{detail} ({code}, HTTP {status})")]
+    Problem {
+        status: u16,
+        code: String,
+        detail: String,
+        body: Value,
+    },
+    #[error("unexpected answer from the server: {0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::Unavailable(_) => CliError::UNAVAILABLE,
+            ClientError::Problem { status, .. } => match status {
+                400 | 413 | 422 => CliError::BAD_INPUT,
+                404 => CliError::NOT_FOUND,
+                409 | 412 => CliError::CONFLICT,
+                502..=504 => CliError::UNAVAILABLE,
+                _ => CliError::FAILURE,
+            },
+            ClientError::Protocol(_) => CliError::FAILURE,
+        }
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Problem { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+impl From<ClientError> for CliError {
+    fn from(error: ClientError) -> CliError {
+        CliError::new(error.exit_code(), error.to_string())
+    }
+}
+
+#[derive(Clone)]
+enum Transport {
+    Remote {
+        base: String,
+        token: Option<String>,
+        http: reqwest::Client,
+    },
+    Local(axum::Router),
+}
+
+/// A JSON client of the `/api` routes.
+#[derive(Clone)]
+pub struct ApiClient {
+    transport: Transport,
+}
+
+impl ApiClient {
+    /// Connects to `server` when given, else opens the local database and serves the router
+    /// in-process.
+    pub async fn connect(global: &GlobalArgs, server: &ServerArgs) -> Result<ApiClient, CliError> {
+        match &server.server {
+            Some(base) => Ok(ApiClient::remote(
+                base,
+                server.token.clone(),
+                Duration::from_secs(30),
+            )?),
+            None => ApiClient::local(global).await,
+        }
+    }
+
+    pub fn remote(
+        base: &str,
+        token: Option<String>,
+        timeout: Duration,
+    ) -> Result<ApiClient, CliError> {
+        let base = base.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(CliError::new(
+                CliError::BAD_INPUT,
+                format!("--server must be an http:// or https:// URL, not `{base}`"),
+            ));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .build()
+            .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
+        Ok(ApiClient {
+            transport: Transport::Remote { base, token, http },
+        })
+    }
+
+    pub async fn local(global: &GlobalArgs) -> Result<ApiClient, CliError> {
+        let settings = global.settings()?;
+        let db = open_local(&settings).await?;
+        let state = crate::http::AppState::new(
+            std::sync::Arc::new(settings.config.clone()),
+            db,
+            zuno_shared::clock::system_clock(),
+            settings.paths.clone(),
+            None,
+            None,
+        );
+        Ok(ApiClient {
+            transport: Transport::Local(crate::http::router(state)),
+        })
+    }
+
+    pub fn is_remote(&self) -> bool {
+        matches!(self.transport, Transport::Remote { .. })
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call(reqwest::Method::PUT, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(reqwest::Method::DELETE, path, None).await
+    }
+
+    /// One request; a non-2xx answer becomes [`ClientError::Problem`].
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        let (status, text) = match &self.transport {
+            Transport::Remote { base, token, http } => {
+                let mut request = http.request(method, format!("{base}{path}"));
+                if let Some(token) = token {
+                    request = request.bearer_auth(token);
+                }
+                if let Some(body) = body {
+                    request = request.json(body);
+                }
+                let response = request
+                    .send()
+                    .await
+                    .map_err(|error| ClientError::Unavailable(error.to_string()))?;
+                let status = response.status().as_u16();
+                let text = response
+                    .text()
+                    .await
+                    .map_err(|error| ClientError::Unavailable(error.to_string()))?;
+                (status, text)
+            }
+            Transport::Local(router) => {
+                let method = axum::http::Method::from_bytes(method.as_str().as_bytes())
+                    .map_err(|error| ClientError::Protocol(error.to_string()))?;
+                let mut request = axum::http::Request::builder().method(method).uri(path);
+                let body = match body {
+                    Some(body) => {
+                        request = request.header("content-type", "application/json");
+                        Body::from(body.to_string())
+                    }
+                    None => Body::empty(),
+                };
+                let request = request
+                    .body(body)
+                    .map_err(|error| ClientError::Protocol(error.to_string()))?;
+                let response = router
+                    .clone()
+                    .oneshot(request)
+                    .await
+                    .map_err(|error| ClientError::Protocol(error.to_string()))?;
+                let status = response.status().as_u16();
+                let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .map_err(|error| ClientError::Protocol(error.to_string()))?;
+                (status, String::from_utf8_lossy(&bytes).into_owned())
+            }
+        };
+        let value: Value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        if (200..300).contains(&status) {
+            return Ok(value);
+        }
+        if status == 503 && value.get("code").is_none() {
+            return Err(ClientError::Unavailable(format!("HTTP {status}")));
+        }
+        Err(ClientError::Problem {
+            status,
+            code: value
+                .get("code")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown")
+                .to_owned(),
+            detail: value
+                .get("detail")
+                .and_then(Value::as_str)
+                .map_or_else(|| value.to_string(), str::to_owned),
+            body: value,
+        })
+    }
+}
+
+/// Percent-encodes one path segment or query value (ids and free text from the command line).
+pub fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,304 @@
+//! `zuno hook claude-code <event>`: the thin hook client of spec 003. It reads the hook's JSON
+//! from stdin, makes one or two calls to the server and writes the hook's JSON answer to
+//! stdout, all inside a small time budget. Whatever goes wrong (server down, bad input,
+//! budget spent) it prints nothing on stdout and exits 0, so the agent always continues.
+//!
+//! - `SessionStart`: resident Memory (`memory.*` sections of `/context`) as `additionalContext`.
+//! - `UserPromptSubmit`: every `/context` section for the prompt as `additionalContext`.
+//! - `Stop` (after every reply): imports the transcript (and its subagent sidechains) from a
+//!   durable per-file watermark, so each newly closed turn is ingested once and admitted.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use zuno_shared::transcript::import::{Host, Position, project_for_cwd, session_id_for};
+
+use super::client::{ApiClient, ClientError, encode};
+use super::import::{Importer, local_worktree, parse_file};
+use super::{CliError, GlobalArgs};
+
+/// The server the hook talks to when none is configured.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
+/// The most stdin the hook reads (a hook payload is small; a prompt is bounded by the API).
+const MAX_INPUT_BYTES: u64 = 4 * 1024 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HookHost {
+    ClaudeCode,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HookArgs {
+    pub host: HookHost,
+    /// The hook event (`SessionStart`, `UserPromptSubmit`, `Stop`; others are accepted and
+    /// ignored).
+    pub event: String,
+    /// The Zuno server (default: http://127.0.0.1:7878).
+    #[arg(long, env = "ZUNO_SERVER_URL")]
+    pub server: Option<String>,
+    #[arg(long, env = "ZUNO_API_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Time budget for the whole hook, in milliseconds (default 4000; 20000 for Stop).
+    #[arg(long)]
+    pub budget_ms: Option<u64>,
+}
+
+/// The fields of the common hook input this client reads (Claude Code and Codex; unknown
+/// fields are ignored).
+#[derive(Debug, Deserialize)]
+struct HookInput {
+    session_id: String,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    transcript_path: Option<String>,
+    #[serde(default)]
+    prompt: Option<String>,
+}
+
+/// Runs the hook; never fails (errors are reported on stderr only).
+pub async fn run(global: &GlobalArgs, args: HookArgs) -> Result<(), CliError> {
+    let stop = args.event == "Stop" || args.event == "SubagentStop";
+    let budget = Duration::from_millis(args.budget_ms.unwrap_or(if stop { 20_000 } else { 4_000 }));
+    let mut input = Vec::new();
+    if let Err(error) = std::io::stdin()
+        .take(MAX_INPUT_BYTES)
+        .read_to_end(&mut input)
+    {
+        eprintln!("zuno hook: cannot read stdin: {error}");
+        return Ok(());
+    }
+    match tokio::time::timeout(budget, handle(global, &args, &input, budget)).await {
+        Ok(Ok(Some(output))) => println!("{output}"),
+        Ok(Ok(None)) => {}
+        Ok(Err(error)) => eprintln!("zuno hook: {error}"),
+        Err(_) => eprintln!("zuno hook: gave up after {} ms", budget.as_millis()),
+    }
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("invalid hook input: {0}")]
+    Input(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("{0}")]
+    Cli(String),
+}
+
+impl From<CliError> for HookError {
+    fn from(error: CliError) -> HookError {
+        HookError::Cli(error.message)
+    }
+}
+
+async fn handle(
+    global: &GlobalArgs,
+    args: &HookArgs,
+    input: &[u8],
+    budget: Duration,
+) -> Result<Option<String>, HookError> {
+    let input: HookInput =
+        serde_json::from_slice(input).map_err(|error| HookError::Input(error.to_string()))?;
+    let server = args.server.as_deref().unwrap_or(DEFAULT_SERVER);
+    let client = ApiClient::remote(server, args.token.clone(), budget)?;
+    match args.event.as_str() {
+        "SessionStart" => {
+            let session = ensure_session(&client, &input).await?;
+            let context = context(&client, &session, "").await?;
+            Ok(render(&context, "SessionStart", |name| {
+                name.starts_with("memory.")
+            }))
+        }
+        "UserPromptSubmit" => {
+            let session = ensure_session(&client, &input).await?;
+            let prompt = input.prompt.as_deref().unwrap_or("");
+            let context = context(&client, &session, prompt).await?;
+            Ok(render(&context, "UserPromptSubmit", |_| true))
+        }
+        "Stop" | "SubagentStop" => {
+            let Some(transcript) = input.transcript_path.as_deref() else {
+                return Ok(None);
+            };
+            let settings = global.settings()?;
+            let store =
+                WatermarkStore::new(settings.paths.data_dir.join("hooks").join("claude-code"));
+            import_incrementally(client, &store, Path::new(transcript)).await?;
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
+async fn ensure_session(client: &ApiClient, input: &HookInput) -> Result<String, HookError> {
+    let cwd = input.cwd.as_deref().unwrap_or("unknown");
+    let (project, name) = project_for_cwd(cwd);
+    let session = session_id_for(Host::ClaudeCode, &input.session_id);
+    let body = json!({ "id": project, "name": name, "worktree": local_worktree(cwd) });
+    tolerate_conflict(client.post("/api/projects", &body).await)?;
+    let body = json!({ "id": session, "externalRef": input.session_id });
+    tolerate_conflict(
+        client
+            .post(
+                &format!("/api/projects/{}/sessions", encode(&project)),
+                &body,
+            )
+            .await,
+    )?;
+    Ok(session)
+}
+
+fn tolerate_conflict(result: Result<Value, ClientError>) -> Result<(), ClientError> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(error) if error.status() == Some(409) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+async fn context(client: &ApiClient, session: &str, prompt: &str) -> Result<Value, HookError> {
+    Ok(client
+        .post(
+            &format!("/api/session/{}/context", encode(session)),
+            &json!({ "prompt": prompt }),
+        )
+        .await?)
+}
+
+/// The hook answer: the chosen sections (already rendered as quoted data by the server) as
+/// `additionalContext`, or nothing when there is nothing to add.
+fn render(context: &Value, event: &str, keep: impl Fn(&str) -> bool) -> Option<String> {
+    let sections: Vec<&str> = context
+        .get("sections")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|section| {
+            section
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(&keep)
+        })
+        .filter_map(|section| section.get("content").and_then(Value::as_str))
+        .filter(|content| !content.trim().is_empty())
+        .collect();
+    if sections.is_empty() {
+        return None;
+    }
+    let output = json!({
+        "hookSpecificOutput": {
+            "hookEventName": event,
+            "additionalContext": sections.join("\n\n"),
+        }
+    });
+    Some(output.to_string())
+}
+
+/// Per-file import positions, stored under Zuno's data directory in files named by a digest
+/// of the transcript path (the path itself never names a file).
+pub struct WatermarkStore {
+    dir: PathBuf,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Watermark {
+    path: String,
+    position: Position,
+}
+
+impl WatermarkStore {
+    pub fn new(dir: PathBuf) -> WatermarkStore {
+        WatermarkStore { dir }
+    }
+
+    fn file(&self, transcript: &Path) -> PathBuf {
+        let digest = hex::encode(Sha256::digest(transcript.to_string_lossy().as_bytes()));
+        self.dir.join(format!("{}.json", &digest[..32]))
+    }
+
+    /// The position to resume `transcript` from (the start when unknown, or when the file
+    /// shrank below it: it was replaced, and re-importing is idempotent).
+    pub fn load(&self, transcript: &Path, length: u64) -> Position {
+        std::fs::read(self.file(transcript))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Watermark>(&bytes).ok())
+            .map(|mark| mark.position)
+            .filter(|position| position.offset <= length)
+            .unwrap_or_default()
+    }
+
+    /// Stores the position atomically (write a temporary file, then rename).
+    pub fn store(&self, transcript: &Path, position: Position) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let file = self.file(transcript);
+        let temporary = file.with_extension("json.tmp");
+        let mark = Watermark {
+            path: transcript.to_string_lossy().into_owned(),
+            position,
+        };
+        std::fs::write(&temporary, serde_json::to_vec(&mark).unwrap_or_default())?;
+        std::fs::rename(&temporary, &file)
+    }
+}
+
+/// Imports what was appended to `transcript` (and to its `<session>/subagents/*.jsonl`)
+/// since each file's watermark; a watermark advances only after its file's new turns were
+/// all accepted by the server, so an interrupted run repeats (idempotently) next time.
+/// Returns the number of messages added.
+pub async fn import_incrementally(
+    client: ApiClient,
+    store: &WatermarkStore,
+    transcript: &Path,
+) -> Result<usize, HookError> {
+    let mut files = vec![transcript.to_path_buf()];
+    if let (Some(dir), Some(stem)) = (transcript.parent(), transcript.file_stem()) {
+        let subagents = dir.join(stem).join("subagents");
+        if let Ok(entries) = std::fs::read_dir(&subagents) {
+            let mut found: Vec<PathBuf> = entries
+                .flatten()
+                .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
+                .map(|entry| entry.path())
+                .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
+                .collect();
+            found.sort();
+            files.extend(found);
+        }
+    }
+    let mut importer = Importer::new(client, None);
+    for file in files {
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let start = store.load(&file, meta.len());
+        if start.offset == meta.len() {
+            continue;
+        }
+        let parsed = parse_file(Host::ClaudeCode, &file, start)?;
+        importer
+            .import(&file.display().to_string(), &parsed, None)
+            .await?;
+        let next = Position {
+            offset: start.offset + parsed.consumed_bytes,
+            line: start.line + parsed.lines,
+        };
+        if let Err(error) = store.store(&file, next) {
+            eprintln!("zuno hook: cannot store the import watermark: {error}");
+        }
+    }
+    for issue in &importer.report.issues {
+        eprintln!(
+            "zuno hook: {}:{}: skipped: {}",
+            issue.file, issue.line, issue.reason
+        );
+    }
+    Ok(importer.report.messages_added)
+}

@@ -1,0 +1,378 @@
+//! `zuno import claude-code|codex <file-or-dir>`: host transcripts into Zuno through the
+//! ingestion routes (`POST /api/session/{id}/messages`), so closed eligible turns admit their
+//! extraction jobs exactly as a live host's would. Ids are derived from the host's, so a
+//! re-import adds nothing twice.
+
+use std::collections::HashSet;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use clap::{Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+use serde_json::{Value, json};
+use zuno_shared::transcript::import::{
+    self, Host, ImportedSession, LineIssue, Parsed, Position, project_for_cwd,
+};
+
+use super::client::{ApiClient, ClientError, ServerArgs};
+use super::{CliError, GlobalArgs};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostArg {
+    ClaudeCode,
+    Codex,
+}
+
+impl From<HostArg> for Host {
+    fn from(host: HostArg) -> Host {
+        match host {
+            HostArg::ClaudeCode => Host::ClaudeCode,
+            HostArg::Codex => Host::Codex,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// A `.jsonl` transcript, or a directory searched recursively for them.
+    pub path: PathBuf,
+    /// Import into this project instead of one derived from each session's working directory.
+    #[arg(long)]
+    pub project: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// Claude Code JSONL session logs (~/.claude/projects/…), with subagent sidechains.
+    ClaudeCode(ImportArgs),
+    /// Codex rollout JSONL (~/.codex/sessions/…).
+    Codex(ImportArgs),
+}
+
+/// What an import did.
+#[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportReport {
+    pub files: usize,
+    pub sessions: Vec<String>,
+    pub sessions_created: usize,
+    pub messages_added: usize,
+    pub messages_existing: usize,
+    pub messages_rejected: usize,
+    pub jobs_admitted: usize,
+    pub issues: Vec<FileIssue>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileIssue {
+    pub file: String,
+    pub line: u64,
+    pub reason: String,
+}
+
+pub async fn run(global: &GlobalArgs, command: ImportCommand) -> Result<(), CliError> {
+    let (host, args) = match command {
+        ImportCommand::ClaudeCode(args) => (Host::ClaudeCode, args),
+        ImportCommand::Codex(args) => (Host::Codex, args),
+    };
+    let files = discover(&args.path)?;
+    if files.is_empty() {
+        return Err(CliError::new(
+            CliError::BAD_INPUT,
+            format!("no .jsonl transcripts under `{}`", args.path.display()),
+        ));
+    }
+    let client = ApiClient::connect(global, &args.server).await?;
+    let mut parsed = Vec::new();
+    for file in &files {
+        parsed.push((file.clone(), parse_file(host, file, Position::default())?));
+    }
+    let total: u64 = parsed
+        .iter()
+        .flat_map(|(_, p)| &p.sessions)
+        .map(|s| s.messages.len() as u64)
+        .sum();
+    let bar = progress(total);
+    let mut importer = Importer::new(client, args.project.clone());
+    importer.report.files = files.len();
+    for (file, parsed) in &parsed {
+        importer
+            .import(&file.display().to_string(), parsed, Some(&bar))
+            .await?;
+    }
+    bar.finish_and_clear();
+    let report = importer.report;
+    for issue in &report.issues {
+        eprintln!(
+            "zuno: {}:{}: skipped: {}",
+            issue.file, issue.line, issue.reason
+        );
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        println!(
+            "imported {} file(s): {} session(s) ({} new), {} message(s) added, {} already present, {} extraction job(s) admitted{}",
+            report.files,
+            report.sessions.len(),
+            report.sessions_created,
+            report.messages_added,
+            report.messages_existing,
+            report.jobs_admitted,
+            if report.issues.is_empty() {
+                String::new()
+            } else {
+                format!(", {} line(s) skipped", report.issues.len())
+            }
+        );
+    }
+    Ok(())
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal.
+fn progress(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:40} {pos}/{len} messages {elapsed} {msg}")
+        {
+            bar.set_style(style);
+        }
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+/// Parses one file from `start`.
+pub fn parse_file(host: Host, file: &Path, start: Position) -> Result<Parsed, CliError> {
+    let unreadable = |error: std::io::Error| {
+        CliError::new(
+            CliError::BAD_INPUT,
+            format!("cannot read `{}`: {error}", file.display()),
+        )
+    };
+    let mut handle = std::fs::File::open(file).map_err(unreadable)?;
+    if start.offset > 0 {
+        use std::io::Seek;
+        handle
+            .seek(std::io::SeekFrom::Start(start.offset))
+            .map_err(unreadable)?;
+    }
+    import::parse(host, std::io::BufReader::new(handle), start).map_err(unreadable)
+}
+
+/// The `.jsonl` files at `path`: the file itself, or every one below the directory (symlinks
+/// are not followed), main sessions before `subagents/` sidechains so parents exist first.
+pub fn discover(path: &Path) -> Result<Vec<PathBuf>, CliError> {
+    let meta = std::fs::symlink_metadata(path).map_err(|error| {
+        CliError::new(
+            CliError::BAD_INPUT,
+            format!("cannot read `{}`: {error}", path.display()),
+        )
+    })?;
+    let follow = meta
+        .file_type()
+        .is_symlink()
+        .then(|| std::fs::metadata(path));
+    let is_dir = match follow {
+        Some(Ok(target)) => target.is_dir(),
+        Some(Err(_)) => false,
+        None => meta.is_dir(),
+    };
+    if !is_dir {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut found = Vec::new();
+    let mut pending = vec![path.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|error| {
+            CliError::new(
+                CliError::BAD_INPUT,
+                format!("cannot read `{}`: {error}", dir.display()),
+            )
+        })?;
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let entry_path = entry.path();
+            if kind.is_dir() {
+                pending.push(entry_path);
+            } else if kind.is_file() && entry_path.extension().is_some_and(|ext| ext == "jsonl") {
+                found.push(entry_path);
+            }
+        }
+    }
+    found.sort_by_key(|file| {
+        let sidechain = file.components().any(|c| c.as_os_str() == "subagents");
+        (sidechain, file.clone())
+    });
+    Ok(found)
+}
+
+/// Applies parsed sessions through the API.
+pub struct Importer {
+    client: ApiClient,
+    project: Option<String>,
+    projects: HashSet<String>,
+    sessions: HashSet<String>,
+    pub report: ImportReport,
+}
+
+impl Importer {
+    pub fn new(client: ApiClient, project: Option<String>) -> Importer {
+        Importer {
+            client,
+            project,
+            projects: HashSet::new(),
+            sessions: HashSet::new(),
+            report: ImportReport::default(),
+        }
+    }
+
+    /// Imports every session of `parsed` (main sessions before their sidechains).
+    pub async fn import(
+        &mut self,
+        file: &str,
+        parsed: &Parsed,
+        bar: Option<&ProgressBar>,
+    ) -> Result<(), CliError> {
+        self.report
+            .issues
+            .extend(parsed.issues.iter().map(|issue: &LineIssue| FileIssue {
+                file: file.to_owned(),
+                line: issue.line,
+                reason: issue.reason.clone(),
+            }));
+        let mut sessions: Vec<&ImportedSession> = parsed.sessions.iter().collect();
+        sessions.sort_by_key(|session| session.parent_ref.is_some());
+        for session in sessions {
+            if session.messages.is_empty() {
+                continue;
+            }
+            self.session(session, bar).await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_project(&mut self, session: &ImportedSession) -> Result<String, CliError> {
+        if let Some(project) = &self.project {
+            if self.projects.insert(project.clone()) {
+                let body = json!({ "id": project, "name": project });
+                tolerate_conflict(self.client.post("/api/projects", &body).await)?;
+            }
+            return Ok(project.clone());
+        }
+        let cwd = session.cwd.as_deref().unwrap_or("unknown");
+        let (id, name) = project_for_cwd(cwd);
+        if self.projects.insert(id.clone()) {
+            let body = json!({ "id": id, "name": name, "worktree": local_worktree(cwd) });
+            tolerate_conflict(self.client.post("/api/projects", &body).await)?;
+        }
+        Ok(id)
+    }
+
+    async fn session(
+        &mut self,
+        session: &ImportedSession,
+        bar: Option<&ProgressBar>,
+    ) -> Result<(), CliError> {
+        let project = self.ensure_project(session).await?;
+        let session_id = session.session_id();
+        if self.sessions.insert(session_id.clone()) {
+            let mut body = json!({
+                "id": session_id,
+                "title": session.title,
+                "externalRef": session.external_ref,
+            });
+            if let Some(parent) = session.parent_session_id() {
+                body["parentId"] = Value::String(parent);
+            }
+            let path = format!("/api/projects/{}/sessions", super::client::encode(&project));
+            let created = match self.client.post(&path, &body).await {
+                Ok(_) => true,
+                Err(error) if error.status() == Some(409) => false,
+                Err(error) if error.status() == Some(404) && body.get("parentId").is_some() => {
+                    // The parent session was not imported (its file was not given).
+                    body.as_object_mut().map(|object| object.remove("parentId"));
+                    tolerate_conflict(self.client.post(&path, &body).await)?
+                }
+                Err(error) => return Err(error.into()),
+            };
+            if created {
+                self.report.sessions_created += 1;
+            }
+            self.report.sessions.push(session_id.clone());
+        }
+        let path = format!(
+            "/api/session/{}/messages",
+            super::client::encode(&session_id)
+        );
+        for message in &session.messages {
+            let body = json!({
+                "id": message.message_id(&session_id),
+                "role": message.role,
+                "status": message.status,
+                "parts": message.parts,
+                "createdAt": message.created_at,
+            });
+            match self.client.post(&path, &body).await {
+                Ok(outcome) => {
+                    self.report.messages_added += 1;
+                    if outcome
+                        .pointer("/admission/outcome")
+                        .and_then(Value::as_str)
+                        == Some("queued")
+                    {
+                        self.report.jobs_admitted += 1;
+                    }
+                }
+                Err(error) if error.status() == Some(409) => self.report.messages_existing += 1,
+                Err(ClientError::Problem {
+                    status: 400 | 413,
+                    detail,
+                    ..
+                }) => {
+                    // One unacceptable message (e.g. oversized) does not stop the import.
+                    self.report.messages_rejected += 1;
+                    self.report.issues.push(FileIssue {
+                        file: session.external_ref.clone(),
+                        line: 0,
+                        reason: format!("message `{}` rejected: {detail}", message.key),
+                    });
+                }
+                Err(error) => return Err(error.into()),
+            }
+            if let Some(bar) = bar {
+                bar.inc(1);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The working directory as a project worktree only when it is an existing absolute directory
+/// on this machine: a path from an imported file never makes Zuno write elsewhere.
+pub fn local_worktree(cwd: &str) -> Option<String> {
+    let path = Path::new(cwd);
+    (path.is_absolute() && path.is_dir() && !cwd.contains("..")).then(|| cwd.to_owned())
+}
+
+/// `Ok(true)` when created, `Ok(false)` when it already existed (409).
+fn tolerate_conflict(result: Result<Value, ClientError>) -> Result<bool, CliError> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(error) if error.status() == Some(409) => Ok(false),
+        Err(error) => Err(error.into()),
+    }
+}

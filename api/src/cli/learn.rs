@@ -1,0 +1,565 @@
+//! `zuno learn …`, `zuno reflect`, `zuno memory …` and `zuno memories`: the operator commands
+//! of spec 001, each mapped to one API route (a running server when configured, else the
+//! local database in-process). Human output by default, `--json` prints the API's answer.
+//! Exit codes: 2 bad input, 3 not found, 4 conflict, 5 server unavailable.
+
+use clap::{Subcommand, ValueEnum};
+use serde_json::{Value, json};
+use zuno_shared::transcript::import::project_for_cwd;
+
+use super::client::{ApiClient, ServerArgs, encode};
+use super::{CliError, GlobalArgs};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// The project (default: derived from the working directory, as the hooks derive it).
+    #[arg(long, global = true)]
+    pub project: Option<String>,
+    /// Print the API's JSON answer.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Target {
+    Global,
+    Project,
+}
+
+impl Target {
+    fn as_str(self) -> &'static str {
+        match self {
+            Target::Global => "global",
+            Target::Project => "project",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FeedbackArg {
+    Positive,
+    Negative,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ReflectArg {
+    Turn,
+    Session,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LearnAction {
+    /// Which extractor is active, queue and provider health, token use.
+    Status,
+    /// The project's experiences, 100 per page.
+    List {
+        #[arg(default_value_t = 0)]
+        offset: i64,
+    },
+    /// One experience with its citations, validation state and usage.
+    Get { experience_id: String },
+    /// Admit (or return) the extraction of an assistant message.
+    Reprocess { assistant_message_id: String },
+    /// Re-admit legacy jobs (at most 32 per call).
+    RepairHistory {
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// The accepted Memory version beside its projected file.
+    InspectMemory { target: Target },
+    /// Accept the edited Memory file as a new version.
+    ImportMemory { target: Target },
+    /// Record a stable fact, preference or project rule.
+    Remember {
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Record an unresolved issue.
+    Issue {
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Mark an issue solved with its resolution.
+    Solved {
+        experience_id: String,
+        #[arg(required = true, num_args = 1..)]
+        resolution: Vec<String>,
+    },
+    /// Forget an experience (retracting Memory that loses its last source).
+    Forget { experience_id: String },
+    /// Promote one experience to a project pattern and Skill candidate.
+    Promote { experience_id: String },
+    /// Feedback on an assistant message (compare-and-set on the feedback revision).
+    Feedback {
+        session_id: String,
+        message_id: String,
+        value: FeedbackArg,
+        #[arg(long)]
+        note: Option<String>,
+        /// The feedback revision this replaces (0 for the first feedback).
+        #[arg(long, default_value_t = 0)]
+        expected_revision: i64,
+    },
+    /// Promote a pattern to a Skill candidate.
+    PatternPromote { pattern_id: String },
+    /// Reject a pattern (suppressed until new evidence).
+    PatternReject { pattern_id: String },
+    /// Start the offline evaluation of a Skill candidate.
+    SkillReview { candidate_id: String },
+    /// Apply an approved Skill candidate.
+    SkillApply { candidate_id: String },
+    /// Reject a Skill candidate.
+    SkillReject { candidate_id: String },
+    /// Undo an applied Skill.
+    SkillUndo { candidate_id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryAction {
+    /// Resident Memory entries with their revisions.
+    Read {
+        #[arg(long)]
+        target: Option<Target>,
+    },
+    /// The accepted version beside the projected file.
+    Inspect { target: Target },
+    /// Memory candidates (pending first by default).
+    Candidates {
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// Approve a pending candidate.
+    Approve { candidate_id: String },
+    /// Approve a pending candidate with edited content.
+    Edit {
+        candidate_id: String,
+        #[arg(required = true, num_args = 1..)]
+        content: Vec<String>,
+    },
+    /// Reject a pending candidate.
+    Reject { candidate_id: String },
+    /// Propose removing the entry that `old_text` locates.
+    Remove {
+        target: Target,
+        old_text: String,
+        #[arg(long, default_value = "removed by the user")]
+        reason: String,
+    },
+    /// Undo an applied candidate.
+    Undo { candidate_id: String },
+    /// Revision history of a document.
+    Revisions { target: Target },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct MemoriesArgs {
+    pub session_id: String,
+    /// Use resident Memory and experiences in this session's prompts.
+    #[arg(long)]
+    pub r#use: Option<bool>,
+    /// Learning generation for the session: enabled or disabled.
+    #[arg(long)]
+    pub generation: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReflectArgs {
+    pub session_id: String,
+    #[arg(value_enum, default_value_t = ReflectArg::Turn)]
+    pub scope: ReflectArg,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+fn project(common: &Common) -> Result<String, CliError> {
+    match &common.project {
+        Some(project) => Ok(project.clone()),
+        None => {
+            let cwd = std::env::current_dir()
+                .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
+            Ok(project_for_cwd(&cwd.to_string_lossy()).0)
+        }
+    }
+}
+
+fn joined(words: &[String]) -> String {
+    words.join(" ")
+}
+
+pub async fn learn(
+    global: &GlobalArgs,
+    common: Common,
+    action: LearnAction,
+) -> Result<(), CliError> {
+    let client = ApiClient::connect(global, &common.server).await?;
+    let p = encode(&project(&common)?);
+    let answer = match action {
+        LearnAction::Status => client.get(&format!("/api/projects/{p}/learn/status")).await,
+        LearnAction::List { offset } => {
+            client
+                .get(&format!(
+                    "/api/projects/{p}/learn/experiences?offset={offset}"
+                ))
+                .await
+        }
+        LearnAction::Get { experience_id } => {
+            client
+                .get(&format!("/api/experiences/{}", encode(&experience_id)))
+                .await
+        }
+        LearnAction::Reprocess {
+            assistant_message_id,
+        } => {
+            client
+                .post(
+                    &format!("/api/projects/{p}/learn/reprocess"),
+                    &json!({ "assistantMessageId": assistant_message_id }),
+                )
+                .await
+        }
+        LearnAction::RepairHistory { dry_run } => {
+            client
+                .post(
+                    &format!("/api/projects/{p}/learn/repair-history"),
+                    &json!({ "dryRun": dry_run }),
+                )
+                .await
+        }
+        LearnAction::InspectMemory { target } => {
+            client
+                .get(&format!(
+                    "/api/projects/{p}/memory/inspect?target={}",
+                    target.as_str()
+                ))
+                .await
+        }
+        LearnAction::ImportMemory { target } => {
+            client
+                .post(
+                    &format!("/api/projects/{p}/memory/import"),
+                    &json!({ "target": target.as_str() }),
+                )
+                .await
+        }
+        LearnAction::Remember { text, session } => {
+            client
+                .post(
+                    &format!("/api/projects/{p}/learn/remember"),
+                    &json!({ "text": joined(&text), "sessionId": session }),
+                )
+                .await
+        }
+        LearnAction::Issue { text, session } => {
+            client
+                .post(
+                    &format!("/api/projects/{p}/learn/issue"),
+                    &json!({ "text": joined(&text), "sessionId": session }),
+                )
+                .await
+        }
+        LearnAction::Solved {
+            experience_id,
+            resolution,
+        } => {
+            client
+                .post(
+                    &format!("/api/experiences/{}/solved", encode(&experience_id)),
+                    &json!({ "resolution": joined(&resolution) }),
+                )
+                .await
+        }
+        LearnAction::Forget { experience_id } => {
+            client
+                .post(
+                    &format!("/api/experiences/{}/forget", encode(&experience_id)),
+                    &json!({}),
+                )
+                .await
+        }
+        LearnAction::Promote { experience_id } => {
+            client
+                .post(
+                    &format!("/api/projects/{p}/learn/promote"),
+                    &json!({ "experienceId": experience_id }),
+                )
+                .await
+        }
+        LearnAction::Feedback {
+            session_id,
+            message_id,
+            value,
+            note,
+            expected_revision,
+        } => {
+            let value = match value {
+                FeedbackArg::Positive => "positive",
+                FeedbackArg::Negative => "negative",
+            };
+            client
+                .post(
+                    &format!(
+                        "/api/session/{}/messages/{}/feedback",
+                        encode(&session_id),
+                        encode(&message_id)
+                    ),
+                    &json!({ "value": value, "note": note, "expectedRevision": expected_revision }),
+                )
+                .await
+        }
+        LearnAction::PatternPromote { pattern_id } => {
+            client
+                .post(
+                    &format!("/api/patterns/{}/promote", encode(&pattern_id)),
+                    &json!({}),
+                )
+                .await
+        }
+        LearnAction::PatternReject { pattern_id } => {
+            client
+                .post(
+                    &format!("/api/patterns/{}/reject", encode(&pattern_id)),
+                    &json!({}),
+                )
+                .await
+        }
+        LearnAction::SkillReview { candidate_id } => skill(&client, &candidate_id, "review").await,
+        LearnAction::SkillApply { candidate_id } => skill(&client, &candidate_id, "apply").await,
+        LearnAction::SkillReject { candidate_id } => skill(&client, &candidate_id, "reject").await,
+        LearnAction::SkillUndo { candidate_id } => skill(&client, &candidate_id, "undo").await,
+    }?;
+    print(&answer, common.json);
+    Ok(())
+}
+
+async fn skill(
+    client: &ApiClient,
+    candidate: &str,
+    action: &str,
+) -> Result<Value, super::client::ClientError> {
+    client
+        .post(
+            &format!("/api/skills/{}/{action}", encode(candidate)),
+            &json!({}),
+        )
+        .await
+}
+
+pub async fn memory(
+    global: &GlobalArgs,
+    common: Common,
+    action: MemoryAction,
+) -> Result<(), CliError> {
+    let client = ApiClient::connect(global, &common.server).await?;
+    let p = encode(&project(&common)?);
+    let candidate = |id: &str, verb: &str| format!("/api/memory/candidates/{}/{verb}", encode(id));
+    let answer = match action {
+        MemoryAction::Read { target } => {
+            let query = target.map_or_else(String::new, |t| format!("?target={}", t.as_str()));
+            client
+                .get(&format!("/api/projects/{p}/memory{query}"))
+                .await
+        }
+        MemoryAction::Inspect { target } => {
+            client
+                .get(&format!(
+                    "/api/projects/{p}/memory/inspect?target={}",
+                    target.as_str()
+                ))
+                .await
+        }
+        MemoryAction::Candidates { state } => {
+            let query = state.map_or_else(String::new, |s| format!("?state={}", encode(&s)));
+            client
+                .get(&format!("/api/projects/{p}/memory/candidates{query}"))
+                .await
+        }
+        MemoryAction::Approve { candidate_id } => {
+            client
+                .post(&candidate(&candidate_id, "approve"), &json!({}))
+                .await
+        }
+        MemoryAction::Edit {
+            candidate_id,
+            content,
+        } => {
+            client
+                .post(
+                    &candidate(&candidate_id, "approve"),
+                    &json!({ "content": joined(&content) }),
+                )
+                .await
+        }
+        MemoryAction::Reject { candidate_id } => {
+            client
+                .post(&candidate(&candidate_id, "reject"), &json!({}))
+                .await
+        }
+        MemoryAction::Undo { candidate_id } => {
+            client
+                .post(&candidate(&candidate_id, "undo"), &json!({}))
+                .await
+        }
+        MemoryAction::Remove {
+            target,
+            old_text,
+            reason,
+        } => {
+            client
+                .post(
+                    &format!("/api/projects/{p}/memory"),
+                    &json!({ "target": target.as_str(), "action": "remove", "oldText": old_text,
+                             "reason": reason, "confidence": 1.0, "origin": "user" }),
+                )
+                .await
+        }
+        MemoryAction::Revisions { target } => {
+            client
+                .get(&format!(
+                    "/api/projects/{p}/memory/revisions?target={}",
+                    target.as_str()
+                ))
+                .await
+        }
+    }?;
+    print(&answer, common.json);
+    Ok(())
+}
+
+/// `zuno memories <session> [--use true|false] [--generation enabled|disabled]`: shows the
+/// session's policy, or updates it compare-and-set on the revision just read.
+pub async fn memories(global: &GlobalArgs, args: MemoriesArgs) -> Result<(), CliError> {
+    let client = ApiClient::connect(global, &args.server).await?;
+    let path = format!("/api/session/{}/memory-policy", encode(&args.session_id));
+    let current = client.get(&path).await?;
+    let answer = if args.r#use.is_none() && args.generation.is_none() {
+        current
+    } else {
+        let revision = current
+            .get("revision")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| CliError::new(CliError::FAILURE, "the policy has no revision"))?;
+        let mut body = json!({ "expectedRevision": revision });
+        if let Some(use_memories) = args.r#use {
+            body["useMemories"] = Value::Bool(use_memories);
+        }
+        if let Some(generation) = &args.generation {
+            body["generation"] = Value::String(generation.clone());
+        }
+        client.put(&path, &body).await?
+    };
+    print(&answer, args.json);
+    Ok(())
+}
+
+/// `zuno reflect <session> [turn|session]`.
+pub async fn reflect(global: &GlobalArgs, args: ReflectArgs) -> Result<(), CliError> {
+    let client = ApiClient::connect(global, &args.server).await?;
+    let scope = match args.scope {
+        ReflectArg::Turn => "turn",
+        ReflectArg::Session => "session",
+    };
+    let answer = client
+        .post(
+            &format!("/api/session/{}/reflect", encode(&args.session_id)),
+            &json!({ "scope": scope }),
+        )
+        .await?;
+    print(&answer, args.json);
+    Ok(())
+}
+
+/// JSON for scripts, else a readable outline: scalars as `key: value`, lists one item a line
+/// (id, state and text when they have them), nested objects indented.
+pub fn print(value: &Value, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(value).unwrap_or_default()
+        );
+        return;
+    }
+    let mut out = String::new();
+    outline(value, 0, &mut out);
+    print!("{out}");
+}
+
+fn scalar(value: &Value) -> Option<String> {
+    match value {
+        Value::Null => Some(String::from("-")),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::String(s) => Some(s.replace('\n', " ⏎ ")),
+        _ => None,
+    }
+}
+
+fn summary(item: &Value) -> String {
+    if let Some(text) = scalar(item) {
+        return text;
+    }
+    let field = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|name| item.get(*name).and_then(scalar))
+            .unwrap_or_default()
+    };
+    let id = field(&["id", "name"]);
+    let state = field(&["state", "status", "kind"]);
+    let mut text = field(&["text", "content", "summary", "title", "detail"]);
+    if text.chars().count() > 100 {
+        text = text.chars().take(100).collect::<String>() + "…";
+    }
+    [id, state, text]
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("  ")
+}
+
+fn outline(value: &Value, depth: usize, out: &mut String) {
+    let pad = "  ".repeat(depth);
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match value {
+                    Value::Array(items) => {
+                        out.push_str(&format!("{pad}{key}: {} item(s)\n", items.len()));
+                        for item in items.iter().take(100) {
+                            out.push_str(&format!("{pad}  - {}\n", summary(item)));
+                        }
+                    }
+                    Value::Object(_) if depth < 2 => {
+                        out.push_str(&format!("{pad}{key}:\n"));
+                        outline(value, depth + 1, out);
+                    }
+                    Value::Object(_) => out.push_str(&format!("{pad}{key}: {}\n", summary(value))),
+                    other => out.push_str(&format!(
+                        "{pad}{key}: {}\n",
+                        scalar(other).unwrap_or_default()
+                    )),
+                }
+            }
+        }
+        Value::Array(items) => {
+            if items.is_empty() {
+                out.push_str(&format!("{pad}(none)\n"));
+            }
+            for item in items {
+                out.push_str(&format!("{pad}- {}\n", summary(item)));
+            }
+        }
+        other => out.push_str(&format!("{pad}{}\n", scalar(other).unwrap_or_default())),
+    }
+}

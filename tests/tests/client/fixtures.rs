@@ -1,0 +1,234 @@
+//! Small hand-written transcripts in the shapes observed in the corpus, and helpers to run the
+//! `zuno` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use zuno_tests::processes::binary;
+
+pub const CC_SESSION: &str = "6f1c2d3e-0000-4000-8000-00000000c0de";
+pub const CWD: &str = "/home/someone/src/demo-app";
+
+fn envelope(uuid: &str, parent: Option<&str>, kind: &str, at: &str) -> Value {
+    json!({
+        "parentUuid": parent, "isSidechain": false, "userType": "external", "cwd": CWD,
+        "sessionId": CC_SESSION, "version": "2.1.38", "gitBranch": "main", "type": kind,
+        "uuid": uuid, "timestamp": at
+    })
+}
+
+fn with(mut base: Value, extra: Value) -> Value {
+    if let (Some(base), Value::Object(extra)) = (base.as_object_mut(), extra) {
+        base.extend(extra);
+    }
+    base
+}
+
+/// Turn 1: a prompt, a tool call that fails, a retry that succeeds, an answer.
+/// Turn 2: a user correction and a second tool call. Line 6 is malformed.
+pub fn claude_code_lines() -> Vec<String> {
+    let lines = vec![
+        json!({"type": "file-history-snapshot", "messageId": "x", "snapshot": {"trackedFileBackups": {}}, "isSnapshotUpdate": false}).to_string(),
+        with(envelope("u1", None, "user", "2026-02-10T21:11:56.000Z"), json!({"message": {"role": "user", "content": "Install the dependencies"}})).to_string(),
+        with(envelope("a1", Some("u1"), "assistant", "2026-02-10T21:11:57.000Z"), json!({"requestId": "req_1", "message": {"model": "claude-opus-4-6", "id": "msg_1", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "thinking", "thinking": "hmm", "signature": "s"}]}})).to_string(),
+        with(envelope("a2", Some("a1"), "assistant", "2026-02-10T21:11:58.000Z"), json!({"requestId": "req_1", "message": {"model": "claude-opus-4-6", "id": "msg_1", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "npm install"}}]}})).to_string(),
+        with(envelope("r1", Some("a2"), "user", "2026-02-10T21:11:59.000Z"), json!({"message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "Exit code 1\nnpm ERR! missing lockfile", "is_error": true}]}, "toolUseResult": "Error: Exit code 1"})).to_string(),
+        String::from("{\"type\": \"assistant\", \"uuid\": \"broken\", \"message\": {"),
+        with(envelope("a3", Some("r1"), "assistant", "2026-02-10T21:12:00.000Z"), json!({"requestId": "req_2", "message": {"model": "claude-opus-4-6", "id": "msg_2", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {"command": "pnpm install"}}]}})).to_string(),
+        with(envelope("r2", Some("a3"), "user", "2026-02-10T21:12:01.000Z"), json!({"message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": "Done in 2.1s"}]}]}, "toolUseResult": {"stdout": "Done in 2.1s", "stderr": "", "interrupted": false, "isImage": false}})).to_string(),
+        with(envelope("a4", Some("r2"), "assistant", "2026-02-10T21:12:02.000Z"), json!({"requestId": "req_3", "message": {"model": "claude-opus-4-6", "id": "msg_3", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "text", "text": "Installed with pnpm after npm failed."}]}})).to_string(),
+        with(envelope("s1", Some("a4"), "system", "2026-02-10T21:12:03.000Z"), json!({"subtype": "turn_duration", "durationMs": 7000})).to_string(),
+        with(envelope("m1", Some("s1"), "user", "2026-02-10T21:12:04.000Z"), json!({"isMeta": true, "message": {"role": "user", "content": "<local-command-stdout>ok</local-command-stdout>"}})).to_string(),
+    ];
+    lines
+}
+
+/// A second turn (appended later): a correction and a tool call.
+pub fn claude_code_second_turn() -> Vec<String> {
+    vec![
+        with(envelope("u2", Some("m1"), "user", "2026-02-10T21:13:00.000Z"), json!({"message": {"role": "user", "content": "No, don't use npm here, always use pnpm"}})).to_string(),
+        with(envelope("a5", Some("u2"), "assistant", "2026-02-10T21:13:01.000Z"), json!({"requestId": "req_4", "message": {"model": "claude-opus-4-6", "id": "msg_4", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "tool_use", "id": "toolu_3", "name": "Edit", "input": {"file_path": "README.md"}}]}})).to_string(),
+        with(envelope("r3", Some("a5"), "user", "2026-02-10T21:13:02.000Z"), json!({"message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_3", "content": "The file README.md has been updated."}]}})).to_string(),
+        with(envelope("a6", Some("r3"), "assistant", "2026-02-10T21:13:03.000Z"), json!({"requestId": "req_5", "message": {"model": "claude-opus-4-6", "id": "msg_5", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "text", "text": "Noted: pnpm only."}]}})).to_string(),
+    ]
+}
+
+/// A subagent sidechain of the same session.
+pub fn claude_code_sidechain() -> Vec<String> {
+    let side = |uuid: &str, kind: &str, message: Value| {
+        with(
+            envelope(uuid, None, kind, "2026-02-10T21:12:30.000Z"),
+            json!({"isSidechain": true, "agentId": "a881341", "message": message}),
+        )
+        .to_string()
+    };
+    vec![
+        side(
+            "sc1",
+            "user",
+            json!({"role": "user", "content": "Find the lockfile"}),
+        ),
+        side(
+            "sc2",
+            "assistant",
+            json!({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_s1", "name": "Glob", "input": {"pattern": "*.lock"}}]}),
+        ),
+        side(
+            "sc3",
+            "user",
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s1", "content": "pnpm-lock.yaml"}]}),
+        ),
+        side(
+            "sc4",
+            "assistant",
+            json!({"role": "assistant", "content": [{"type": "text", "text": "Found pnpm-lock.yaml"}]}),
+        ),
+    ]
+}
+
+pub const CODEX_SESSION: &str = "019aad50-a7e6-7422-b7a8-0b384290624f";
+
+/// A Codex rollout: meta, injected context, a prompt, a failing and a passing call, an answer,
+/// a second prompt with a custom tool call, a malformed line (5) and an aborted third turn.
+pub fn codex_lines() -> Vec<String> {
+    let item = |kind: &str, payload: Value| {
+        json!({"timestamp": "2025-11-23T10:00:00.000Z", "type": kind, "payload": payload})
+            .to_string()
+    };
+    vec![
+        item(
+            "session_meta",
+            json!({"id": CODEX_SESSION, "timestamp": "2025-11-23T10:00:00.000Z", "cwd": "/home/someone/src/chess", "originator": "codex_cli_rs", "cli_version": "0.60.1", "source": "cli"}),
+        ),
+        item(
+            "response_item",
+            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>cwd</environment_context>"}]}),
+        ),
+        item(
+            "event_msg",
+            json!({"type": "user_message", "message": "Run the tests", "images": []}),
+        ),
+        item(
+            "turn_context",
+            json!({"cwd": "/home/someone/src/chess", "model": "gpt-5-codex"}),
+        ),
+        String::from(
+            "{\"timestamp\": \"2025-11-23T10:00:01Z\", \"type\": \"response_item\", \"payload\": ",
+        ),
+        item(
+            "response_item",
+            json!({"type": "function_call", "name": "shell", "arguments": "{\"command\":[\"cargo\",\"test\"]}", "call_id": "call_1"}),
+        ),
+        item(
+            "response_item",
+            json!({"type": "function_call_output", "call_id": "call_1", "output": "Exit code: 101\nWall time: 3 seconds\nOutput:\nerror: could not compile"}),
+        ),
+        item(
+            "response_item",
+            json!({"type": "function_call", "name": "shell", "arguments": "{\"command\":[\"cargo\",\"test\",\"--offline\"]}", "call_id": "call_2"}),
+        ),
+        item(
+            "response_item",
+            json!({"type": "function_call_output", "call_id": "call_2", "output": "Exit code: 0\nWall time: 9 seconds\nOutput:\ntest result: ok"}),
+        ),
+        item(
+            "response_item",
+            json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Tests pass offline."}]}),
+        ),
+        item(
+            "event_msg",
+            json!({"type": "agent_message", "message": "Tests pass offline."}),
+        ),
+        item(
+            "event_msg",
+            json!({"type": "user_message", "message": "Instead, patch the README"}),
+        ),
+        item(
+            "response_item",
+            json!({"type": "custom_tool_call", "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch", "call_id": "call_3", "status": "completed"}),
+        ),
+        item(
+            "response_item",
+            json!({"type": "custom_tool_call_output", "call_id": "call_3", "output": "{\"output\":\"Success. Updated the following files:\\nM README.md\",\"metadata\":{\"exit_code\":0,\"duration_seconds\":0.1}}"}),
+        ),
+        item(
+            "event_msg",
+            json!({"type": "user_message", "message": "And run it again"}),
+        ),
+        item(
+            "response_item",
+            json!({"type": "function_call", "name": "shell", "arguments": "{\"command\":[\"cargo\",\"test\"]}", "call_id": "call_4"}),
+        ),
+        item(
+            "event_msg",
+            json!({"type": "turn_aborted", "reason": "interrupted"}),
+        ),
+    ]
+}
+
+pub fn write_lines(path: &Path, lines: &[String]) {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(path, text).expect("write fixture");
+}
+
+pub fn append_lines(path: &Path, lines: &[String]) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("open");
+    for line in lines {
+        writeln!(file, "{line}").expect("append");
+    }
+}
+
+/// The shared corpus of real transcripts (read in place, never copied).
+pub fn corpus() -> PathBuf {
+    zuno_tests::fake_provider::corpus_dir()
+}
+
+/// `zuno` with a private home and no ambient server, token or database settings.
+pub fn zuno(home: &Path) -> Command {
+    let mut command = Command::new(binary("zuno"));
+    command
+        .env("ZUNO_HOME", home)
+        .env_remove("ZUNO_API_TOKEN")
+        .env_remove("ZUNO_SERVER_URL")
+        .env_remove("DATABASE_URL")
+        .env_remove("ZUNO_DATABASE_URL")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdin(Stdio::null());
+    command
+}
+
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a `zuno` command to completion on a blocking thread (the test server keeps running).
+pub async fn run(mut command: Command, stdin: Option<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        if stdin.is_some() {
+            command.stdin(Stdio::piped());
+        }
+        let mut child = command.spawn().expect("spawn zuno");
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("stdin");
+            pipe.write_all(input.as_bytes()).expect("write stdin");
+        }
+        let output = child.wait_with_output().expect("wait zuno");
+        Output {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    })
+    .await
+    .expect("join")
+}

@@ -1,0 +1,182 @@
+//! `zuno hook claude-code <event>`: the hook's stdout format, memory and context injection,
+//! incremental Stop import, and silence when the server is down.
+
+use serde_json::{Value, json};
+use zuno_shared::config::Config;
+use zuno_shared::transcript::import::project_for_cwd;
+use zuno_tests::TestDb;
+use zuno_tests::server::TestServer;
+
+use crate::fixtures::*;
+
+async fn hook(home: &std::path::Path, server: &str, event: &str, input: Value) -> Output {
+    let mut command = zuno(home);
+    command.args(["hook", "claude-code", event, "--server", server]);
+    run(command, Some(input.to_string())).await
+}
+
+fn additional_context(output: &Output, event: &str) -> String {
+    assert_eq!(output.code, 0, "{}", output.stderr);
+    let answer: Value = serde_json::from_str(output.stdout.trim()).expect(&output.stdout);
+    assert_eq!(answer["hookSpecificOutput"]["hookEventName"], event);
+    answer["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn session_start_injects_memory_and_prompt_submit_returns_the_context_sections() {
+    let db = TestDb::sqlite().await;
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let home = tempfile::tempdir().unwrap();
+    let worktree = tempfile::tempdir().unwrap();
+    let cwd = worktree.path().to_string_lossy().into_owned();
+    let input = |event: &str, prompt: Option<&str>| {
+        let mut input = json!({
+            "session_id": "11111111-2222-4333-8444-555555555555",
+            "transcript_path": worktree.path().join("t.jsonl"),
+            "cwd": cwd, "hook_event_name": event, "permission_mode": "default",
+            "source": "startup", "model": "claude-opus-4-6", "turn_id": "t1"
+        });
+        if let Some(prompt) = prompt {
+            input["prompt"] = Value::from(prompt);
+        }
+        input
+    };
+
+    // Nothing learned yet: the hook creates the project and session and adds nothing.
+    let empty = hook(
+        home.path(),
+        &server.base,
+        "SessionStart",
+        input("SessionStart", None),
+    )
+    .await;
+    assert_eq!(empty.code, 0, "{}", empty.stderr);
+    assert_eq!(empty.stdout.trim(), "", "no memory, no output");
+    let (project, _) = project_for_cwd(&cwd);
+    let (status, created) = server.get(&format!("/api/projects/{project}")).await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(created["worktree"], cwd.as_str());
+
+    let (status, outcome) = server
+        .post(
+            &format!("/api/projects/{project}/memory"),
+            json!({"target": "project", "action": "add", "content": "Always use pnpm, never npm, to install dependencies.",
+                   "reason": "the user said so", "confidence": 0.95, "origin": "user"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{outcome}");
+    assert_eq!(outcome["applied"], true, "{outcome}");
+
+    let start = hook(
+        home.path(),
+        &server.base,
+        "SessionStart",
+        input("SessionStart", None),
+    )
+    .await;
+    let context = additional_context(&start, "SessionStart");
+    assert!(context.contains("Always use pnpm"), "{context}");
+
+    let prompt = hook(
+        home.path(),
+        &server.base,
+        "UserPromptSubmit",
+        input(
+            "UserPromptSubmit",
+            Some("how do I install the dependencies?"),
+        ),
+    )
+    .await;
+    let context = additional_context(&prompt, "UserPromptSubmit");
+    assert!(context.contains("Always use pnpm"), "{context}");
+}
+
+#[tokio::test]
+async fn an_unavailable_server_or_bad_input_prints_nothing_and_exits_zero() {
+    let home = tempfile::tempdir().unwrap();
+    let transcript = home.path().join("t.jsonl");
+    write_lines(&transcript, &claude_code_lines());
+    let input = json!({"session_id": "s-1", "cwd": "/tmp", "transcript_path": transcript,
+                       "hook_event_name": "UserPromptSubmit", "prompt": "hello"});
+    for event in ["SessionStart", "UserPromptSubmit", "Stop", "PreToolUse"] {
+        let out = hook(home.path(), "http://127.0.0.1:9", event, input.clone()).await;
+        assert_eq!(out.code, 0, "{event}: {}", out.stderr);
+        assert_eq!(out.stdout, "", "{event}: nothing on stdout");
+    }
+    let mut command = zuno(home.path());
+    command.args([
+        "hook",
+        "claude-code",
+        "UserPromptSubmit",
+        "--server",
+        "http://127.0.0.1:9",
+    ]);
+    let garbage = run(command, Some(String::from("not json"))).await;
+    assert_eq!(garbage.code, 0);
+    assert_eq!(garbage.stdout, "");
+    assert!(
+        garbage.stderr.contains("invalid hook input"),
+        "{}",
+        garbage.stderr
+    );
+}
+
+async fn message_count(server: &TestServer, session: &str) -> usize {
+    let (status, messages) = server
+        .get(&format!("/api/session/{session}/messages"))
+        .await;
+    assert_eq!(status, 200, "{messages}");
+    messages.as_array().unwrap().len()
+}
+
+#[tokio::test]
+async fn stop_imports_newly_closed_turns_from_a_durable_watermark() {
+    let db = TestDb::sqlite().await;
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let transcript = dir.path().join(format!("{CC_SESSION}.jsonl"));
+    write_lines(&transcript, &claude_code_lines());
+    let input = json!({"session_id": CC_SESSION, "cwd": CWD, "transcript_path": transcript,
+                       "hook_event_name": "Stop", "stop_hook_active": false});
+    let session = format!("cc-{CC_SESSION}");
+    let first = hook(home.path(), &server.base, "Stop", input.clone()).await;
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(first.stdout, "");
+    assert!(first.stderr.contains(":6: skipped"), "{}", first.stderr);
+    assert_eq!(
+        message_count(&server, &session).await,
+        3,
+        "prompt, closed turn, injected output"
+    );
+    let marks: Vec<_> = std::fs::read_dir(home.path().join("hooks").join("claude-code"))
+        .unwrap()
+        .collect();
+    assert_eq!(marks.len(), 1, "one durable watermark for the transcript");
+
+    // The next reply appends a turn: only it is read and imported.
+    append_lines(&transcript, &claude_code_second_turn());
+    let second = hook(home.path(), &server.base, "Stop", input.clone()).await;
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(
+        !second.stderr.contains("skipped"),
+        "the malformed line before the watermark is not read again: {}",
+        second.stderr
+    );
+    assert_eq!(message_count(&server, &session).await, 5);
+    let (_, page) = server
+        .get(&format!("/api/jobs?kind=extract&sessionId={session}"))
+        .await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 2, "{page}");
+
+    let third = hook(home.path(), &server.base, "Stop", input).await;
+    assert_eq!(third.code, 0);
+    assert_eq!(
+        message_count(&server, &session).await,
+        5,
+        "nothing new, nothing added"
+    );
+}

@@ -1,0 +1,10 @@
+//! Client surfaces as a user runs them: transcript import (Claude Code, Codex), the Claude Code
+//! hook client and installer, the `zuno mcp` stdio server, and the `learn`/`memory` commands.
+
+mod fixtures;
+mod hook;
+mod import;
+mod install;
+mod learn;
+mod mcp;
+mod parse;

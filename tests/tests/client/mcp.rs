@@ -1,0 +1,162 @@
+//! `zuno mcp`: a real MCP client (rmcp) spawns the binary and talks to it over stdio:
+//! initialize, tools/list (with input schemas), tools/call.
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Value, json};
+use zuno_shared::config::Config;
+use zuno_tests::TestDb;
+use zuno_tests::processes::binary;
+use zuno_tests::server::TestServer;
+
+fn mcp_command(server: &str, project: &str, read_only: bool) -> tokio::process::Command {
+    let home = std::env::temp_dir();
+    let mut command = tokio::process::Command::new(binary("zuno"));
+    command
+        .env("ZUNO_HOME", home)
+        .env_remove("ZUNO_API_TOKEN")
+        .env_remove("ZUNO_SERVER_URL")
+        .args(["mcp", "--server", server, "--project", project]);
+    if read_only {
+        command.arg("--read-only");
+    }
+    command
+}
+
+fn arguments(value: Value) -> serde_json::Map<String, Value> {
+    value.as_object().unwrap().clone()
+}
+
+#[tokio::test]
+async fn an_mcp_client_handshakes_lists_and_calls_the_tools_over_stdio() {
+    let db = TestDb::sqlite().await;
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let (status, _) = server
+        .post(
+            "/api/projects",
+            json!({"id": "mcp-demo", "name": "MCP demo"}),
+        )
+        .await;
+    assert_eq!(status, 201);
+
+    let (transport, _stderr) =
+        TokioChildProcess::builder(mcp_command(&server.base, "mcp-demo", false))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+    let client = ().serve(transport).await.expect("initialize");
+    let info = client.peer_info().expect("server info after initialize");
+    assert_eq!(info.server_info.as_ref().unwrap().name, "zuno");
+    assert!(info.capabilities.tools.is_some());
+
+    let mut tools = client.list_all_tools().await.unwrap();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+    assert_eq!(names, ["experience_search", "memory_read", "memory_update"]);
+    let search = Value::Object(tools[0].input_schema.as_ref().clone());
+    assert_eq!(search["type"], "object");
+    assert_eq!(search["required"], json!(["query"]), "{search}");
+    let update = Value::Object(tools[2].input_schema.as_ref().clone());
+    let mut required: Vec<&str> = update["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort_unstable();
+    assert_eq!(
+        required,
+        ["action", "confidence", "reason", "target"],
+        "{update}"
+    );
+
+    let added = client
+        .call_tool(
+            CallToolRequestParams::new("memory_update").with_arguments(arguments(json!({
+                "target": "project", "action": "add",
+                "content": "Run the linter with `cargo clippy -- -D warnings`.",
+                "reason": "the project's CI does", "confidence": 0.9
+            }))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added.is_error, Some(false), "{added:?}");
+    let outcome = added.structured_content.clone().unwrap();
+    assert!(outcome["candidate"]["id"].is_string(), "{outcome}");
+
+    let read = client
+        .call_tool(
+            CallToolRequestParams::new("memory_read")
+                .with_arguments(arguments(json!({"target": "project"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read.is_error, Some(false));
+    let text = serde_json::to_string(&read.structured_content).unwrap();
+    if outcome["applied"] == true {
+        assert!(text.contains("cargo clippy"), "{text}");
+    }
+
+    let found = client
+        .call_tool(
+            CallToolRequestParams::new("experience_search")
+                .with_arguments(arguments(json!({"query": "pnpm install", "limit": 5}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(found.is_error, Some(false), "{found:?}");
+    assert!(found.structured_content.unwrap()["results"].is_array());
+
+    // A failing call is a tool result the model can read, not a protocol error.
+    let refused = client
+        .call_tool(
+            CallToolRequestParams::new("experience_search")
+                .with_arguments(arguments(json!({"query": "x", "limit": 500}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+
+    // Arguments that do not match the schema are refused (rmcp answers with an error result).
+    let malformed = client
+        .call_tool(
+            CallToolRequestParams::new("memory_read")
+                .with_arguments(arguments(json!({"bogus": 1}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(malformed.is_error, Some(true), "{malformed:?}");
+    assert!(format!("{malformed:?}").contains("unknown field `bogus`"));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn read_only_exposes_only_the_read_tools() {
+    let db = TestDb::sqlite().await;
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let (transport, _stderr) = TokioChildProcess::builder(mcp_command(&server.base, "p", true))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = ().serve(transport).await.expect("initialize");
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|tool| tool.name.into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["experience_search", "memory_read"]);
+    let refused = client
+        .call_tool(CallToolRequestParams::new("memory_update").with_arguments(arguments(json!({
+            "target": "project", "action": "add", "content": "x", "reason": "y", "confidence": 1.0
+        }))))
+        .await;
+    assert!(
+        refused.is_err(),
+        "an unregistered tool is a protocol error: {refused:?}"
+    );
+    client.cancel().await.unwrap();
+}
