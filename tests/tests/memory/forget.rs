@@ -56,7 +56,7 @@ async fn forgetting_evidence_retracts_only_unsupported_automatic_entries(db: Tes
     let (experience, documents) = ingestion.forget(&forgotten).await.unwrap().unwrap();
     assert_eq!(experience.status, "forgotten");
     let project_document = env.document_id(Scope::Project).await;
-    assert_eq!(documents, [project_document.clone()]);
+    assert_eq!(documents, std::slice::from_ref(&project_document));
 
     let view = env.view(Scope::Project).await;
     assert_eq!(
