@@ -79,6 +79,7 @@ pub fn router(state: AppState) -> Router {
     ));
     Router::new()
         .merge(routes::health::router())
+        .merge(routes::ui::router())
         .merge(api)
         .fallback(routes::health::not_found)
         .layer(DefaultBodyLimit::max(

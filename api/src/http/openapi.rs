@@ -7,7 +7,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::routes::{jobs, learning, memory, projects, sessions, skills};
+use super::routes::{jobs, learning, live, memory, projects, sessions, skills};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -47,6 +47,7 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(learning::post_feedback))
         .routes(routes!(learning::reflect))
         .routes(routes!(learning::session_learning))
+        .routes(routes!(live::session_learning_events))
         .routes(routes!(learning::status))
         .routes(routes!(learning::list_experiences))
         .routes(routes!(learning::get_experience))

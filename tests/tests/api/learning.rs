@@ -13,7 +13,7 @@ use zuno_tests::{TestDb, on_both_backends};
 
 use crate::ingestion::project_and_session;
 
-async fn drain_extraction(server: &TestServer) {
+pub(crate) async fn drain_extraction(server: &TestServer) {
     let mut config = RunnerConfig::new("api-test-extract");
     config.exit_when_idle = true;
     let learning = server.state.config.clone();
@@ -30,7 +30,7 @@ async fn drain_extraction(server: &TestServer) {
         .await;
 }
 
-async fn post_correction_turn(server: &TestServer, session: &str) {
+pub(crate) async fn post_correction_turn(server: &TestServer, session: &str) {
     server.post(&format!("/api/session/{session}/messages"),
         json!({"role": "user", "parts": [{"type": "text", "text": "That's wrong: run migrations with `zuno migrate`, never by hand."}]})).await;
     let (status, _) = server.post(&format!("/api/session/{session}/messages"), json!({

@@ -3,8 +3,10 @@
 mod auth;
 mod cli;
 mod errors;
+mod events;
 mod ingestion;
 mod learning;
 mod openapi;
+mod page;
 mod recall;
 mod tracing_context;

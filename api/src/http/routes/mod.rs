@@ -1,7 +1,9 @@
 pub mod health;
 pub mod jobs;
 pub mod learning;
+pub mod live;
 pub mod memory;
 pub mod projects;
 pub mod sessions;
 pub mod skills;
+pub mod ui;
