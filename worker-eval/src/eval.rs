@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use zuno_shared::ledger::{Job, JobKind};
+use zuno_shared::learning::usage::{self, UsageRecord};
+use zuno_shared::ledger::{Job, JobKind, JobOrigin};
 use zuno_shared::provider::{LearningModelClient, LearningRequest, ResolvedModel, resolve_model};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler};
 use zuno_shared::skills::SkillService;
@@ -72,8 +73,13 @@ fn remaining(deadline: tokio::time::Instant) -> Duration {
 }
 
 impl EvaluateHandler {
+    /// One model call; its tokens (retries and repair included) and the provider's health are
+    /// recorded like extraction's, whatever the outcome, under the job's lease. Evaluation is
+    /// started only by an explicit review, so its tokens are never automatic.
     async fn ask(
         &self,
+        ctx: &JobContext,
+        project_id: &str,
         model: &ResolvedModel,
         request: &LearningRequest,
         deadline: tokio::time::Instant,
@@ -82,22 +88,47 @@ impl EvaluateHandler {
         let timeout = remaining(deadline).min(Duration::from_millis(
             self.skills.config().learning.execution.timeout_ms,
         ));
-        self.client
+        let called = self
+            .client
             .complete_validated(model, request, timeout, validate)
-            .await
-            .map(|r| r.value)
-            .map_err(|failure| {
-                if failure.is_permanent() {
-                    JobError::permanent(failure.to_string())
-                } else {
-                    JobError::retryable(failure.to_string())
-                }
-            })
+            .await;
+        let (tokens, failure) = match &called {
+            Ok(response) => (response.usage, None),
+            Err(failure) => (failure.usage, Some(&failure.error)),
+        };
+        let job = ctx.job();
+        let mut tx = ctx.fenced_tx().await?;
+        usage::record_call_in(
+            &mut tx,
+            &UsageRecord {
+                job_id: Some(&job.id),
+                project_id: Some(project_id),
+                provider: &model.provider,
+                model: &model.model,
+                automatic: job.origin != JobOrigin::Manual,
+                input_tokens: tokens.input_tokens,
+                output_tokens: tokens.output_tokens,
+            },
+            failure,
+            ctx.ledger.now_ms(),
+        )
+        .await
+        .map_err(store_error)?;
+        tx.commit().await.map_err(store_error)?;
+        called.map(|r| r.value).map_err(|failure| {
+            if failure.is_permanent() {
+                JobError::permanent(failure.to_string())
+            } else {
+                JobError::retryable(failure.to_string())
+            }
+        })
     }
 
     /// One bounded multi-step attempt through the cassette dispatcher.
     async fn attempt(
         &self,
+        ctx: &JobContext,
+        project_id: &str,
         model: &ResolvedModel,
         case: &Case,
         skill: Option<&str>,
@@ -123,7 +154,7 @@ impl EvaluateHandler {
                 schema: json!({"type": "object", "required": ["action"], "properties": {"action": {"type": "string"}}}),
             };
             let value = self
-                .ask(model, &request, deadline, |value| {
+                .ask(ctx, project_id, model, &request, deadline, |value| {
                     let step: Step = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
                     match step.action.as_str() {
                         "call" if step.tool.is_some() => Ok(()),
@@ -154,8 +185,11 @@ impl EvaluateHandler {
         Ok((String::new(), Value::Array(trace)))
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn grade(
         &self,
+        ctx: &JobContext,
+        project_id: &str,
         model: &ResolvedModel,
         case: &Case,
         answer: &str,
@@ -172,7 +206,7 @@ impl EvaluateHandler {
             schema: json!({"type": "object", "required": ["score", "passed"], "properties": {"score": {"type": "number"}, "passed": {"type": "boolean"}}}),
         };
         let value = self
-            .ask(model, &request, deadline, |value| {
+            .ask(ctx, project_id, model, &request, deadline, |value| {
                 let grade: Grade =
                     serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
                 if !(0.0..=1.0).contains(&grade.score) {
@@ -184,8 +218,11 @@ impl EvaluateHandler {
         serde_json::from_value(value).map_err(|e| JobError::permanent(e.to_string()))
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn evaluate(
         &self,
+        ctx: &JobContext,
+        project_id: &str,
         model: &ResolvedModel,
         cases: &[Case],
         baseline: Option<&str>,
@@ -195,13 +232,33 @@ impl EvaluateHandler {
         let mut records = Vec::new();
         let mut outcomes = Vec::new();
         for case in cases {
-            let (base_answer, base_trace) = self.attempt(model, case, baseline, deadline).await?;
-            let (cand_answer, cand_trace) = self.attempt(model, case, candidate, deadline).await?;
+            let (base_answer, base_trace) = self
+                .attempt(ctx, project_id, model, case, baseline, deadline)
+                .await?;
+            let (cand_answer, cand_trace) = self
+                .attempt(ctx, project_id, model, case, candidate, deadline)
+                .await?;
             let base_grade = self
-                .grade(model, case, &base_answer, &base_trace, deadline)
+                .grade(
+                    ctx,
+                    project_id,
+                    model,
+                    case,
+                    &base_answer,
+                    &base_trace,
+                    deadline,
+                )
                 .await?;
             let cand_grade = self
-                .grade(model, case, &cand_answer, &cand_trace, deadline)
+                .grade(
+                    ctx,
+                    project_id,
+                    model,
+                    case,
+                    &cand_answer,
+                    &cand_trace,
+                    deadline,
+                )
                 .await?;
             outcomes.push(CaseOutcome {
                 kind: case.kind.clone(),
@@ -287,7 +344,7 @@ impl JobHandler for EvaluateHandler {
             Ended::Expired
         } else {
             tokio::select! {
-                result = self.evaluate(&model, &cases, baseline.as_deref(), candidate.content.as_deref(), deadline) => {
+                result = self.evaluate(&ctx, &candidate.project_id, &model, &cases, baseline.as_deref(), candidate.content.as_deref(), deadline) => {
                     match result {
                         Ok((records, outcomes)) => Ended::Verdict(records, outcomes),
                         // A request cut short by the run's own deadline is the deadline's expiry.

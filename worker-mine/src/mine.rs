@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use zuno_shared::config::Config;
+use zuno_shared::learning::usage::{self, UsageRecord};
 use zuno_shared::learning::{MODEL_EXTRACTOR_VERSION, extractor_version};
-use zuno_shared::ledger::{Job, JobKind};
+use zuno_shared::ledger::{Job, JobKind, JobOrigin};
 use zuno_shared::provider::{LearningModelClient, LearningRequest, resolve_model};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler};
 use zuno_shared::skills::SkillService;
@@ -127,7 +128,14 @@ fn validate_groups(
     Ok(())
 }
 
+/// Asks the learning model for groups and records the call's tokens (retries and the repair
+/// included) and the provider's health like extraction does, whatever the outcome, under the
+/// job's lease. Aggregation is background work: its tokens count as automatic (toward
+/// `learning.execution.max_tokens_per_day`) unless an operator admitted it manually.
+#[allow(clippy::too_many_arguments)]
 async fn ask_model(
+    ctx: &JobContext,
+    project_id: Option<&str>,
     config: &Config,
     client: &LearningModelClient,
     system: &str,
@@ -143,10 +151,33 @@ async fn ask_model(
         schema: serde_json::json!({"type": "object", "required": ["groups"], "properties": {"groups": {"type": "array"}}}),
     };
     let timeout = Duration::from_millis(config.learning.execution.timeout_ms);
-    let response = client
+    let called = client
         .complete_validated(&model, &request, timeout, validate)
-        .await
-        .map_err(provider_error)?;
+        .await;
+    let (tokens, failure) = match &called {
+        Ok(response) => (response.usage, None),
+        Err(failure) => (failure.usage, Some(&failure.error)),
+    };
+    let job = ctx.job();
+    let mut tx = ctx.fenced_tx().await?;
+    usage::record_call_in(
+        &mut tx,
+        &UsageRecord {
+            job_id: Some(&job.id),
+            project_id,
+            provider: &model.provider,
+            model: &model.model,
+            automatic: job.origin != JobOrigin::Manual,
+            input_tokens: tokens.input_tokens,
+            output_tokens: tokens.output_tokens,
+        },
+        failure,
+        ctx.ledger.now_ms(),
+    )
+    .await
+    .map_err(store_error)?;
+    tx.commit().await.map_err(store_error)?;
+    let response = called.map_err(provider_error)?;
     serde_json::from_value(response.value).map_err(|e| JobError::permanent(e.to_string()))
 }
 
@@ -217,12 +248,23 @@ impl JobHandler for AggregateProjectHandler {
             .map_err(store_error)?;
         read.rollback().await.map_err(store_error)?;
         if new_records < min_new {
-            let settlement = ctx.begin_settlement().await?;
+            // The count gate is about grouping; an applied Skill whose evidence disappeared
+            // (forgotten, superseded, source changed) is proposed for revocation regardless.
+            let mut settlement = ctx.begin_settlement().await?;
+            let tx = settlement.tx().await?;
+            let now = ctx.ledger.now_ms();
+            pattern::lock_scope_in(tx, &project_key(&project_id), now)
+                .await
+                .map_err(store_error)?;
+            let revocations = propose_revocations_in(tx, &project_id, now)
+                .await
+                .map_err(store_error)?;
             return Ok(settlement
                 .complete(serde_json::json!({
                     "outcome": "skipped",
                     "reason": format!("fewer than {min_new} new project experiences since the last aggregation"),
                     "newRecords": new_records,
+                    "revocations": revocations,
                 }))
                 .await?);
         }
@@ -239,9 +281,15 @@ impl JobHandler for AggregateProjectHandler {
                     "pattern_id": p.id, "concept": p.concept, "rules": p.rules, "state": p.state,
                 })).collect::<Vec<_>>(),
             });
-            let answer = ask_model(&config, &self.client, PROJECT_SYSTEM, input, |value| {
-                validate_groups(value, &known_evidence, &known_patterns, false, max_rules)
-            })
+            let answer = ask_model(
+                &ctx,
+                Some(&project_id),
+                &config,
+                &self.client,
+                PROJECT_SYSTEM,
+                input,
+                |value| validate_groups(value, &known_evidence, &known_patterns, false, max_rules),
+            )
             .await?;
             answer
                 .groups
@@ -260,6 +308,9 @@ impl JobHandler for AggregateProjectHandler {
         let mut settlement = ctx.begin_settlement().await?;
         let tx = settlement.tx().await?;
         let now = ctx.ledger.now_ms();
+        pattern::lock_scope_in(tx, &project_key(&project_id), now)
+            .await
+            .map_err(store_error)?;
         let mut merged = Vec::new();
         let mut candidates = Vec::new();
         for group in &groups {
@@ -380,9 +431,15 @@ impl JobHandler for AggregateGlobalHandler {
                     "pattern_id": p.id, "project": p.project_id, "concept": p.concept, "rules": p.rules,
                 })).collect::<Vec<_>>(),
             });
-            ask_model(&config, &self.client, GLOBAL_SYSTEM, input, |value| {
-                validate_groups(value, &HashSet::new(), &known, true, max_rules)
-            })
+            ask_model(
+                &ctx,
+                None,
+                &config,
+                &self.client,
+                GLOBAL_SYSTEM,
+                input,
+                |value| validate_groups(value, &HashSet::new(), &known, true, max_rules),
+            )
             .await?
             .groups
             .into_iter()
@@ -404,6 +461,9 @@ impl JobHandler for AggregateGlobalHandler {
         let mut settlement = ctx.begin_settlement().await?;
         let tx = settlement.tx().await?;
         let now = ctx.ledger.now_ms();
+        pattern::lock_scope_in(tx, pattern::GLOBAL_KEY, now)
+            .await
+            .map_err(store_error)?;
         let mut stored = Vec::new();
         for (concept, rules, sources) in &groups {
             let distinct: BTreeSet<&str> = sources

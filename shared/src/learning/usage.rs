@@ -153,6 +153,50 @@ pub async fn set_health_in(tx: &mut Tx, health: &ProviderHealth) -> Result<(), S
     Ok(())
 }
 
+/// Records one model call of a learning job (mining, evaluation) the way extraction records its
+/// calls: the tokens in `provider_usage` (so job, project and day totals, the daily budget and
+/// status include them) and the provider's health — any answer marks it healthy, a credential
+/// or unknown-model failure unhealthy, transient failures say nothing.
+pub async fn record_call_in(
+    tx: &mut Tx,
+    usage: &UsageRecord<'_>,
+    failure: Option<&crate::provider::ProviderError>,
+    now: i64,
+) -> Result<(), StoreError> {
+    use crate::provider::ProviderError;
+    record_in(tx, usage, now).await?;
+    let health = match failure {
+        None => Some(ProviderHealth {
+            provider: usage.provider.to_owned(),
+            healthy: true,
+            status: None,
+            code: None,
+            detail: None,
+            updated_at: now,
+        }),
+        Some(
+            error @ (ProviderError::Auth(_)
+            | ProviderError::ModelUnavailable(_)
+            | ProviderError::MissingCredential { .. }),
+        ) => {
+            let diagnostic = error.diagnostic();
+            Some(ProviderHealth {
+                provider: usage.provider.to_owned(),
+                healthy: false,
+                status: diagnostic.and_then(|d| d.status).map(i64::from),
+                code: diagnostic.and_then(|d| d.code.clone()),
+                detail: Some(error.to_string()),
+                updated_at: now,
+            })
+        }
+        Some(_) => None,
+    };
+    if let Some(health) = health {
+        set_health_in(tx, &health).await?;
+    }
+    Ok(())
+}
+
 pub async fn health(db: &Db) -> Result<Vec<ProviderHealth>, StoreError> {
     let sql = "SELECT provider, healthy, status, code, detail, updated_at FROM provider_health ORDER BY provider";
     Ok(crate::on_db!(db, pool => sqlx::query_as(sql).fetch_all(pool).await)?)

@@ -144,10 +144,24 @@ fn effect(
 }
 
 impl SkillService {
-    async fn mark_stale_in(&self, tx: &mut Tx, id: &str, detail: &str) -> Result<(), SkillError> {
-        crate::on_tx!(tx, conn => sqlx::query(
-                "UPDATE skill_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1")
-            .bind(id).bind(detail).bind(self.now()).execute(conn).await.map(|d| d.rows_affected()))?;
+    /// Marks the candidate `stale` by compare-and-set on the state it was checked in: when a
+    /// concurrent apply moved it on first (and its write is what this check saw as drift), the
+    /// winner's state is kept and this attempt is a conflict, not a staleness verdict.
+    async fn mark_stale_in(
+        &self,
+        tx: &mut Tx,
+        id: &str,
+        from_state: &str,
+        detail: &str,
+    ) -> Result<(), SkillError> {
+        let moved = crate::on_tx!(tx, conn => sqlx::query(
+                "UPDATE skill_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1 AND state = $4")
+            .bind(id).bind(detail).bind(self.now()).bind(from_state).execute(conn).await.map(|d| d.rows_affected()))?;
+        if moved != 1 {
+            return Err(SkillError::Conflict(format!(
+                "skill candidate `{id}` changed state concurrently; another apply is in progress or done"
+            )));
+        }
         Ok(())
     }
 
@@ -275,7 +289,7 @@ impl SkillService {
                 None
             };
             if let Some(detail) = drift {
-                self.mark_stale_in(&mut tx, id, &detail).await?;
+                self.mark_stale_in(&mut tx, id, from_state, &detail).await?;
                 tx.commit().await?;
                 return Err(SkillError::Stale(detail));
             }
@@ -286,7 +300,7 @@ impl SkillService {
         {
             let detail =
                 String::from("the applied Skill file changed since the revocation was proposed");
-            self.mark_stale_in(&mut tx, id, &detail).await?;
+            self.mark_stale_in(&mut tx, id, from_state, &detail).await?;
             tx.commit().await?;
             return Err(SkillError::Stale(detail));
         }
@@ -390,6 +404,14 @@ impl SkillService {
             crate::on_tx!(tx, conn => sqlx::query(
                     "UPDATE skill_candidate SET state = 'undone', detail = 'revoked', updated_at = $2 \
                      WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1) AND state = 'applied'")
+                .bind(&operation.candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        }
+        // An undone revocation restored the Skill: the revoked candidate is applied again (its
+        // own apply operation still describes the file, so it can be undone later).
+        if candidate_state == "undone" {
+            crate::on_tx!(tx, conn => sqlx::query(
+                    "UPDATE skill_candidate SET state = 'applied', detail = 'its revocation was undone', updated_at = $2 \
+                     WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1 AND operation = 'revoke') AND state = 'undone'")
                 .bind(&operation.candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
         }
         Ok(())

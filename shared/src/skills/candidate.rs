@@ -361,13 +361,9 @@ pub async fn create_for_pattern_in(
     Ok(candidate_in(tx, &id).await?)
 }
 
-/// Proposes revoking applied candidates of `project_id` whose evidence disappeared (no eligible
-/// experience left). A revocation is itself a reviewed candidate; nothing is removed here.
-pub async fn propose_revocations_in(
-    tx: &mut Tx,
-    project_id: &str,
-    now: i64,
-) -> Result<Vec<String>, StoreError> {
+/// Applied candidates of `project_id` whose evidence disappeared (no eligible experience left)
+/// and that have no open or settled revocation yet: what the next check proposes to revoke.
+pub async fn orphaned_applied_in(tx: &mut Tx, project_id: &str) -> Result<Vec<String>, StoreError> {
     let sql = format!(
         "SELECT c.id FROM skill_candidate c WHERE c.project_id = $1 AND c.state = 'applied' AND c.operation = 'apply' \
            AND NOT EXISTS (SELECT 1 FROM skill_candidate_evidence v JOIN experience_record e ON e.id = v.experience_id \
@@ -375,15 +371,36 @@ pub async fn propose_revocations_in(
            AND NOT EXISTS (SELECT 1 FROM skill_candidate r WHERE r.revokes_id = c.id AND r.state NOT IN ('rejected', 'stale'))",
         super::pattern::ELIGIBLE
     );
-    let orphaned: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id).fetch_all(conn).await)?;
+    Ok(
+        crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(project_id).fetch_all(conn).await)?,
+    )
+}
+
+/// Proposes revoking applied candidates of `project_id` whose evidence disappeared (no eligible
+/// experience left). A revocation is itself a reviewed candidate; nothing is removed here.
+pub async fn propose_revocations_in(
+    tx: &mut Tx,
+    project_id: &str,
+    now: i64,
+) -> Result<Vec<String>, StoreError> {
+    let orphaned = orphaned_applied_in(tx, project_id).await?;
     let mut created = Vec::new();
     for applied_id in orphaned {
         let Some(applied) = candidate_in(tx, &applied_id).await? else {
             continue;
         };
         let id = crate::ids::new_id("skc");
-        let label = applied.name.clone() + "/SKILL.md";
+        // The same worktree-relative label as the apply diff (`.agents/skills/<name>/SKILL.md`).
+        let target = PathBuf::from(&applied.target_path);
+        let label = match worktree_in(tx, project_id).await? {
+            Some(worktree) => target
+                .strip_prefix(&worktree)
+                .unwrap_or(&target)
+                .display()
+                .to_string(),
+            None => applied.target_path.clone(),
+        };
         let diff = diff::unified(&label, applied.content.as_deref(), None);
         crate::on_tx!(tx, conn => sqlx::query(
                 "INSERT INTO skill_candidate (id, project_id, pattern_id, revokes_id, name, operation, source_path, source_kind, \

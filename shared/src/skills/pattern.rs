@@ -173,6 +173,24 @@ pub async fn watermark_in(tx: &mut Tx, key: &str) -> Result<(i64, String), Store
     Ok(mark.unwrap_or((i64::MIN, String::new())))
 }
 
+/// The scope key of the global aggregation (its serialisation row; it has no watermark).
+pub const GLOBAL_KEY: &str = "global";
+
+/// Serialises the settlements of one aggregation scope (`project:<id>` or [`GLOBAL_KEY`]):
+/// upserts the scope's `learning_aggregation` row, whose lock is held until the caller's
+/// transaction ends. Two checks of one scope (different evidence identities in one bucket, or
+/// several hosts) may run at once; without this, both could find no pattern for the same
+/// evidence under Postgres' read-committed isolation and each create one. A missing row reads
+/// as "no watermark", so the row it inserts changes nothing else. (SQLite's write transactions
+/// are already serial.)
+pub async fn lock_scope_in(tx: &mut Tx, key: &str, now: i64) -> Result<(), StoreError> {
+    crate::on_tx!(tx, conn => sqlx::query(
+            "INSERT INTO learning_aggregation (scope_key, watermark_at, watermark_id, updated_at) VALUES ($1, $2, '', $3) \
+             ON CONFLICT (scope_key) DO UPDATE SET updated_at = excluded.updated_at")
+        .bind(key).bind(i64::MIN).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+    Ok(())
+}
+
 pub async fn advance_watermark_in(
     tx: &mut Tx,
     key: &str,

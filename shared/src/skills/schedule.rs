@@ -9,7 +9,8 @@ use crate::db::{StoreError, Tx};
 use crate::ledger::{Admission, JobIdentity, JobOrigin, Ledger, LedgerError, NewJob, bucket_start};
 
 /// The evidence identity of a project check: the digest of the eligible experiences past the
-/// aggregation watermark.
+/// aggregation watermark and of the applied Skills whose evidence disappeared (so a check after
+/// an experience was forgotten is new work within the bucket: it proposes the revocation).
 pub async fn project_evidence_digest_in(
     tx: &mut Tx,
     project_id: &str,
@@ -19,8 +20,11 @@ pub async fn project_evidence_digest_in(
         "SELECT e.id FROM experience_record e WHERE e.project_id = $1 AND {ELIGIBLE} \
          AND (e.created_at > $2 OR (e.created_at = $2 AND e.id > $3)) ORDER BY e.id"
     );
-    let ids: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
+    let mut ids: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
         .bind(project_id).bind(at).bind(&id).fetch_all(conn).await)?;
+    for orphaned in super::candidate::orphaned_applied_in(tx, project_id).await? {
+        ids.push(format!("revoke:{orphaned}"));
+    }
     Ok(evidence_digest(&ids))
 }
 

@@ -51,8 +51,16 @@ pub fn model_config(base_url: &str) -> Config {
 
 impl World {
     pub async fn new(db: TestDb, config: Config) -> World {
+        World::with_clock(db, config, zuno_shared::clock::system_clock()).await
+    }
+
+    /// A world whose ledger (and so every admission bucket and timestamp) reads `clock`.
+    pub async fn with_clock(
+        db: TestDb,
+        config: Config,
+        clock: zuno_shared::clock::SharedClock,
+    ) -> World {
         let config = Arc::new(config);
-        let clock = zuno_shared::clock::system_clock();
         let ledger = Ledger::new(db.db.clone(), clock.clone());
         let ingestion = LearningIngestion::new(
             TranscriptStore::new(db.db.clone(), clock),
@@ -84,9 +92,29 @@ impl World {
     }
 
     pub async fn session(&self) -> String {
+        self.session_in(PROJECT).await
+    }
+
+    /// Another project with its own worktree (under the world's temporary directory).
+    pub async fn add_project(&self, id: &str) -> PathBuf {
+        let worktree = self.dir.path().join(id);
+        std::fs::create_dir(&worktree).unwrap();
+        self.ingestion
+            .store()
+            .create_project(&NewProject {
+                id: id.into(),
+                name: id.into(),
+                worktree: Some(worktree.display().to_string()),
+            })
+            .await
+            .unwrap();
+        worktree
+    }
+
+    pub async fn session_in(&self, project: &str) -> String {
         self.ingestion
             .create_session(&NewSession {
-                project_id: PROJECT.into(),
+                project_id: project.into(),
                 ..NewSession::default()
             })
             .await
@@ -109,6 +137,20 @@ impl World {
         title: &str,
         summary: &str,
     ) -> String {
+        self.experience_in(PROJECT, session, kind, verification, title, summary)
+            .await
+    }
+
+    /// A verified experience of `kind` in `project`'s `session`.
+    pub async fn experience_in(
+        &self,
+        project: &str,
+        session: &str,
+        kind: &str,
+        verification: &str,
+        title: &str,
+        summary: &str,
+    ) -> String {
         let id = zuno_shared::ids::new_id("exp");
         // Strictly increasing creation times keep the watermark order deterministic.
         let at = self.ledger.now_ms() + self.tick.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -116,7 +158,7 @@ impl World {
                 "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, confidence, \
                    verification, content_digest, created_at, updated_at) \
                  VALUES ($1, $2, $3, 'extraction', $4, $5, $6, 0.9, $7, $8, $9, $9)")
-            .bind(&id).bind(PROJECT).bind(session).bind(kind).bind(title).bind(summary).bind(verification)
+            .bind(&id).bind(project).bind(session).bind(kind).bind(title).bind(summary).bind(verification)
             .bind(zuno_shared::learning::manifest::sha256(summary)).bind(at)
             .execute(pool).await.map(|d| d.rows_affected()))
         .unwrap();

@@ -5,5 +5,8 @@
 mod apply;
 mod end_to_end;
 mod evaluation;
+mod global;
 mod harness;
 mod mining;
+mod revocation;
+mod usage;
