@@ -154,7 +154,10 @@ async fn caps_count_unicode_scalar_values_and_name_their_key(db: TestDb) {
         refusal.to_string().contains("memory.global_char_limit"),
         "{refusal}"
     );
-    assert_eq!(env.entries(Scope::Global).await, std::slice::from_ref(&global));
+    assert_eq!(
+        env.entries(Scope::Global).await,
+        std::slice::from_ref(&global)
+    );
     assert_eq!(env.revision(Scope::Global).await, 1);
 
     // The project cap is the larger one: what the global cap refused fits a project. The tool
@@ -163,7 +166,10 @@ async fn caps_count_unicode_scalar_values_and_name_their_key(db: TestDb) {
     let project = "规".repeat(3000);
     env.apply(replace(Scope::Project, &longer, &project, Origin::Tool))
         .await;
-    assert_eq!(env.entries(Scope::Project).await, std::slice::from_ref(&project));
+    assert_eq!(
+        env.entries(Scope::Project).await,
+        std::slice::from_ref(&project)
+    );
     let refusal = env
         .refused(replace(
             Scope::Project,
