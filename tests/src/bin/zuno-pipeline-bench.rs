@@ -13,6 +13,10 @@
 //!   same process harness (`run_worker`: LISTEN, claims, heartbeats) settle each with a no-op
 //!   handler.
 //!
+//! With `--drain`, every job is admitted first with no worker running, then the W workers are
+//! started and the time from their start to the last settlement is measured: the workers'
+//! throughput alone, without admission competing for the cores.
+//!
 //! Rounds alternate baseline and pipeline; medians are reported. CPU time is read from `/proc`
 //! for Postgres (the postmaster and its children), the API, the workers and this process (the
 //! HTTP clients and the fake provider), beside whole-machine busy time, so the figures say
@@ -72,6 +76,9 @@ enum Bench {
         /// `$ZUNO_TEST_PG_DIR/data/postmaster.pid`, as `scripts/pg-cluster` sets it).
         #[arg(long)]
         pg_pid_file: Option<PathBuf>,
+        /// Admit every job before any worker starts, then time the workers draining the queue.
+        #[arg(long)]
+        drain: bool,
     },
     /// Internal: a worker process with the real process harness and a no-op `maintain` handler.
     NoopWorker {
@@ -116,6 +123,7 @@ async fn main() -> anyhow::Result<()> {
             turns_per_session,
             bin_dir,
             pg_pid_file,
+            drain,
         } => {
             let bin_dir = match bin_dir {
                 Some(dir) => dir,
@@ -136,23 +144,42 @@ async fn main() -> anyhow::Result<()> {
                 bin_dir,
                 postmaster: pg_pid_file.as_deref().and_then(postmaster_pid),
                 serial: std::sync::atomic::AtomicUsize::new(0),
+                drain,
             };
+            eprintln!(
+                "{} jobs, {} rounds, workers {workers:?}, {} mode; Postgres CPU {}",
+                jobs,
+                rounds,
+                if drain { "drain" } else { "concurrent" },
+                if bench.postmaster.is_some() {
+                    "attributed"
+                } else {
+                    "not attributed (no postmaster.pid)"
+                }
+            );
             let mut results: HashMap<usize, Vec<(RunResult, RunResult)>> = HashMap::new();
             for round in 0..rounds {
                 for &count in &workers {
                     let baseline = bench.baseline(count).await?;
                     let pipeline = bench.pipeline(count).await?;
                     eprintln!(
-                        "round {} workers {count}: pipeline {:.0} jobs/s, baseline {:.0} jobs/s",
+                        "round {} workers {count}: pipeline {:.0} jobs/s ({}), baseline {:.0} jobs/s ({})",
                         round + 1,
                         pipeline.rate(),
-                        baseline.rate()
+                        pipeline.cpu.describe(),
+                        baseline.rate(),
+                        baseline.cpu.describe(),
                     );
                     results.entry(count).or_default().push((pipeline, baseline));
                 }
             }
             for count in workers {
-                report(count, jobs, &results[&count]);
+                report(
+                    if drain { "drain" } else { "concurrent" },
+                    count,
+                    jobs,
+                    &results[&count],
+                );
             }
             Ok(())
         }
@@ -167,6 +194,7 @@ struct PipelineBench {
     bin_dir: PathBuf,
     postmaster: Option<u32>,
     serial: std::sync::atomic::AtomicUsize,
+    drain: bool,
 }
 
 /// One timed run.
@@ -194,6 +222,32 @@ struct Cpu {
     workers: f64,
     bench: f64,
     machine: f64,
+}
+
+impl Cpu {
+    /// CPU of the run's own processes.
+    fn own(&self) -> f64 {
+        self.postgres.unwrap_or(0.0) + self.api + self.workers + self.bench
+    }
+
+    /// Busy cores not explained by the run's own processes: other load on the machine (or
+    /// Postgres, when its CPU is not attributed). A noisy round shows here.
+    fn other(&self) -> f64 {
+        (self.machine - self.own()).max(0.0)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "cores: postgres {} api {:.2} workers {:.2} bench {:.2} other {:.2} of machine {:.2}",
+            self.postgres
+                .map_or_else(|| String::from("?"), |cores| format!("{cores:.2}")),
+            self.api,
+            self.workers,
+            self.bench,
+            self.other(),
+            self.machine
+        )
+    }
 }
 
 impl PipelineBench {
@@ -248,19 +302,19 @@ impl PipelineBench {
         let mut api = self.command("zuno", home.path(), &url);
         api.args(["serve", "--bind", "127.0.0.1:0"]);
         let (mut api, address) = spawn_api(api, &home.path().join("api.log")).await?;
+        let spawn_workers = || -> anyhow::Result<Vec<Child>> {
+            (0..worker_count)
+                .map(|i| {
+                    let mut worker = self.command("zuno-worker-extract", home.path(), &url);
+                    worker.args(["--worker-id", &format!("bench-extract-{i}")]);
+                    spawn_worker(&mut worker, &home.path().join(format!("worker-{i}.log")))
+                })
+                .collect()
+        };
         let mut workers = Vec::new();
-        for i in 0..worker_count {
-            let mut worker = self.command("zuno-worker-extract", home.path(), &url);
-            worker.args(["--worker-id", &format!("bench-extract-{i}")]);
-            let log = home.path().join(format!("worker-{i}.log"));
-            workers.push(spawn_worker(worker, &log)?);
-        }
-        for i in 0..worker_count {
-            wait_for_log(
-                &home.path().join(format!("worker-{i}.log")),
-                "worker started",
-            )
-            .await?;
+        if !self.drain {
+            workers = spawn_workers()?;
+            wait_started(home.path(), worker_count).await?;
         }
         let db = Db::connect(&ConnectOptions::new(url.clone())).await?;
         let http = reqwest::Client::new();
@@ -273,12 +327,11 @@ impl PipelineBench {
         )
         .await?;
 
-        let pids = Pids {
+        let mut before = self.snapshot(&Pids {
             api: api.id(),
             workers: workers.iter().filter_map(Child::id).collect(),
-        };
-        let before = self.snapshot(&pids);
-        let started = Instant::now();
+        });
+        let mut started = Instant::now();
         let mut clients = tokio::task::JoinSet::new();
         for share in self.shares() {
             let http = http.clone();
@@ -290,9 +343,21 @@ impl PipelineBench {
             done??;
         }
         let admission = started.elapsed();
+        if self.drain {
+            // Timed from the workers' spawn: their start-up (connect, schema check) is in it.
+            before = self.snapshot(&Pids {
+                api: api.id(),
+                workers: Vec::new(),
+            });
+            started = Instant::now();
+            workers = spawn_workers()?;
+        }
         wait_settled(&db, "extract", self.jobs).await?;
         let elapsed = started.elapsed();
-        let after = self.snapshot(&pids);
+        let after = self.snapshot(&Pids {
+            api: api.id(),
+            workers: workers.iter().filter_map(Child::id).collect(),
+        });
         verify_completed(&db, "extract", self.jobs).await?;
         let experiences: i64 = zuno_shared::on_db!(&db, pool => sqlx::query_scalar(
             "SELECT COUNT(*) FROM experience_record").fetch_one(pool).await)?;
@@ -326,28 +391,27 @@ impl PipelineBench {
         let db = Db::open(&options).await?;
         let ledger = Ledger::new(db.clone(), system_clock());
         let exe = std::env::current_exe()?;
+        let spawn_workers = || -> anyhow::Result<Vec<Child>> {
+            (0..worker_count)
+                .map(|i| {
+                    let mut worker = Command::new(&exe);
+                    self.clean_env(&mut worker, home.path(), &url);
+                    worker.args(["noop-worker", "--worker-id", &format!("bench-noop-{i}")]);
+                    spawn_worker(&mut worker, &home.path().join(format!("worker-{i}.log")))
+                })
+                .collect()
+        };
         let mut workers = Vec::new();
-        for i in 0..worker_count {
-            let mut worker = Command::new(&exe);
-            self.clean_env(&mut worker, home.path(), &url);
-            worker.args(["noop-worker", "--worker-id", &format!("bench-noop-{i}")]);
-            let log = home.path().join(format!("worker-{i}.log"));
-            workers.push(spawn_worker(worker, &log)?);
-        }
-        for i in 0..worker_count {
-            wait_for_log(
-                &home.path().join(format!("worker-{i}.log")),
-                "worker started",
-            )
-            .await?;
+        if !self.drain {
+            workers = spawn_workers()?;
+            wait_started(home.path(), worker_count).await?;
         }
 
-        let pids = Pids {
+        let mut before = self.snapshot(&Pids {
             api: None,
             workers: workers.iter().filter_map(Child::id).collect(),
-        };
-        let before = self.snapshot(&pids);
-        let started = Instant::now();
+        });
+        let mut started = Instant::now();
         let mut clients = tokio::task::JoinSet::new();
         let mut next = 0;
         for share in self.shares() {
@@ -370,9 +434,20 @@ impl PipelineBench {
             done??;
         }
         let admission = started.elapsed();
+        if self.drain {
+            before = self.snapshot(&Pids {
+                api: None,
+                workers: Vec::new(),
+            });
+            started = Instant::now();
+            workers = spawn_workers()?;
+        }
         wait_settled(&db, "maintain", self.jobs).await?;
         let elapsed = started.elapsed();
-        let after = self.snapshot(&pids);
+        let after = self.snapshot(&Pids {
+            api: None,
+            workers: workers.iter().filter_map(Child::id).collect(),
+        });
         verify_completed(&db, "maintain", self.jobs).await?;
         db.close().await;
         for worker in &mut workers {
@@ -654,7 +729,15 @@ async fn spawn_api(mut command: Command, log: &Path) -> anyhow::Result<(Child, S
     Ok((child, address))
 }
 
-fn spawn_worker(mut command: Command, log: &Path) -> anyhow::Result<Child> {
+/// Waits until each of `count` workers logged that it started (`worker-{i}.log` in `dir`).
+async fn wait_started(dir: &Path, count: usize) -> anyhow::Result<()> {
+    for i in 0..count {
+        wait_for_log(&dir.join(format!("worker-{i}.log")), "worker started").await?;
+    }
+    Ok(())
+}
+
+fn spawn_worker(command: &mut Command, log: &Path) -> anyhow::Result<Child> {
     let file = std::fs::File::create(log)?;
     Ok(command
         .stdout(Stdio::from(file.try_clone()?))
@@ -701,7 +784,7 @@ fn round2(value: f64) -> f64 {
 }
 
 /// Medians over rounds of one worker count: rates, admission-only rate, and CPU in cores.
-fn report(workers: usize, jobs: usize, rounds: &[(RunResult, RunResult)]) {
+fn report(mode: &str, workers: usize, jobs: usize, rounds: &[(RunResult, RunResult)]) {
     let side = |pick: fn(&(RunResult, RunResult)) -> &RunResult| {
         let runs: Vec<&RunResult> = rounds.iter().map(pick).collect();
         let rates: Vec<f64> = runs.iter().map(|r| r.rate()).collect();
@@ -715,6 +798,7 @@ fn report(workers: usize, jobs: usize, rounds: &[(RunResult, RunResult)]) {
                 "workers": round2(median(runs.iter().map(|r| r.cpu.workers).collect())),
                 "benchProcess": round2(median(runs.iter().map(|r| r.cpu.bench).collect())),
                 "machine": round2(median(runs.iter().map(|r| r.cpu.machine).collect())),
+                "other": round2(median(runs.iter().map(|r| r.cpu.other()).collect())),
             },
         })
     };
@@ -722,6 +806,7 @@ fn report(workers: usize, jobs: usize, rounds: &[(RunResult, RunResult)]) {
     println!(
         "{}",
         json!({
+            "mode": mode,
             "workers": workers,
             "jobs": jobs,
             "rounds": rounds.len(),

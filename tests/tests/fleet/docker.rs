@@ -35,10 +35,23 @@ pub fn docker_available() -> Result<(), String> {
     }
 }
 
-/// Returns early from a test, printing why, when no Docker engine is reachable.
+/// Whether the environment makes Docker mandatory (`ZUNO_REQUIRE_DOCKER=1`, which
+/// `scripts/test` and `scripts/fault-tests` set after building the images).
+pub fn docker_required() -> bool {
+    std::env::var("ZUNO_REQUIRE_DOCKER")
+        .is_ok_and(|value| !matches!(value.trim(), "" | "0" | "false" | "no"))
+}
+
+/// Returns early from a test, printing why, when no Docker engine is reachable and nothing
+/// requires one (a developer running this binary by hand). Under `ZUNO_REQUIRE_DOCKER=1` a
+/// missing engine fails the test.
 macro_rules! require_docker {
     () => {
         if let Err(reason) = crate::docker::docker_available() {
+            assert!(
+                !crate::docker::docker_required(),
+                "ZUNO_REQUIRE_DOCKER is set but no Docker engine is reachable: {reason}"
+            );
             let message = format!(
                 "SKIP: {reason}. The fleet fault tests need a Docker engine; run them with \
                  scripts/fault-tests where one is available."
@@ -111,7 +124,7 @@ impl WorkerSpec {
 }
 
 /// One job row, as the checks need it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobRow {
     pub id: String,
     pub state: String,
@@ -121,7 +134,7 @@ pub struct JobRow {
 }
 
 /// One recorded effect (`probe_effect`, written in the settlement transaction).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Effect {
     pub job_id: String,
     pub worker_id: String,
@@ -129,7 +142,7 @@ pub struct Effect {
     pub at: i64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Event {
     pub job_id: String,
     pub event: String,
@@ -199,6 +212,8 @@ pub struct Fleet {
     pub db: Db,
     pub ledger: Ledger,
     resources: Resources,
+    /// The host part of the next worker's fixed address (see [`Fleet::worker`]).
+    next_host: std::sync::atomic::AtomicU8,
 }
 
 /// The database URL inside the fleet network.
@@ -279,6 +294,7 @@ impl Fleet {
             ledger: Ledger::new(db.clone(), system_clock()),
             db,
             resources,
+            next_host: std::sync::atomic::AtomicU8::new(100),
         }
     }
 
@@ -292,10 +308,19 @@ impl Fleet {
             spec.concurrency.to_string(),
         );
         let image = zuno_image();
+        // A fixed address above Docker's dynamic range in use here (Postgres is .2): a worker
+        // cut off the network keeps its address free, so it can reconnect with it, and no
+        // later worker is handed it meanwhile.
+        let host = self
+            .next_host
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let address = format!("{}.{host}", self.subnet_prefix);
         self.resources
             .run(
                 &container,
                 &[
+                    "--ip",
+                    &address,
                     &image,
                     "zuno-probe",
                     "--database-url",
@@ -370,56 +395,25 @@ impl Fleet {
     }
 
     pub async fn jobs(&self) -> Result<Vec<JobRow>, sqlx::Error> {
-        let rows: Vec<(String, String, i64, Option<String>, Option<i64>)> = sqlx::query_as(
+        sqlx::query_as(
             "SELECT id, state, attempts, lease_owner, lease_expires_at FROM learning_job ORDER BY id",
         )
         .fetch_all(self.db.as_postgres().expect("postgres"))
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(id, state, attempts, lease_owner, lease_expires_at)| JobRow {
-                    id,
-                    state,
-                    attempts,
-                    lease_owner,
-                    lease_expires_at,
-                },
-            )
-            .collect())
+        .await
     }
 
     pub async fn effects(&self) -> Result<Vec<Effect>, sqlx::Error> {
-        let rows: Vec<(String, String, i64, i64)> =
-            sqlx::query_as("SELECT job_id, worker_id, attempt, at FROM probe_effect ORDER BY at")
-                .fetch_all(self.db.as_postgres().expect("postgres"))
-                .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(job_id, worker_id, attempt, at)| Effect {
-                job_id,
-                worker_id,
-                attempt,
-                at,
-            })
-            .collect())
+        sqlx::query_as("SELECT job_id, worker_id, attempt, at FROM probe_effect ORDER BY at")
+            .fetch_all(self.db.as_postgres().expect("postgres"))
+            .await
     }
 
     pub async fn events(&self) -> Result<Vec<Event>, sqlx::Error> {
-        let rows: Vec<(String, String, Option<String>, Option<String>)> = sqlx::query_as(
+        sqlx::query_as(
             "SELECT job_id, event, worker_id, detail FROM learning_job_event ORDER BY at",
         )
         .fetch_all(self.db.as_postgres().expect("postgres"))
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(job_id, event, worker_id, detail)| Event {
-                job_id,
-                event,
-                worker_id,
-                detail,
-            })
-            .collect())
+        .await
     }
 
     /// Polls the jobs until `check` accepts them (database errors count as "not yet").

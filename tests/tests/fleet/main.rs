@@ -11,6 +11,7 @@
 
 #[macro_use]
 mod docker;
+mod compose;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -81,3 +81,9 @@ pub fn unauthorized() -> Reply {
                          "code": "invalid_api_key"}}),
     )
 }
+
+/// Whether the environment makes a prerequisite mandatory (`VAR=1`, as `scripts/test` sets
+/// after installing it): then its absence fails the test instead of skipping it.
+pub fn required(variable: &str) -> bool {
+    std::env::var(variable).is_ok_and(|value| !matches!(value.trim(), "" | "0" | "false" | "no"))
+}
