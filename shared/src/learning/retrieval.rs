@@ -9,10 +9,12 @@
 //! Explicit search is pure: it changes no counts.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
-use super::experience::{self, Experience};
+use super::experience::{EXPERIENCE_COLUMNS, Evidence, Experience};
+use super::extraction::ExperienceKind;
 use super::recall::query::{self, MatchMode, QueryTerms};
 use super::recall::{render, tokens};
 use super::{events, policy, signals};
@@ -58,15 +60,130 @@ struct RankRow {
     relevance: f64,
 }
 
+/// A live candidate: the stored experience plus the feedback columns ranking reads, in one row.
 #[derive(sqlx::FromRow)]
-struct Signals {
+struct CandidateRow {
     id: String,
-    verification: String,
+    project_id: String,
+    session_id: Option<String>,
+    job_id: Option<String>,
+    ordinal: Option<i64>,
+    origin: String,
+    extractor_version: Option<String>,
+    kind: String,
+    title: String,
+    summary: String,
+    resolution: Option<String>,
     confidence: f64,
-    created_at: i64,
+    verification: String,
+    status: String,
+    content_digest: String,
     use_count: i64,
+    last_used_at: Option<i64>,
+    created_at: i64,
+    updated_at: i64,
+    forgotten_at: Option<i64>,
     feedback_score: f64,
     violations: i64,
+}
+
+impl CandidateRow {
+    fn into_experience(self, evidence: Vec<Evidence>) -> Result<Experience, StoreError> {
+        Ok(Experience {
+            kind: ExperienceKind::parse(&self.kind)
+                .ok_or_else(|| StoreError::Corrupt(format!("experience kind `{}`", self.kind)))?,
+            evidence,
+            id: self.id,
+            project_id: self.project_id,
+            session_id: self.session_id,
+            job_id: self.job_id,
+            ordinal: self.ordinal,
+            origin: self.origin,
+            extractor_version: self.extractor_version,
+            title: self.title,
+            summary: self.summary,
+            resolution: self.resolution,
+            confidence: self.confidence,
+            verification: self.verification,
+            status: self.status,
+            content_digest: self.content_digest,
+            use_count: self.use_count,
+            last_used_at: self.last_used_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            forgotten_at: self.forgotten_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct EvidenceRow {
+    experience_id: String,
+    ordinal: i64,
+    source_id: String,
+    address: Option<String>,
+    message_id: Option<String>,
+    excerpt: String,
+    raw_digest: Option<String>,
+    redacted_digest: Option<String>,
+    verified: bool,
+    detail: Option<String>,
+}
+
+/// The evidence of `ids`, in one query, grouped by experience and ordered by ordinal.
+async fn evidence_of(db: &Db, ids: &[&str]) -> Result<HashMap<String, Vec<Evidence>>, StoreError> {
+    let mut grouped: HashMap<String, Vec<Evidence>> = HashMap::new();
+    if ids.is_empty() {
+        return Ok(grouped);
+    }
+    let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT experience_id, ordinal, source_id, address, message_id, excerpt, raw_digest, redacted_digest, verified, detail \
+         FROM experience_evidence WHERE experience_id IN ({}) ORDER BY experience_id, ordinal",
+        placeholders.join(", ")
+    );
+    let rows: Vec<EvidenceRow> = crate::on_db!(db, pool => {
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
+        for id in ids {
+            query = query.bind(*id);
+        }
+        query.fetch_all(pool).await
+    })?;
+    for row in rows {
+        grouped
+            .entry(row.experience_id)
+            .or_default()
+            .push(Evidence {
+                ordinal: row.ordinal,
+                source_id: row.source_id,
+                address: row.address,
+                message_id: row.message_id,
+                excerpt: row.excerpt,
+                raw_digest: row.raw_digest,
+                redacted_digest: row.redacted_digest,
+                verified: row.verified,
+                detail: row.detail,
+            });
+    }
+    Ok(grouped)
+}
+
+#[derive(sqlx::FromRow)]
+struct RecentRow {
+    id: String,
+    title: String,
+    summary: String,
+    resolution: Option<String>,
+}
+
+/// `text LIKE '%needle%'` as SQLite evaluates it for a literal needle: a substring test that
+/// folds ASCII letters only.
+fn like_contains(text: &str, needle: &str) -> bool {
+    if !needle.bytes().any(|b| b.is_ascii_alphabetic()) {
+        return text.contains(needle);
+    }
+    text.to_ascii_lowercase()
+        .contains(&needle.to_ascii_lowercase())
 }
 
 /// Text candidates of one project for `terms`, best first, as `(id, relevance)`.
@@ -91,22 +208,63 @@ async fn text_candidates(
     };
     match db.pool() {
         Pool::Sqlite(pool) => {
-            let scope = format!("p{}", hex::encode(project_id.as_bytes()));
-            // `{title summary resolution}:` confines the (quoted) terms to text columns; the scope
-            // token confines the match to this project's posting list.
-            for (table, expression, scale) in [
-                ("experience_fts", terms.fts5_unicode(mode), 1.0),
-                ("experience_trigram", terms.fts5_trigram(mode), 0.8),
+            // The trigram index serves text the unicode61 index cannot split into words (CJK
+            // and other non-ASCII scripts, ADR 0005). A term of ASCII characters only is a word
+            // or phrase of unicode61 tokens, found there; sending it through the trigram index
+            // as well only adds substring hits inside longer words, at many times the cost (a
+            // common trigram's posting list covers most of the table, and bm25 reads the list
+            // of every phrase in the query). `all` keeps every term in both expressions, so each
+            // still requires all of them.
+            let trigram = match mode {
+                MatchMode::Any => QueryTerms {
+                    terms: terms
+                        .terms
+                        .iter()
+                        .filter(|t| !t.text.is_ascii())
+                        .cloned()
+                        .collect(),
+                }
+                .fts5_trigram(mode),
+                MatchMode::All => terms.fts5_trigram(mode),
+            };
+            // Each table's scope column holds one token per project (unicode61: `p<hex id>`;
+            // trigram: three private-use characters, migration 0005), so `scope:"…"` confines the
+            // match to that project's posting list; `{title summary resolution}:` confines the
+            // (quoted) terms to the text columns.
+            let trigram_scope = match trigram {
+                Some(_) => {
+                    sqlx::query_scalar::<_, String>(
+                        "SELECT code FROM experience_search_scope_code WHERE project_id = $1",
+                    )
+                    .bind(project_id)
+                    .fetch_optional(pool)
+                    .await?
+                }
+                None => None,
+            };
+            let unicode_scope = format!("p{}", hex::encode(project_id.as_bytes()));
+            for (table, scope, expression, scale) in [
+                (
+                    "experience_fts",
+                    Some(unicode_scope),
+                    terms.fts5_unicode(mode),
+                    1.0,
+                ),
+                ("experience_trigram", trigram_scope, trigram, 0.8),
             ] {
-                let Some(expression) = expression else {
+                let (Some(scope), Some(expression)) = (scope, expression) else {
                     continue;
                 };
                 let matcher =
                     format!("scope:\"{scope}\" AND {{title summary resolution}}: ({expression})");
+                // Best first by bm25 with the ADR's column weights (scope 0, title 5, summary 2,
+                // resolution 1), ties by row; the id lookup only for the rows kept.
                 let sql = format!(
-                    "SELECT k.experience_id AS id, -bm25({table}, 0.0, 5.0, 2.0, 1.0) AS relevance \
-                     FROM {table} JOIN experience_search_key k ON k.num = {table}.rowid \
-                     WHERE {table} MATCH $1 ORDER BY rank LIMIT $2"
+                    "SELECT k.experience_id AS id, best.relevance AS relevance FROM \
+                       (SELECT rowid AS num, -bm25({table}, 0.0, 5.0, 2.0, 1.0) AS relevance FROM {table} \
+                        WHERE {table} MATCH $1 ORDER BY relevance DESC, rowid LIMIT $2) best \
+                     JOIN experience_search_key k ON k.num = best.num \
+                     ORDER BY best.relevance DESC, best.num"
                 );
                 let rows: Vec<RankRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
                     .bind(&matcher)
@@ -115,19 +273,38 @@ async fn text_candidates(
                     .await?;
                 keep(rows, scale);
             }
-            for pattern in terms.short_cjk_like_patterns() {
-                let rows: Vec<RankRow> = sqlx::query_as(
-                    "SELECT id, 1.0 AS relevance FROM (SELECT id, title, summary, resolution FROM experience_record \
-                       WHERE project_id = $1 ORDER BY created_at DESC LIMIT $2) recent \
-                     WHERE title LIKE $3 ESCAPE '\\' OR summary LIKE $3 ESCAPE '\\' OR resolution LIKE $3 ESCAPE '\\' LIMIT $4",
+            let short = terms.short_cjk_terms();
+            if !short.is_empty() {
+                // The bounded fallback reads the project's most recent records once and tests
+                // every short term against them here: per term, the first `CANDIDATES` records
+                // (newest first) containing it, as `LIKE '%term%'` would find them. One pass
+                // instead of one scan per term, and a substring search instead of SQL `LIKE`.
+                let recent: Vec<RecentRow> = sqlx::query_as(
+                    "SELECT id, title, summary, resolution FROM experience_record \
+                     WHERE project_id = $1 ORDER BY created_at DESC LIMIT $2",
                 )
                 .bind(project_id)
                 .bind(SHORT_TERM_SCAN)
-                .bind(&pattern)
-                .bind(CANDIDATES)
                 .fetch_all(pool)
                 .await?;
-                keep(rows, 0.5);
+                for term in short {
+                    let rows: Vec<RankRow> = recent
+                        .iter()
+                        .filter(|r| {
+                            like_contains(&r.title, term)
+                                || like_contains(&r.summary, term)
+                                || r.resolution
+                                    .as_deref()
+                                    .is_some_and(|t| like_contains(t, term))
+                        })
+                        .take(CANDIDATES as usize)
+                        .map(|r| RankRow {
+                            id: r.id.clone(),
+                            relevance: 1.0,
+                        })
+                        .collect();
+                    keep(rows, 0.5);
+                }
             }
         }
         Pool::Postgres(pool) => {
@@ -197,7 +374,7 @@ async fn text_candidates(
     Ok(ranked)
 }
 
-fn final_score(relevance: f64, signals: &Signals, now: i64) -> f64 {
+fn final_score(relevance: f64, signals: &CandidateRow, now: i64) -> f64 {
     use ranking::*;
     let verification = if signals.verification == "verified" {
         1.0
@@ -240,16 +417,18 @@ async fn ranked(
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let placeholders: Vec<String> = (0..candidates.len())
-        .map(|i| format!("${}", i + 2))
-        .collect();
+    let placeholders: Vec<String> = (1..=candidates.len()).map(|i| format!("${i}")).collect();
+    // One query for the live candidates with everything ranking and rendering need, evidence
+    // for the kept ones in a second. Rows are looked up by id and the project is checked here:
+    // with `project_id = $1` in the query, SQLite's planner chose the project index and read
+    // every record of the project.
     let sql = format!(
-        "SELECT id, verification, confidence, created_at, use_count, feedback_score, violations FROM experience_record \
-         WHERE project_id = $1 AND status = 'active' AND source_state = 'current' AND id IN ({})",
+        "SELECT {EXPERIENCE_COLUMNS}, feedback_score, violations FROM experience_record \
+         WHERE id IN ({}) AND status = 'active' AND source_state = 'current'",
         placeholders.join(", ")
     );
-    let rows: Vec<Signals> = crate::on_db!(db, pool => {
-        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project_id);
+    let rows: Vec<CandidateRow> = crate::on_db!(db, pool => {
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
         for (id, _) in &candidates {
             query = query.bind(id.as_str());
         }
@@ -257,8 +436,9 @@ async fn ranked(
     })?;
     let relevance: HashMap<&str, f64> =
         candidates.iter().map(|(id, r)| (id.as_str(), *r)).collect();
-    let mut scored: Vec<(String, f64, f64)> = rows
-        .iter()
+    let mut scored: Vec<(CandidateRow, f64, f64)> = rows
+        .into_iter()
+        .filter(|s| s.project_id == project_id)
         .filter(|s| {
             !automatic
                 || (s.violations <= ranking::MAX_VIOLATIONS
@@ -266,20 +446,22 @@ async fn ranked(
         })
         .map(|s| {
             let r = relevance.get(s.id.as_str()).copied().unwrap_or(0.0);
-            (s.id.clone(), r, final_score(r, s, now))
+            let score = final_score(r, &s, now);
+            (s, r, score)
         })
         .collect();
-    scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.id.cmp(&b.0.id)));
     scored.truncate(limit);
+    let ids: Vec<&str> = scored.iter().map(|(row, _, _)| row.id.as_str()).collect();
+    let mut evidence = evidence_of(db, &ids).await?;
     let mut hits = Vec::with_capacity(scored.len());
-    for (id, relevance, score) in scored {
-        if let Some(experience) = experience::get(db, &id).await? {
-            hits.push(SearchHit {
-                experience,
-                relevance,
-                score,
-            });
-        }
+    for (row, relevance, score) in scored {
+        let cited = evidence.remove(&row.id).unwrap_or_default();
+        hits.push(SearchHit {
+            experience: row.into_experience(cited)?,
+            relevance,
+            score,
+        });
     }
     Ok(hits)
 }
@@ -359,23 +541,87 @@ fn source_label(experience: &Experience) -> String {
     label
 }
 
+fn rendered_item<'a>(experience: &'a Experience, source: &'a str) -> render::RenderedItem<'a> {
+    render::RenderedItem {
+        id: &experience.id,
+        kind: experience.kind.as_str(),
+        verification: &experience.verification,
+        source,
+        title: &experience.title,
+        summary: &experience.summary,
+        resolution: experience.resolution.as_deref(),
+        sha256: &experience.content_digest,
+    }
+}
+
 fn render_experiences(selected: &[&Experience]) -> String {
     let labels: Vec<String> = selected.iter().map(|e| source_label(e)).collect();
     let items: Vec<render::RenderedItem<'_>> = selected
         .iter()
         .zip(&labels)
-        .map(|(e, label)| render::RenderedItem {
-            id: &e.id,
-            kind: e.kind.as_str(),
-            verification: &e.verification,
-            source: label,
-            title: &e.title,
-            summary: &e.summary,
-            resolution: e.resolution.as_deref(),
-            sha256: &e.content_digest,
-        })
+        .map(|(e, label)| rendered_item(e, label))
         .collect();
     render::experiences_section(&items)
+}
+
+/// Tokens of the section's frame: the section with no item.
+fn frame_tokens() -> usize {
+    static FRAME: LazyLock<usize> =
+        LazyLock::new(|| tokens::count(&render::experiences_section(&[])));
+    *FRAME
+}
+
+/// What [`select_within_budget`] chose, with the rendered section's token count.
+struct Selection<'a> {
+    selected: Vec<&'a Experience>,
+    /// Tokens of the section rendered from `selected` (its frame alone when empty).
+    tokens: usize,
+    /// When nothing fits: the tokens the cheapest match would need.
+    required: Option<usize>,
+}
+
+/// The greedy budget rule: in rank order, each experience joins if the section with it still
+/// fits. A section's count is its frame's plus its items' (see [`render::experience_item`]), so
+/// each candidate is rendered and counted once, not once per section it is tried in; one whose
+/// [`tokens::lower_bound`] already rules it out is not counted at all.
+fn select(ranked: &[SearchHit], max_items: usize, max_tokens: usize) -> Selection<'_> {
+    let mut selected: Vec<&Experience> = Vec::new();
+    let mut used = frame_tokens();
+    let mut cheapest: Option<usize> = None;
+    for hit in ranked {
+        if selected.len() >= max_items {
+            break;
+        }
+        let label = source_label(&hit.experience);
+        let item = render::experience_item(&rendered_item(&hit.experience, &label));
+        // An item whose token floor already exceeds what is left (or, while nothing fits, the
+        // cheapest cost so far) changes nothing and is not counted.
+        let floor = used + tokens::lower_bound(&item);
+        let skip =
+            floor > max_tokens && (!selected.is_empty() || cheapest.is_some_and(|c| floor >= c));
+        if skip {
+            continue;
+        }
+        let cost = used + tokens::count(&item);
+        if selected.is_empty() {
+            cheapest = Some(cheapest.map_or(cost, |c: usize| c.min(cost)));
+        }
+        if cost <= max_tokens {
+            selected.push(&hit.experience);
+            used = cost;
+        }
+    }
+    debug_assert_eq!(
+        used,
+        tokens::count(&render_experiences(&selected)),
+        "section tokens are frame plus items"
+    );
+    let required = if selected.is_empty() { cheapest } else { None };
+    Selection {
+        selected,
+        tokens: used,
+        required,
+    }
 }
 
 /// Chooses experiences in rank order while the rendered section stays within the budget.
@@ -385,27 +631,8 @@ pub fn select_within_budget(
     max_items: usize,
     max_tokens: usize,
 ) -> (Vec<&Experience>, Option<usize>) {
-    let mut selected: Vec<&Experience> = Vec::new();
-    let mut cheapest: Option<usize> = None;
-    for hit in ranked {
-        if selected.len() >= max_items {
-            break;
-        }
-        let mut trial = selected.clone();
-        trial.push(&hit.experience);
-        let cost = tokens::count(&render_experiences(&trial));
-        if selected.is_empty() {
-            cheapest = Some(cheapest.map_or(cost, |c: usize| c.min(cost)));
-        }
-        if cost <= max_tokens {
-            selected = trial;
-        }
-    }
-    if selected.is_empty() {
-        (selected, cheapest)
-    } else {
-        (selected, None)
-    }
+    let selection = select(ranked, max_items, max_tokens);
+    (selection.selected, selection.required)
 }
 
 /// Assembles the prompt context for a session's next model request (the `/context` call): the
@@ -466,7 +693,11 @@ pub async fn assemble(
             true,
         )
         .await?;
-        let (selected, required) = select_within_budget(
+        let Selection {
+            selected,
+            tokens: section_tokens,
+            required,
+        } = select(
             &ranked,
             retrieval.max_items as usize,
             retrieval.max_context_tokens as usize,
@@ -482,7 +713,7 @@ pub async fn assemble(
             let content = render_experiences(&selected);
             sections.push(Section {
                 name: String::from("learning.experiences"),
-                tokens: tokens::count(&content),
+                tokens: section_tokens,
                 content,
                 revision: None,
             });

@@ -1,23 +1,55 @@
-//! `context` latency beside a bare full-text query on the same data in the same run (issue #4).
+//! `context` latency beside a bare full-text query on the same data, in the same run (issue #4;
+//! docs/benchmarks.md, "Recall: context latency").
 //!
 //! For each backend and size it creates a fresh, migrated database (SQLite: a new file in a
-//! temporary directory; Postgres: a new database on `ZUNO_TEST_DATABASE_URL`, dropped at the
-//! end — see [`zuno_tests::TestDb`]), seeds N experiences with evidence across `--projects`
-//! projects from a fixed-seed generator, and then times, per prompt and interleaved so drift
-//! affects all sides alike:
+//! temporary directory with the default `synchronous=FULL`; Postgres: a new database on
+//! `ZUNO_TEST_DATABASE_URL`, dropped at the end — see [`zuno_tests::TestDb`]) and seeds it:
 //!
-//! - **context**: `retrieval::assemble` — the whole `/context` call: session policy, Memory
-//!   documents, the project-scoped text search, ranking, budgeted rendering with the real
-//!   tokenizer, and the receipt/use-count/event write in one transaction;
-//! - **bare FTS**: the same terms of the same prompt against the same index, unranked, first 50
-//!   rows (SQLite: `SELECT rowid FROM experience_fts WHERE experience_fts MATCH ? LIMIT 50` with
-//!   the project's scope token; Postgres: `SELECT id FROM experience_record WHERE project_id = $1
-//!   AND search_vector @@ (<one plainto_tsquery per term, OR-ed>) LIMIT 50`);
-//! - **ranked FTS**: the same query ordered by relevance, first 40 (what `context` must do at
-//!   least once), for reading where the time goes.
+//! - `--projects` projects, each with five seed sessions and one query session, created through
+//!   `LearningIngestion::create_session`;
+//! - N experiences spread evenly over the projects, inserted with the columns extraction writes,
+//!   in transactions of 5,000 (SQLite: one `INSERT` per row, so the FTS triggers index every row
+//!   as they do in production; Postgres: `INSERT … SELECT FROM UNNEST`, which maintains the
+//!   generated `tsvector` and the GIN/trigram indexes per row as well), with 1–3 evidence rows
+//!   each. 55 % verified, 2 % forgotten, 1 % with a changed source, 30 % used before, 5 % with
+//!   feedback, created over the last year;
+//! - resident Memory: a global document of 8 entries and a project document of up to 12 entries
+//!   per project, half of them derived, with provenance rows pointing at the project's
+//!   experiences (so `context` renders and counts both Memory sections and checks the
+//!   derived entries' support, as in production).
 //!
-//! Prints one Markdown table row per (backend, size) on stdout; progress goes to stderr. It is a
-//! binary, not a test: nothing runs it as part of the suite.
+//! Text comes from a fixed-seed generator: one Zipf(1.0) distribution over English stopwords (the
+//! head, as function words are in real text; `query::parse` drops them), a few hundred
+//! coding-agent words and a tail of compound identifiers (`a_b`, `aB`, `a-b`, `a.b`, paths such as `src/a/b.rs`;
+//! 20,000 words in all); 25 % of
+//! each project's content words come from 30 project topic words, so a project talks about its
+//! own things. One project in ten writes Chinese mixed with ASCII identifiers. In the resulting
+//! data the most common content word occurs in about 15 % of the records and a project's topic
+//! words in about a quarter of that project's records.
+//!
+//! Prompts (the same list for every backend at a given size and seed): 40 % restate part of a
+//! stored title of the project, 35 % fresh text, 10 % one to three words, 5 % a correction
+//! ("no, that's wrong …", which applies the violate rule to the previous receipt), 5 % praise,
+//! 5 % a pasted log of 80–300 words. Each is sent to a random project's query session.
+//!
+//! Each prompt is timed three ways, in rotating order so caches favour none of them:
+//!
+//! - **context**: `retrieval::assemble`, the function `POST /api/session/{id}/context` calls:
+//!   session policy, Memory documents, the project-scoped text search, ranking, budgeted
+//!   rendering with the real tokenizer, and the receipt/use-count/event write in one
+//!   transaction;
+//! - **bare FTS**: the prompt's terms against the same index, project-scoped, unranked, first 50
+//!   rows (SQLite: `experience_fts MATCH 'scope:"p…" AND {title summary resolution}: ("t1" OR
+//!   …)' LIMIT 50`; Postgres: `project_id = $1 AND search_vector @@ (plainto_tsquery('simple',
+//!   $2) || …) LIMIT 50`);
+//! - **ranked FTS**: the same query ordered by relevance (bm25 / ts_rank_cd), first 40: the least
+//!   a ranked recall must do.
+//!
+//! `--rounds` times `--queries` new prompts per round on the same data; the table reports the
+//! median over rounds of each round's p50 and p99 (nearest rank), so one burst of load on a
+//! shared machine does not make the figure. One Markdown row per (backend, size) goes to stdout; progress, seed
+//! times, per-round figures and the load average go to stderr. It is a binary, not a test:
+//! nothing runs it as part of the suite (`scripts/bench-recall` does).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +57,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use zuno_shared::clock::{now_ms, system_clock};
 use zuno_shared::config::Config;
-use zuno_shared::db::{Backend, Pool};
+use zuno_shared::db::{Backend, Db, Pool};
 use zuno_shared::learning::LearningIngestion;
 use zuno_shared::learning::experience::content_digest;
 use zuno_shared::learning::extraction::ExperienceKind;
@@ -47,11 +79,15 @@ struct Args {
     /// Projects the experiences are spread over (evenly).
     #[arg(long, default_value_t = 20)]
     projects: usize,
-    /// Timed prompts per (backend, size), after the warm-up.
-    #[arg(long, default_value_t = 500)]
+    /// Timed prompts per round.
+    #[arg(long, default_value_t = 300)]
     queries: usize,
+    /// Rounds of `--queries` new prompts each; the table shows the median of the rounds'
+    /// percentiles.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Untimed prompts first (tokenizer load, statement caches, page cache).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 30)]
     warmup: usize,
     /// Generator seed: the same seed gives the same texts and prompts.
     #[arg(long, default_value_t = 4)]
@@ -59,6 +95,14 @@ struct Args {
     /// Print the table header before the rows.
     #[arg(long)]
     header: bool,
+    /// After each SQLite run, keep a copy of the database (receipts included) in this directory
+    /// as `recall-<experiences>.db`, for inspection with the `sqlite3` shell.
+    #[arg(long)]
+    save_sqlite: Option<std::path::PathBuf>,
+    /// After each Postgres run, keep a copy of the database as `<this>_<experiences>` on the
+    /// same server (replaced if it exists).
+    #[arg(long)]
+    save_postgres: Option<String>,
 }
 
 /// SplitMix64: small, fast and deterministic; the data need not be cryptographic.
@@ -89,6 +133,10 @@ impl Rng {
         self.unit() < p
     }
 
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+
     fn hex(&mut self, bytes: usize) -> String {
         let mut out = String::with_capacity(bytes * 2);
         while out.len() < bytes * 2 {
@@ -99,8 +147,15 @@ impl Rng {
     }
 }
 
-/// Words of coding-agent transcripts, roughly most frequent first: the head of the Zipf
-/// distribution below. The tail is compound identifiers and paths built from them.
+/// English stopwords, all in `query::parse`'s list: the head of the word distribution.
+const STOPWORDS: &[&str] = &[
+    "the", "to", "a", "and", "of", "in", "is", "it", "we", "for", "this", "on", "with", "that",
+    "when", "be", "after", "but", "as", "was", "from", "if", "then", "so", "at", "by", "an", "are",
+    "have", "can",
+];
+
+/// Coding-agent words, roughly most frequent first: the body of the Zipf distribution. The tail
+/// is compound identifiers and paths built from them.
 const WORDS: &[&str] = &[
     "test",
     "build",
@@ -495,10 +550,181 @@ const WORDS: &[&str] = &[
     "decorator",
 ];
 
-/// Filler that `query::parse` drops as stopwords, so prompts read like sentences.
-const FILLER: &[&str] = &[
-    "the", "a", "in", "when", "is", "it", "to", "and", "of", "we", "this", "for", "with", "on",
-    "after", "but", "should", "please", "can", "you",
+const PATH_ROOTS: &[&str] = &[
+    "src", "lib", "tests", "app", "pkg", "internal", "crates", "scripts", "web", "cmd",
+];
+const PATH_EXTENSIONS: &[&str] = &[
+    "rs", "ts", "py", "go", "js", "tsx", "toml", "json", "yaml", "sql", "sh", "md",
+];
+
+/// Chinese technical words for the projects that write Chinese, most frequent first.
+const CJK_WORDS: &[&str] = &[
+    "错误",
+    "测试",
+    "构建",
+    "文件",
+    "配置",
+    "运行",
+    "修复",
+    "安装",
+    "依赖",
+    "数据库",
+    "迁移",
+    "版本",
+    "命令",
+    "项目",
+    "路径",
+    "失败",
+    "导入",
+    "服务器",
+    "客户端",
+    "请求",
+    "响应",
+    "接口",
+    "用户",
+    "字符串",
+    "脚本",
+    "模块",
+    "函数",
+    "变量",
+    "类型",
+    "参数",
+    "返回值",
+    "超时",
+    "重试",
+    "缓存",
+    "日志",
+    "调试",
+    "警告",
+    "崩溃",
+    "内存",
+    "线程",
+    "异步",
+    "任务",
+    "队列",
+    "事务",
+    "索引",
+    "字段",
+    "查询",
+    "连接",
+    "网络",
+    "端口",
+    "证书",
+    "代理",
+    "下载",
+    "上传",
+    "离线",
+    "校验",
+    "哈希",
+    "签名",
+    "验证",
+    "断言",
+    "快照",
+    "覆盖率",
+    "性能",
+    "延迟",
+    "吞吐量",
+    "回归",
+    "死锁",
+    "竞争",
+    "通道",
+    "回调",
+    "闭包",
+    "生命周期",
+    "借用",
+    "所有权",
+    "克隆",
+    "引用",
+    "指针",
+    "空值",
+    "异常",
+    "泄漏",
+    "溢出",
+    "迭代器",
+    "排序",
+    "搜索",
+    "过滤",
+    "分页",
+    "事件",
+    "信号",
+    "关闭",
+    "启动",
+    "重启",
+    "健康检查",
+    "指标",
+    "监控",
+    "告警",
+    "预算",
+    "模型",
+    "提示词",
+    "上下文",
+    "编码",
+    "时区",
+    "时间戳",
+    "定时任务",
+    "退避",
+    "幂等",
+    "唯一约束",
+    "外键",
+    "触发器",
+    "视图",
+    "权限",
+    "角色",
+    "目录",
+    "挂载",
+    "磁盘",
+    "备份",
+    "恢复",
+    "压缩",
+    "打包",
+    "发布",
+    "部署",
+    "镜像",
+    "容器",
+    "分支",
+    "提交",
+    "合并",
+    "变基",
+    "代码审查",
+    "流水线",
+    "格式化",
+    "编译",
+    "链接",
+    "工作区",
+    "默认值",
+    "环境变量",
+    "密钥",
+    "令牌",
+    "会话",
+    "中间件",
+    "路由",
+    "组件",
+    "渲染",
+    "状态",
+    "模板",
+    "泛型",
+    "正则表达式",
+    "进程",
+    "管道",
+    "终端",
+    "标准输出",
+    "退出码",
+    "升级",
+    "降级",
+    "兼容性",
+    "文档",
+    "注释",
+    "锁文件",
+    "工具链",
+    "单元测试",
+    "集成测试",
+    "并发",
+];
+
+/// Chinese particles and connectives between words (some are `query::parse` stopwords).
+const CJK_PARTICLES: &[&str] = &[
+    "的", "了", "是", "在", "和", "把", "要", "先", "再", "就", "也", "都", "时", "后", "会",
+    "没有", "需要", "可以", "因为", "所以",
 ];
 
 const KINDS: &[(&str, f64)] = &[
@@ -510,10 +736,41 @@ const KINDS: &[(&str, f64)] = &[
     ("unresolved_issue", 0.05),
 ];
 
-/// Zipf(s = 1.05) over the base words plus a long tail of compound identifiers.
+/// Share of a project's content words drawn from its topic words.
+const TOPIC_SHARE: f64 = 0.25;
+const TOPIC_WORDS: usize = 30;
+
+/// Zipf(1.0) over stopwords, coding words and compounds; Zipf(1.0) over the Chinese words.
 struct Vocabulary {
     words: Vec<String>,
     cumulative: Vec<f64>,
+    cjk_cumulative: Vec<f64>,
+}
+
+fn zipf_cumulative(n: usize) -> Vec<f64> {
+    let mut total = 0.0;
+    let cumulative: Vec<f64> = (0..n)
+        .map(|rank| {
+            total += 1.0 / (rank + 1) as f64;
+            total
+        })
+        .collect();
+    cumulative.into_iter().map(|c| c / total).collect()
+}
+
+fn draw(cumulative: &[f64], rng: &mut Rng) -> usize {
+    let u = rng.unit();
+    cumulative
+        .partition_point(|&c| c < u)
+        .min(cumulative.len() - 1)
+}
+
+/// How one project writes.
+struct Style {
+    /// Indexes (into the vocabulary) of the project's topic words.
+    topics: Vec<usize>,
+    /// Chinese mixed with ASCII identifiers.
+    chinese: bool,
 }
 
 impl Vocabulary {
@@ -521,7 +778,7 @@ impl Vocabulary {
         let mut rng = Rng(seed ^ 0x5eed);
         let mut words: Vec<String> = Vec::with_capacity(size);
         let mut seen = std::collections::HashSet::new();
-        for word in WORDS {
+        for word in STOPWORDS.iter().chain(WORDS) {
             if seen.insert(word.to_string()) {
                 words.push(word.to_string());
             }
@@ -529,47 +786,99 @@ impl Vocabulary {
         while words.len() < size {
             let a = WORDS[rng.below(WORDS.len())];
             let b = WORDS[rng.below(WORDS.len())];
-            let word = match rng.below(6) {
-                0 => format!("{a}_{b}"),
-                1 => format!("src/{a}/{b}.rs"),
-                2 => format!("{a}{}", capitalize(b)),
-                3 => format!("{a}-{b}"),
-                4 => format!("{a}.{b}"),
+            let word = match rng.below(10) {
+                0 | 1 => format!("{a}_{b}"),
+                2 => format!(
+                    "{}/{a}/{b}.{}",
+                    rng.pick(PATH_ROOTS),
+                    rng.pick(PATH_EXTENSIONS)
+                ),
+                3 | 4 => format!("{a}{}", capitalize(b)),
+                5 | 6 => format!("{a}-{b}"),
+                7 | 8 => format!("{a}.{b}"),
                 _ => format!("{a}_{b}_{}", rng.below(100)),
             };
             if seen.insert(word.clone()) {
                 words.push(word);
             }
         }
-        let mut total = 0.0;
-        let cumulative = (0..words.len())
-            .map(|rank| {
-                total += 1.0 / ((rank + 1) as f64).powf(1.05);
-                total
-            })
-            .collect::<Vec<_>>();
-        let cumulative = cumulative.into_iter().map(|c| c / total).collect();
-        Vocabulary { words, cumulative }
+        Vocabulary {
+            cumulative: zipf_cumulative(words.len()),
+            cjk_cumulative: zipf_cumulative(CJK_WORDS.len()),
+            words,
+        }
     }
 
-    fn word(&self, rng: &mut Rng) -> &str {
-        let u = rng.unit();
-        let at = self.cumulative.partition_point(|&c| c < u);
-        &self.words[at.min(self.words.len() - 1)]
+    fn style(&self, rng: &mut Rng, chinese: bool) -> Style {
+        let first = STOPWORDS.len();
+        let topics = (0..TOPIC_WORDS)
+            .map(|_| first + rng.below(3000.min(self.words.len() - first)))
+            .collect();
+        Style { topics, chinese }
     }
 
-    fn sentence(&self, rng: &mut Rng, low: usize, high: usize) -> String {
+    /// Any word, stopwords included.
+    fn word(&self, rng: &mut Rng, style: &Style) -> &str {
+        let at = draw(&self.cumulative, rng);
+        if at >= STOPWORDS.len() && rng.chance(TOPIC_SHARE) {
+            return &self.words[style.topics[rng.below(style.topics.len())]];
+        }
+        &self.words[at]
+    }
+
+    /// A content word (no stopword).
+    fn content(&self, rng: &mut Rng, style: &Style) -> &str {
+        loop {
+            let at = draw(&self.cumulative, rng);
+            if at < STOPWORDS.len() {
+                continue;
+            }
+            if rng.chance(TOPIC_SHARE) {
+                return &self.words[style.topics[rng.below(style.topics.len())]];
+            }
+            return &self.words[at];
+        }
+    }
+
+    fn cjk(&self, rng: &mut Rng) -> &'static str {
+        CJK_WORDS[draw(&self.cjk_cumulative, rng)]
+    }
+
+    /// `low..=high` words in the project's style.
+    fn sentence(&self, rng: &mut Rng, style: &Style, low: usize, high: usize) -> String {
         let n = rng.range(low, high);
         let mut out = String::new();
-        for i in 0..n {
-            if i > 0 {
-                out.push(' ');
+        if !style.chinese {
+            for i in 0..n {
+                if i > 0 {
+                    out.push(' ');
+                }
+                out.push_str(self.word(rng, style));
             }
-            if i > 0 && rng.chance(0.3) {
-                out.push_str(FILLER[rng.below(FILLER.len())]);
-                out.push(' ');
+            return out;
+        }
+        // Chinese words run together, with particles between some; ASCII identifiers stand
+        // between spaces.
+        let mut last_cjk = false;
+        for _ in 0..n {
+            if rng.chance(0.65) {
+                if last_cjk && rng.chance(0.3) {
+                    out.push_str(rng.pick(CJK_PARTICLES));
+                } else if !out.is_empty() && !last_cjk {
+                    out.push(' ');
+                }
+                out.push_str(self.cjk(rng));
+                if rng.chance(0.08) {
+                    out.push('，');
+                }
+                last_cjk = true;
+            } else {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(self.content(rng, style));
+                last_cjk = false;
             }
-            out.push_str(self.word(rng));
         }
         out
     }
@@ -615,20 +924,25 @@ struct SeedEvidence {
 
 struct Project {
     id: String,
+    style: Style,
     /// The session prompts are assembled for (not one the experiences came from).
     query_session: String,
+    seed_sessions: Vec<String>,
     /// Titles of some of the project's experiences, for prompts related to stored work.
     sample_titles: Vec<String>,
+    /// Live experiences Memory entries can cite, as `(id, kind)`.
+    supportable: Vec<(String, &'static str)>,
 }
 
 fn generate(
     rng: &mut Rng,
     vocabulary: &Vocabulary,
-    project: &str,
-    session: &str,
+    project: &Project,
     now: i64,
 ) -> (SeedExperience, Vec<SeedEvidence>) {
     let id = zuno_shared::ids::new_id("exp");
+    let session = &project.seed_sessions[rng.below(project.seed_sessions.len())];
+    let style = &project.style;
     let mut pick = rng.unit();
     let kind = KINDS
         .iter()
@@ -637,11 +951,11 @@ fn generate(
             pick < 0.0
         })
         .map_or("outcome", |(kind, _)| kind);
-    let title = capitalize(&vocabulary.sentence(rng, 4, 10));
-    let summary = capitalize(&vocabulary.sentence(rng, 15, 50)) + ".";
+    let title = capitalize(&vocabulary.sentence(rng, style, 4, 10));
+    let summary = capitalize(&vocabulary.sentence(rng, style, 15, 50)) + ".";
     let resolution = (kind != "unresolved_issue" && rng.chance(0.7))
-        .then(|| capitalize(&vocabulary.sentence(rng, 8, 35)) + ".");
-    let verified = rng.chance(0.4);
+        .then(|| capitalize(&vocabulary.sentence(rng, style, 8, 35)) + ".");
+    let verified = rng.chance(0.55);
     let forgotten = rng.chance(0.02);
     let created_at = now - rng.below(365 * 86_400_000) as i64;
     let digest = content_digest(
@@ -652,8 +966,8 @@ fn generate(
     );
     let experience = SeedExperience {
         id: id.clone(),
-        project_id: project.to_owned(),
-        session_id: session.to_owned(),
+        project_id: project.id.clone(),
+        session_id: session.clone(),
         kind,
         title,
         summary,
@@ -689,7 +1003,7 @@ fn generate(
                 source_id: format!("m{}", ordinal + 1),
                 address: format!("session:{session}/message:{message_id}/part:0"),
                 message_id,
-                excerpt: vocabulary.sentence(rng, 20, 60),
+                excerpt: vocabulary.sentence(rng, style, 20, 60),
                 raw_digest: rng.hex(32),
                 verified: verified && ordinal == 0,
             }
@@ -714,7 +1028,6 @@ async fn seed(
         config.clone(),
     );
     let mut projects = Vec::new();
-    let mut seed_sessions = Vec::new();
     for p in 0..args.projects {
         let id = zuno_shared::ids::new_id("prj");
         store
@@ -728,16 +1041,18 @@ async fn seed(
             project_id: id.clone(),
             ..NewSession::default()
         };
-        let mut sessions = Vec::new();
+        let mut seed_sessions = Vec::new();
         for _ in 0..5 {
-            sessions.push(ingestion.create_session(&new_session).await?.0.id);
+            seed_sessions.push(ingestion.create_session(&new_session).await?.0.id);
         }
         let query_session = ingestion.create_session(&new_session).await?.0.id;
-        seed_sessions.push(sessions);
         projects.push(Project {
             id,
+            style: vocabulary.style(rng, p % 10 == 3),
             query_session,
+            seed_sessions,
             sample_titles: Vec::new(),
+            supportable: Vec::new(),
         });
     }
     let now = now_ms();
@@ -748,11 +1063,20 @@ async fn seed(
         let mut experiences = Vec::with_capacity(n);
         let mut evidence = Vec::with_capacity(n * 2);
         for i in done..done + n {
-            let p = i % args.projects;
-            let session = &seed_sessions[p][rng.below(5)];
-            let (experience, rows) = generate(rng, vocabulary, &projects[p].id, session, now);
-            if projects[p].sample_titles.len() < 200 && rng.chance(0.05) {
-                projects[p].sample_titles.push(experience.title.clone());
+            let project = &mut projects[i % args.projects];
+            let (experience, rows) = generate(rng, vocabulary, project, now);
+            if project.sample_titles.len() < 200 && rng.chance(0.05) {
+                project.sample_titles.push(experience.title.clone());
+            }
+            if project.supportable.len() < 40
+                && experience.status == "active"
+                && experience.source_state == "current"
+                && experience.kind != "unresolved_issue"
+                && rng.chance(0.1)
+            {
+                project
+                    .supportable
+                    .push((experience.id.clone(), experience.kind));
             }
             experiences.push(experience);
             evidence.extend(rows);
@@ -763,11 +1087,83 @@ async fn seed(
         }
         done += n;
     }
+    seed_memory(&test_db.db, &projects, vocabulary, rng, now).await?;
     if let Pool::Postgres(pool) = test_db.db.pool() {
         // What autovacuum would have done shortly after such a load.
         sqlx::query("ANALYZE").execute(pool).await?;
     }
     Ok(projects)
+}
+
+/// Resident Memory as the memory service leaves it after accepted writes: one global document
+/// and one per project, entries within the character caps, derived entries with provenance.
+async fn seed_memory(
+    db: &Db,
+    projects: &[Project],
+    vocabulary: &Vocabulary,
+    rng: &mut Rng,
+    now: i64,
+) -> anyhow::Result<()> {
+    const LEADS: &[&str] = &["Always", "Never", "Use", "Prefer", "Run", "Keep", "Check"];
+    let mut tx = db.begin().await?;
+    let english = Style {
+        topics: vec![STOPWORDS.len()],
+        chinese: false,
+    };
+    let mut documents: Vec<(Option<&Project>, usize, usize)> = vec![(None, 8, 2200)];
+    documents.extend(projects.iter().map(|p| (Some(p), 12, 3000)));
+    for (project, entries, cap) in documents {
+        let document_id = zuno_shared::ids::new_id("mdoc");
+        let scope = if project.is_some() {
+            "project"
+        } else {
+            "global"
+        };
+        zuno_shared::on_tx!(&mut tx, conn => sqlx::query(
+                "INSERT INTO memory_document (id, scope, project_id, revision, updated_at) VALUES ($1, $2, $3, 1, $4)")
+            .bind(&document_id).bind(scope).bind(project.map(|p| p.id.as_str())).bind(now)
+            .execute(conn).await.map(|done| done.rows_affected()))?;
+        let style = project.map_or(&english, |p| &p.style);
+        let mut used = 0;
+        for position in 0..entries {
+            let content = format!(
+                "{} {}.",
+                rng.pick(LEADS),
+                vocabulary.sentence(rng, style, 12, 30)
+            );
+            used += content.chars().count();
+            if used > cap {
+                break;
+            }
+            let supports: Vec<&(String, &str)> = match project {
+                Some(p) if position % 2 == 1 && !p.supportable.is_empty() => (0..rng.range(1, 2))
+                    .map(|_| &p.supportable[rng.below(p.supportable.len())])
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let entry_id = zuno_shared::ids::new_id("ment");
+            let owner = if supports.is_empty() {
+                "user"
+            } else {
+                "automatic"
+            };
+            zuno_shared::on_tx!(&mut tx, conn => sqlx::query(
+                    "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 1, $7)")
+                .bind(&entry_id).bind(&document_id).bind(&content).bind(owner)
+                .bind(!supports.is_empty()).bind(position as i64).bind(now)
+                .execute(conn).await.map(|done| done.rows_affected()))?;
+            for (experience_id, kind) in supports {
+                zuno_shared::on_tx!(&mut tx, conn => sqlx::query(
+                        "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) VALUES ($1, $2, $3) \
+                         ON CONFLICT DO NOTHING")
+                    .bind(&entry_id).bind(experience_id).bind(*kind)
+                    .execute(conn).await.map(|done| done.rows_affected()))?;
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 const EXPERIENCE_INSERT: &str = "INSERT INTO experience_record (id, project_id, session_id, origin, \
@@ -887,27 +1283,73 @@ async fn insert_postgres(
     Ok(())
 }
 
-/// A prompt: half of them restate a stored experience's title in other words (a related
-/// question), the rest are fresh text from the same vocabulary.
+/// A prompt for `project` (see the module docs for the mix).
 fn prompt(rng: &mut Rng, vocabulary: &Vocabulary, project: &Project) -> String {
-    let fresh = vocabulary.sentence(rng, 6, 30);
-    if project.sample_titles.is_empty() || rng.chance(0.5) {
-        return fresh;
+    let style = &project.style;
+    let chinese = style.chinese;
+    let fresh = |rng: &mut Rng, low, high| vocabulary.sentence(rng, style, low, high);
+    let roll = rng.unit();
+    if roll < 0.40 && !project.sample_titles.is_empty() {
+        // Part of a stored title, in a question.
+        let title = project.sample_titles[rng.below(project.sample_titles.len())].to_lowercase();
+        let part: String = if chinese {
+            let chars: Vec<char> = title.chars().collect();
+            let keep = rng.range(chars.len().div_ceil(2), chars.len());
+            let start = rng.below(chars.len() - keep + 1);
+            chars[start..start + keep].iter().collect()
+        } else {
+            let words: Vec<&str> = title.split(' ').collect();
+            let keep = rng.range(words.len().div_ceil(2), words.len());
+            let start = rng.below(words.len() - keep + 1);
+            words[start..start + keep].join(" ")
+        };
+        let tail = fresh(rng, 0, 8);
+        return match (chinese, rng.below(3)) {
+            (false, 0) => format!("why does {part} fail again? {tail}"),
+            (false, 1) => format!("how do we handle {part} here; {tail}"),
+            (false, _) => format!("{part} {tail}"),
+            (true, 0) => format!("为什么{part}又失败了？{tail}"),
+            (true, 1) => format!("这里怎么处理{part}，{tail}"),
+            (true, _) => format!("{part} {tail}"),
+        };
     }
-    let title = &project.sample_titles[rng.below(project.sample_titles.len())];
-    let words: Vec<&str> = fresh.split(' ').collect();
-    let keep = words.len().min(rng.range(2, 10));
-    format!(
-        "why does {} fail again? {}",
-        title.to_lowercase(),
-        words[..keep].join(" ")
-    )
+    if roll < 0.75 {
+        return fresh(rng, 4, 30);
+    }
+    if roll < 0.85 {
+        return fresh(rng, 1, 3);
+    }
+    if roll < 0.90 {
+        let (a, b) = (
+            vocabulary.content(rng, style).to_owned(),
+            vocabulary.content(rng, style).to_owned(),
+        );
+        let tail = fresh(rng, 3, 12);
+        return format!("no, that's wrong: don't use {a}, use {b} instead. {tail}");
+    }
+    if roll < 0.95 {
+        let tail = fresh(rng, 3, 12);
+        return format!("thanks, looks good. now {tail}");
+    }
+    // A pasted log.
+    let mut out = String::from("it fails with:\n");
+    let lines = rng.range(4, 15);
+    for _ in 0..lines {
+        let line = fresh(rng, 20, 20);
+        out.push_str(&format!(
+            "[{}] error: {}\n",
+            rng.hex(4),
+            line.replace(' ', if rng.chance(0.3) { "::" } else { " " })
+        ));
+    }
+    out
 }
 
-/// The bare query: same index, same project scope, same terms as `context` searches for,
+/// The bare query: same index, same project scope, same terms as `context` searches for;
+/// `ranked` orders by relevance and keeps 40 (what `context` must do at least once), otherwise
 /// unranked, first 50.
 async fn bare_fts(
-    db: &zuno_shared::db::Db,
+    db: &Db,
     project_id: &str,
     terms: &QueryTerms,
     ranked: bool,
@@ -968,45 +1410,71 @@ fn hex_lower(text: &str) -> String {
     text.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-#[derive(Default)]
-struct Samples(Vec<Duration>);
+/// Nearest-rank percentile in milliseconds.
+fn percentile(samples: &[Duration], quantile: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let rank = ((quantile * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1].as_secs_f64() * 1000.0
+}
 
-impl Samples {
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n.is_multiple_of(2) {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    } else {
+        values[n / 2]
+    }
+}
+
+/// One side's samples, one list per round.
+#[derive(Default)]
+struct Timings(Vec<Vec<Duration>>);
+
+impl Timings {
+    /// Median over rounds of each round's `quantile`.
     fn ms(&self, quantile: f64) -> f64 {
-        let mut sorted = self.0.clone();
-        sorted.sort();
-        // Nearest rank: the smallest sample with at least `quantile` of the samples at or below.
-        let rank = ((quantile * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-        sorted[rank - 1].as_secs_f64() * 1000.0
+        median(self.0.iter().map(|r| percentile(r, quantile)).collect())
+    }
+
+    fn max_ms(&self) -> f64 {
+        self.0
+            .iter()
+            .flatten()
+            .max()
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
     }
 }
 
 struct Row {
     backend: &'static str,
     experiences: usize,
-    context: Samples,
-    bare: Samples,
-    ranked: Samples,
-    selected: usize,
+    context: Timings,
+    bare: Timings,
+    ranked: Timings,
+    /// Rows the bare query returned and experiences `context` selected, summed over all
+    /// timed prompts.
     matched: usize,
-    queries: usize,
+    selected: usize,
+    samples: usize,
 }
 
 impl Row {
     fn markdown(&self) -> String {
         format!(
-            "| {} | {} | {:.2} | **{:.2}** | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} |",
+            "| {} | {} | {:.2} | **{:.2}** | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} |",
             self.backend,
             thousands(self.experiences),
             self.context.ms(0.5),
             self.context.ms(0.99),
-            self.context.ms(1.0),
+            self.context.max_ms(),
             self.bare.ms(0.5),
             self.bare.ms(0.99),
             self.ranked.ms(0.5),
             self.ranked.ms(0.99),
-            self.matched as f64 / self.queries as f64,
-            self.selected as f64 / self.queries as f64,
+            self.matched as f64 / self.samples as f64,
+            self.selected as f64 / self.samples as f64,
         )
     }
 }
@@ -1023,74 +1491,145 @@ fn thousands(n: usize) -> String {
     out
 }
 
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| text.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| String::from("?"))
+}
+
+/// Times `context`, the bare and the ranked query for one prompt, in an order that rotates
+/// with `turn`. Returns the three durations and the rows/experiences counted.
+async fn time_prompt(
+    db: &Db,
+    config: &Config,
+    project: &Project,
+    prompt: &str,
+    turn: usize,
+) -> anyhow::Result<([Duration; 3], usize, usize)> {
+    let terms = query::parse(prompt);
+    let mut times = [Duration::ZERO; 3];
+    let (mut matched, mut selected) = (0, 0);
+    for step in 0..3 {
+        let side = (turn + step) % 3;
+        let start = Instant::now();
+        match side {
+            0 => {
+                let context =
+                    retrieval::assemble(db, config, &project.query_session, prompt, now_ms())
+                        .await?
+                        .ok_or_else(|| anyhow::anyhow!("session disappeared"))?;
+                selected = context.experience_ids.len();
+            }
+            1 => matched = bare_fts(db, &project.id, &terms, false).await?,
+            _ => {
+                bare_fts(db, &project.id, &terms, true).await?;
+            }
+        }
+        times[side] = start.elapsed();
+    }
+    Ok((times, matched, selected))
+}
+
 async fn run(args: &Args, backend: Backend, count: usize) -> anyhow::Result<Row> {
     let mut rng = Rng(args.seed.wrapping_mul(1_000_003).wrapping_add(count as u64));
     let vocabulary = Vocabulary::new(args.seed, 20_000);
     let config = Arc::new(Config::default());
     let test_db = TestDb::new(backend).await;
-    let started = Instant::now();
-    let projects = seed(&test_db, args, count, &config, &vocabulary, &mut rng).await?;
     let name = match backend {
         Backend::Sqlite => "SQLite",
         Backend::Postgres => "Postgres",
     };
+    let started = Instant::now();
+    let projects = seed(&test_db, args, count, &config, &vocabulary, &mut rng).await?;
     eprintln!(
-        "{name}, {count} experiences: seeded in {:.1} s",
-        started.elapsed().as_secs_f64()
+        "{name}, {count} experiences: seeded in {:.1} s (load {})",
+        started.elapsed().as_secs_f64(),
+        load_average()
     );
     let db = &test_db.db;
+    // Every prompt is new: no round repeats another's, so nothing is timed warm twice.
+    let total = args.warmup + args.rounds * args.queries;
+    let mut prompts = Vec::with_capacity(total);
+    for _ in 0..total {
+        let project = &projects[rng.below(projects.len())];
+        prompts.push((project, prompt(&mut rng, &vocabulary, project)));
+    }
+    let (warmup, timed) = prompts.split_at(args.warmup);
+    for (turn, (project, prompt)) in warmup.iter().enumerate() {
+        time_prompt(db, &config, project, prompt, turn).await?;
+    }
     let mut row = Row {
         backend: name,
         experiences: count,
-        context: Samples::default(),
-        bare: Samples::default(),
-        ranked: Samples::default(),
-        selected: 0,
+        context: Timings::default(),
+        bare: Timings::default(),
+        ranked: Timings::default(),
         matched: 0,
-        queries: args.queries,
+        selected: 0,
+        samples: 0,
     };
-    for i in 0..args.warmup + args.queries {
-        let project = &projects[rng.below(projects.len())];
-        let prompt = prompt(&mut rng, &vocabulary, project);
-        let terms = query::parse(&prompt);
-        let timed = i >= args.warmup;
-        // Rotate the order so neither side always runs on a cache the other just warmed.
-        let mut context_time = Duration::ZERO;
-        let mut bare_time = Duration::ZERO;
-        let mut ranked_time = Duration::ZERO;
-        for step in 0..3 {
-            match (i + step) % 3 {
-                0 => {
-                    let start = Instant::now();
-                    let context =
-                        retrieval::assemble(db, &config, &project.query_session, &prompt, now_ms())
-                            .await?
-                            .ok_or_else(|| anyhow::anyhow!("session disappeared"))?;
-                    context_time = start.elapsed();
-                    if timed {
-                        row.selected += context.experience_ids.len();
-                    }
-                }
-                1 => {
-                    let start = Instant::now();
-                    let matched = bare_fts(db, &project.id, &terms, false).await?;
-                    bare_time = start.elapsed();
-                    if timed {
-                        row.matched += matched;
-                    }
-                }
-                _ => {
-                    let start = Instant::now();
-                    bare_fts(db, &project.id, &terms, true).await?;
-                    ranked_time = start.elapsed();
-                }
+    for round in 0..args.rounds {
+        let mut sides: [Vec<Duration>; 3] = Default::default();
+        let batch = &timed[round * args.queries..(round + 1) * args.queries];
+        for (turn, (project, prompt)) in batch.iter().enumerate() {
+            let (times, matched, selected) =
+                time_prompt(db, &config, project, prompt, turn).await?;
+            for (side, time) in sides.iter_mut().zip(times) {
+                side.push(time);
             }
+            row.matched += matched;
+            row.selected += selected;
+            row.samples += 1;
         }
-        if timed {
-            row.context.0.push(context_time);
-            row.bare.0.push(bare_time);
-            row.ranked.0.push(ranked_time);
+        eprintln!(
+            "  round {}: context p50 {:.2} p99 {:.2} ms, bare p50 {:.2} p99 {:.2} ms, ranked p50 {:.2} p99 {:.2} ms (load {})",
+            round + 1,
+            percentile(&sides[0], 0.5),
+            percentile(&sides[0], 0.99),
+            percentile(&sides[1], 0.5),
+            percentile(&sides[1], 0.99),
+            percentile(&sides[2], 0.5),
+            percentile(&sides[2], 0.99),
+            load_average()
+        );
+        let [context, bare, ranked] = sides;
+        row.context.0.push(context);
+        row.bare.0.push(bare);
+        row.ranked.0.push(ranked);
+    }
+    if let (Some(prefix), Backend::Postgres) = (&args.save_postgres, backend) {
+        anyhow::ensure!(
+            prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+            "--save-postgres takes [a-z0-9_]"
+        );
+        let source = test_db
+            .url
+            .rsplit('/')
+            .next()
+            .and_then(|name| name.split('?').next())
+            .unwrap_or_default()
+            .to_owned();
+        db.close().await;
+        let admin = sqlx::PgPool::connect(&zuno_tests::postgres_admin_url()).await?;
+        for sql in [
+            format!("DROP DATABASE IF EXISTS {prefix}_{count} WITH (FORCE)"),
+            format!("CREATE DATABASE {prefix}_{count} TEMPLATE {source}"),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&admin)
+                .await?;
         }
+        admin.close().await;
+    }
+    if let (Some(dir), Pool::Sqlite(pool)) = (&args.save_sqlite, db.pool()) {
+        let path = dir.join(format!("recall-{count}.db"));
+        let _ = std::fs::remove_file(&path);
+        sqlx::query("VACUUM INTO $1")
+            .bind(path.to_string_lossy().into_owned())
+            .execute(pool)
+            .await?;
     }
     Ok(row)
 }
@@ -1102,6 +1641,10 @@ bare FTS p50 ms | bare FTS p99 ms | ranked FTS p50 ms | ranked FTS p99 ms | bare
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    anyhow::ensure!(
+        args.projects > 0 && args.queries > 0 && args.rounds > 0,
+        "--projects, --queries and --rounds must be positive"
+    );
     if args.header {
         println!("{HEADER}");
     }

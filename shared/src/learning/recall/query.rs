@@ -32,7 +32,7 @@
 //! for the trigram index, any text sharing 4 or more consecutive characters with the run
 //! contains at least one window, and the stride of 2 spends half the term budget overlapping
 //! windows would. CJK terms shorter than 3 characters cannot be searched through the trigram
-//! index; [`QueryTerms::short_cjk_like_patterns`] covers them with a bounded `LIKE`.
+//! index; [`QueryTerms::short_cjk_terms`] covers them with a bounded substring scan (`LIKE`).
 //!
 //! Backends: the unicode61 index tokenizes a CJK run as one token, so CJK recall comes from the
 //! trigram index and the `LIKE` fallback; Latin recall mostly from unicode61. In
@@ -143,16 +143,25 @@ impl QueryTerms {
         )
     }
 
-    /// CJK terms too short for the trigram index, as `%term%` patterns for
-    /// `LIKE ? ESCAPE '\'`, with `\`, `%` and `_` escaped by `\`. Bounded by [`MAX_TERMS`].
-    pub fn short_cjk_like_patterns(&self) -> Vec<String> {
+    /// CJK terms too short for the trigram index (the texts behind
+    /// [`QueryTerms::short_cjk_like_patterns`]), in input order.
+    pub fn short_cjk_terms(&self) -> Vec<&str> {
         self.terms
             .iter()
             .filter(|t| t.cjk && !t.text.is_empty() && t.text.chars().count() < 3)
-            .map(|t| {
-                let mut pattern = String::with_capacity(t.text.len() + 2);
+            .map(|t| t.text.as_str())
+            .collect()
+    }
+
+    /// CJK terms too short for the trigram index, as `%term%` patterns for
+    /// `LIKE ? ESCAPE '\'`, with `\`, `%` and `_` escaped by `\`. Bounded by [`MAX_TERMS`].
+    pub fn short_cjk_like_patterns(&self) -> Vec<String> {
+        self.short_cjk_terms()
+            .into_iter()
+            .map(|text| {
+                let mut pattern = String::with_capacity(text.len() + 2);
                 pattern.push('%');
-                for c in t.text.chars() {
+                for c in text.chars() {
                     if matches!(c, '\\' | '%' | '_') {
                         pattern.push('\\');
                     }

@@ -127,32 +127,51 @@ pub fn experiences_section(items: &[RenderedItem]) -> String {
     out.push_str(EXPERIENCES_PREAMBLE);
     out.push('\n');
     for item in items {
-        let verified = item.verification == "verified";
-        // `write!` into a String cannot fail; the Result only exists for other sinks.
-        let _ = writeln!(
-            out,
-            "<experience id=\"{}\" kind=\"{}\" verification=\"{}\" source=\"{}\" sha256=\"{}\">",
-            escape_attribute(item.id),
-            escape_attribute(item.kind),
-            if verified { "verified" } else { "unverified" },
-            escape_attribute(item.source),
-            escape_attribute(item.sha256),
-        );
-        if !verified {
-            out.push_str(UNVERIFIED_NOTE);
-            out.push('\n');
-        }
-        push_field(&mut out, "title: ", item.title);
-        push_field(&mut out, "summary: ", item.summary);
-        if let Some(resolution) = item.resolution {
-            push_field(&mut out, "resolution: ", resolution);
-        }
-        out.push_str("</experience>\n");
+        push_item(&mut out, item);
     }
     out.push_str("</");
     out.push_str(EXPERIENCES_SECTION);
     out.push_str(">\n");
     out
+}
+
+/// One item of the `learning.experiences` section, exactly as [`experiences_section`] writes it:
+/// from its `<experience …>` line to its `</experience>` line, newline included.
+///
+/// A section's `cl100k_base` token count is the count of its frame (`experiences_section(&[])`)
+/// plus the count of each of its items: the tokenizer's pre-tokenizer always ends a piece at
+/// the newline that closes the preamble or an `</experience>` line (punctuation followed by line
+/// breaks is one piece, and the next line starts with `<`), and its pieces are encoded
+/// independently. Retrieval therefore counts each candidate once instead of re-counting the whole
+/// section per candidate; the tests check the identity on attack strings and generated text.
+pub fn experience_item(item: &RenderedItem) -> String {
+    let mut out = String::new();
+    push_item(&mut out, item);
+    out
+}
+
+fn push_item(out: &mut String, item: &RenderedItem) {
+    let verified = item.verification == "verified";
+    // `write!` into a String cannot fail; the Result only exists for other sinks.
+    let _ = writeln!(
+        out,
+        "<experience id=\"{}\" kind=\"{}\" verification=\"{}\" source=\"{}\" sha256=\"{}\">",
+        escape_attribute(item.id),
+        escape_attribute(item.kind),
+        if verified { "verified" } else { "unverified" },
+        escape_attribute(item.source),
+        escape_attribute(item.sha256),
+    );
+    if !verified {
+        out.push_str(UNVERIFIED_NOTE);
+        out.push('\n');
+    }
+    push_field(out, "title: ", item.title);
+    push_field(out, "summary: ", item.summary);
+    if let Some(resolution) = item.resolution {
+        push_field(out, "resolution: ", resolution);
+    }
+    out.push_str("</experience>\n");
 }
 
 /// A resident Memory section, `memory.global` or `memory.project`, at an accepted `revision`:
@@ -433,6 +452,59 @@ mod tests {
         );
         let empty = memory_section("memory.project", 0, &[]);
         assert!(empty.starts_with("<memory.project revision=\"0\">\nAccepted project memory"));
+    }
+
+    /// The identity [`experience_item`] documents: section tokens = frame + items.
+    #[test]
+    fn recall_render_section_tokens_are_frame_plus_items() {
+        use super::super::tokens::count;
+        let frame = count(&experiences_section(&[]));
+        let mut texts: Vec<String> = ATTACKS.iter().map(|a| (*a).to_owned()).collect();
+        texts.extend([
+            String::new(),
+            " ".into(),
+            "trailing spaces   ".into(),
+            "trailing newline\n".into(),
+            "trailing newlines \n\n  \n".into(),
+            "ends with punctuation ->".into(),
+            "ends with a tag >".into(),
+            "数据库迁移时丢失消息".into(),
+            "'s 've 'll".into(),
+            "12345".into(),
+            "\u{3000}".into(),
+            "x".repeat(300),
+        ]);
+        for (i, a) in texts.iter().enumerate() {
+            for b in &texts[i..] {
+                let items = [
+                    item(a, b, "verified"),
+                    item(b, a, "unverified"),
+                    RenderedItem {
+                        id: a,
+                        kind: b,
+                        verification: "verified",
+                        source: a,
+                        title: b,
+                        summary: a,
+                        resolution: None,
+                        sha256: b,
+                    },
+                ];
+                let parts: usize = items.iter().map(|i| count(&experience_item(i))).sum();
+                assert_eq!(
+                    count(&experiences_section(&items)),
+                    frame + parts,
+                    "{a:?} / {b:?}"
+                );
+                assert_eq!(
+                    experiences_section(&items[..1]),
+                    format!(
+                        "<learning.experiences>\n{EXPERIENCES_PREAMBLE}\n{}</learning.experiences>\n",
+                        experience_item(&items[0])
+                    )
+                );
+            }
+        }
     }
 
     #[test]
