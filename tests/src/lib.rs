@@ -191,10 +191,27 @@ impl TestDb {
     }
 
     pub async fn sqlite() -> TestDb {
+        TestDb::sqlite_with(true).await
+    }
+
+    /// A database of `backend` with no schema at all (connected, not migrated): for claims
+    /// about what start-up does to a fresh database.
+    pub async fn unmigrated(backend: Backend) -> TestDb {
+        match backend {
+            Backend::Sqlite => TestDb::sqlite_with(false).await,
+            Backend::Postgres => TestDb::postgres_with(false).await,
+        }
+    }
+
+    async fn sqlite_with(migrate: bool) -> TestDb {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("zuno.db");
         let options = ConnectOptions::sqlite_file(&path);
-        let db = Db::open(&options).await.expect("open sqlite");
+        let db = if migrate {
+            Db::open(&options).await.expect("open sqlite")
+        } else {
+            Db::connect(&options).await.expect("connect sqlite")
+        };
         TestDb {
             db,
             url: options.url,
@@ -204,6 +221,10 @@ impl TestDb {
     }
 
     pub async fn postgres() -> TestDb {
+        TestDb::postgres_with(true).await
+    }
+
+    async fn postgres_with(migrate: bool) -> TestDb {
         let admin_url = postgres_admin_url();
         let name = format!("zuno_test_{}", uuid::Uuid::new_v4().simple());
         let admin = Db::connect(&ConnectOptions::new(admin_url.clone()))
@@ -216,9 +237,16 @@ impl TestDb {
             .expect("create test database");
         admin.close().await;
         let url = database_url(&admin_url, &name);
-        let db = Db::open(&ConnectOptions::new(url.clone()))
-            .await
-            .expect("open postgres test database");
+        let options = ConnectOptions::new(url.clone());
+        let db = if migrate {
+            Db::open(&options)
+                .await
+                .expect("open postgres test database")
+        } else {
+            Db::connect(&options)
+                .await
+                .expect("connect to the postgres test database")
+        };
         TestDb {
             db,
             url,

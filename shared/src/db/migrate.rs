@@ -77,8 +77,90 @@ fn migrator(backend: Backend) -> &'static Migrator {
     }
 }
 
-/// Applies pending migrations after verifying what is already applied.
+/// The key of the Postgres advisory lock that serializes start-up migrations across processes
+/// (`zuno-migrate` in ASCII). sqlx's migrator takes its own lock, but only around applying;
+/// verifying, fingerprinting and recording the fingerprint happen outside it.
+const MIGRATION_LOCK_KEY: i64 = 0x7a75_6e6f_2d6d_6967;
+
+/// Held while one process verifies, applies and records the schema; released on drop (the
+/// Postgres session ends, the directory's descriptor closes), so a crashed process never keeps it.
+enum MigrationLock {
+    Postgres(sqlx::PgConnection),
+    SqliteDirectory(std::fs::File),
+    None,
+}
+
+impl MigrationLock {
+    /// Waits for the start-up lock of `db`'s database. Without it, processes of a fleet starting
+    /// together race: one sees another's half-applied schema as an altered fingerprint, and
+    /// Postgres's `CREATE TABLE IF NOT EXISTS` is not safe against a concurrent creator.
+    async fn acquire(db: &Db) -> Result<MigrationLock, MigrationError> {
+        match db.pool() {
+            Pool::Postgres(pool) => {
+                use sqlx::Connection;
+                // A connection of its own, outside the pool: the lock lives as long as it does.
+                let mut connection =
+                    sqlx::PgConnection::connect_with(&pool.connect_options()).await?;
+                sqlx::query("SELECT pg_advisory_lock($1)")
+                    .bind(MIGRATION_LOCK_KEY)
+                    .execute(&mut connection)
+                    .await?;
+                Ok(MigrationLock::Postgres(connection))
+            }
+            Pool::Sqlite(pool) => {
+                let options = pool.connect_options();
+                let path = options.get_filename();
+                if path.as_os_str().is_empty() || path.to_string_lossy().starts_with(':') {
+                    // In-memory: no other process can open it.
+                    return Ok(MigrationLock::None);
+                }
+                // The lock is an exclusive `flock` on the database's directory: it creates no
+                // file beside the database, and unlike a descriptor on the database file itself
+                // closing it cannot drop SQLite's own (POSIX record) locks.
+                let directory = match path.parent() {
+                    Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+                    _ => std::path::PathBuf::from("."),
+                };
+                let file = tokio::task::spawn_blocking(move || {
+                    let file = std::fs::File::open(&directory)?;
+                    file.lock()?;
+                    Ok::<_, std::io::Error>(file)
+                })
+                .await
+                .map_err(|error| MigrationError::Failed(error.to_string()))?
+                .map_err(|error| {
+                    MigrationError::Failed(format!("cannot take the migration lock: {error}"))
+                })?;
+                Ok(MigrationLock::SqliteDirectory(file))
+            }
+        }
+    }
+
+    async fn release(self) {
+        match self {
+            MigrationLock::Postgres(connection) => {
+                use sqlx::Connection;
+                // Closing the session releases the lock; an error only means it is gone already.
+                let _ = connection.close().await;
+            }
+            MigrationLock::SqliteDirectory(directory) => {
+                let _ = directory.unlock();
+            }
+            MigrationLock::None => {}
+        }
+    }
+}
+
+/// Applies pending migrations after verifying what is already applied, holding the start-up
+/// lock so that processes starting together migrate one at a time.
 pub(super) async fn migrate(db: &Db) -> Result<MigrationReport, MigrationError> {
+    let lock = MigrationLock::acquire(db).await?;
+    let report = migrate_locked(db).await;
+    lock.release().await;
+    report
+}
+
+async fn migrate_locked(db: &Db) -> Result<MigrationReport, MigrationError> {
     let verified = verify(db).await?;
     let migrator = migrator(db.backend());
     // Postgres serializes concurrent migrators with an advisory lock inside sqlx. SQLite has no
