@@ -70,27 +70,29 @@ pub struct Experience {
 }
 
 #[derive(sqlx::FromRow)]
-struct ExperienceRow {
-    id: String,
-    project_id: String,
-    session_id: Option<String>,
-    job_id: Option<String>,
-    ordinal: Option<i64>,
-    origin: String,
-    extractor_version: Option<String>,
-    kind: String,
-    title: String,
-    summary: String,
-    resolution: Option<String>,
-    confidence: f64,
-    verification: String,
-    status: String,
-    content_digest: String,
-    use_count: i64,
-    last_used_at: Option<i64>,
-    created_at: i64,
-    updated_at: i64,
-    forgotten_at: Option<i64>,
+/// One `experience_record` row as [`EXPERIENCE_COLUMNS`] selects it; [`with_evidence`]
+/// turns rows into [`Experience`]s.
+pub(crate) struct ExperienceRow {
+    pub(crate) id: String,
+    pub(crate) project_id: String,
+    pub(crate) session_id: Option<String>,
+    pub(crate) job_id: Option<String>,
+    pub(crate) ordinal: Option<i64>,
+    pub(crate) origin: String,
+    pub(crate) extractor_version: Option<String>,
+    pub(crate) kind: String,
+    pub(crate) title: String,
+    pub(crate) summary: String,
+    pub(crate) resolution: Option<String>,
+    pub(crate) confidence: f64,
+    pub(crate) verification: String,
+    pub(crate) status: String,
+    pub(crate) content_digest: String,
+    pub(crate) use_count: i64,
+    pub(crate) last_used_at: Option<i64>,
+    pub(crate) created_at: i64,
+    pub(crate) updated_at: i64,
+    pub(crate) forgotten_at: Option<i64>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -412,8 +414,7 @@ pub async fn list(
         .bind(project_id).bind(limit).bind(offset).fetch_all(pool).await)?;
     let total: i64 = crate::on_db!(db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM experience_record WHERE project_id = $1")
         .bind(project_id).fetch_one(pool).await)?;
-    let evidence = load_evidence(db, rows.iter().map(|r| r.id.as_str())).await?;
-    Ok((evidence_for(rows, evidence).await?, total))
+    Ok((with_evidence(db, rows).await?, total))
 }
 
 /// Experiences an extraction job stored (or a session produced).
@@ -423,6 +424,14 @@ pub async fn for_session(db: &Db, session_id: &str) -> Result<Vec<Experience>, S
     );
     let rows: Vec<ExperienceRow> = crate::on_db!(db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
         .bind(session_id).fetch_all(pool).await)?;
+    with_evidence(db, rows).await
+}
+
+/// `rows` as experiences, in the same order, with their evidence read in one query.
+pub(crate) async fn with_evidence(
+    db: &Db,
+    rows: Vec<ExperienceRow>,
+) -> Result<Vec<Experience>, StoreError> {
     let evidence = load_evidence(db, rows.iter().map(|r| r.id.as_str())).await?;
     evidence_for(rows, evidence).await
 }

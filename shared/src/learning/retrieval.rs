@@ -13,8 +13,7 @@ use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
-use super::experience::{EXPERIENCE_COLUMNS, Evidence, Experience};
-use super::extraction::ExperienceKind;
+use super::experience::{self, EXPERIENCE_COLUMNS, Experience, ExperienceRow};
 use super::recall::query::{self, MatchMode, QueryTerms};
 use super::recall::{render, tokens};
 use super::{events, policy, signals};
@@ -63,109 +62,10 @@ struct RankRow {
 /// A live candidate: the stored experience plus the feedback columns ranking reads, in one row.
 #[derive(sqlx::FromRow)]
 struct CandidateRow {
-    id: String,
-    project_id: String,
-    session_id: Option<String>,
-    job_id: Option<String>,
-    ordinal: Option<i64>,
-    origin: String,
-    extractor_version: Option<String>,
-    kind: String,
-    title: String,
-    summary: String,
-    resolution: Option<String>,
-    confidence: f64,
-    verification: String,
-    status: String,
-    content_digest: String,
-    use_count: i64,
-    last_used_at: Option<i64>,
-    created_at: i64,
-    updated_at: i64,
-    forgotten_at: Option<i64>,
+    #[sqlx(flatten)]
+    record: ExperienceRow,
     feedback_score: f64,
     violations: i64,
-}
-
-impl CandidateRow {
-    fn into_experience(self, evidence: Vec<Evidence>) -> Result<Experience, StoreError> {
-        Ok(Experience {
-            kind: ExperienceKind::parse(&self.kind)
-                .ok_or_else(|| StoreError::Corrupt(format!("experience kind `{}`", self.kind)))?,
-            evidence,
-            id: self.id,
-            project_id: self.project_id,
-            session_id: self.session_id,
-            job_id: self.job_id,
-            ordinal: self.ordinal,
-            origin: self.origin,
-            extractor_version: self.extractor_version,
-            title: self.title,
-            summary: self.summary,
-            resolution: self.resolution,
-            confidence: self.confidence,
-            verification: self.verification,
-            status: self.status,
-            content_digest: self.content_digest,
-            use_count: self.use_count,
-            last_used_at: self.last_used_at,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            forgotten_at: self.forgotten_at,
-        })
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct EvidenceRow {
-    experience_id: String,
-    ordinal: i64,
-    source_id: String,
-    address: Option<String>,
-    message_id: Option<String>,
-    excerpt: String,
-    raw_digest: Option<String>,
-    redacted_digest: Option<String>,
-    verified: bool,
-    detail: Option<String>,
-}
-
-/// The evidence of `ids`, in one query, grouped by experience and ordered by ordinal.
-async fn evidence_of(db: &Db, ids: &[&str]) -> Result<HashMap<String, Vec<Evidence>>, StoreError> {
-    let mut grouped: HashMap<String, Vec<Evidence>> = HashMap::new();
-    if ids.is_empty() {
-        return Ok(grouped);
-    }
-    let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
-    let sql = format!(
-        "SELECT experience_id, ordinal, source_id, address, message_id, excerpt, raw_digest, redacted_digest, verified, detail \
-         FROM experience_evidence WHERE experience_id IN ({}) ORDER BY experience_id, ordinal",
-        placeholders.join(", ")
-    );
-    let rows: Vec<EvidenceRow> = crate::on_db!(db, pool => {
-        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
-        for id in ids {
-            query = query.bind(*id);
-        }
-        query.fetch_all(pool).await
-    })?;
-    for row in rows {
-        grouped
-            .entry(row.experience_id)
-            .or_default()
-            .push(Evidence {
-                ordinal: row.ordinal,
-                source_id: row.source_id,
-                address: row.address,
-                message_id: row.message_id,
-                excerpt: row.excerpt,
-                raw_digest: row.raw_digest,
-                redacted_digest: row.redacted_digest,
-                verified: row.verified,
-                detail: row.detail,
-            });
-    }
-    Ok(grouped)
 }
 
 #[derive(sqlx::FromRow)]
@@ -374,8 +274,9 @@ async fn text_candidates(
     Ok(ranked)
 }
 
-fn final_score(relevance: f64, signals: &CandidateRow, now: i64) -> f64 {
+fn final_score(relevance: f64, candidate: &CandidateRow, now: i64) -> f64 {
     use ranking::*;
+    let signals = &candidate.record;
     let verification = if signals.verification == "verified" {
         1.0
     } else {
@@ -384,7 +285,7 @@ fn final_score(relevance: f64, signals: &CandidateRow, now: i64) -> f64 {
     let age_days = ((now - signals.created_at).max(0) as f64) / 86_400_000.0;
     let recency = 1.0 - RECENCY_SHARE + RECENCY_SHARE * 0.5_f64.powf(age_days / HALF_LIFE_DAYS);
     let uses = 1.0 + USE_WEIGHT * ((1 + signals.use_count.max(0)) as f64).ln();
-    let feedback = (1.0 + signals.feedback_score).clamp(0.2, 2.0);
+    let feedback = (1.0 + candidate.feedback_score).clamp(0.2, 2.0);
     let confidence = 0.5 + 0.5 * signals.confidence.clamp(0.0, 1.0);
     relevance * verification * recency * uses * feedback * confidence
 }
@@ -438,31 +339,34 @@ async fn ranked(
         candidates.iter().map(|(id, r)| (id.as_str(), *r)).collect();
     let mut scored: Vec<(CandidateRow, f64, f64)> = rows
         .into_iter()
-        .filter(|s| s.project_id == project_id)
-        .filter(|s| {
+        .filter(|c| c.record.project_id == project_id)
+        .filter(|c| {
             !automatic
-                || (s.violations <= ranking::MAX_VIOLATIONS
-                    && s.feedback_score > ranking::PRUNE_SCORE)
+                || (c.violations <= ranking::MAX_VIOLATIONS
+                    && c.feedback_score > ranking::PRUNE_SCORE)
         })
-        .map(|s| {
-            let r = relevance.get(s.id.as_str()).copied().unwrap_or(0.0);
-            let score = final_score(r, &s, now);
-            (s, r, score)
+        .map(|c| {
+            let r = relevance.get(c.record.id.as_str()).copied().unwrap_or(0.0);
+            let score = final_score(r, &c, now);
+            (c, r, score)
         })
         .collect();
-    scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.id.cmp(&b.0.id)));
+    scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.record.id.cmp(&b.0.record.id)));
     scored.truncate(limit);
-    let ids: Vec<&str> = scored.iter().map(|(row, _, _)| row.id.as_str()).collect();
-    let mut evidence = evidence_of(db, &ids).await?;
-    let mut hits = Vec::with_capacity(scored.len());
-    for (row, relevance, score) in scored {
-        let cited = evidence.remove(&row.id).unwrap_or_default();
-        hits.push(SearchHit {
-            experience: row.into_experience(cited)?,
+    let (records, scores): (Vec<ExperienceRow>, Vec<(f64, f64)>) = scored
+        .into_iter()
+        .map(|(candidate, relevance, score)| (candidate.record, (relevance, score)))
+        .unzip();
+    let experiences = experience::with_evidence(db, records).await?;
+    let hits = experiences
+        .into_iter()
+        .zip(scores)
+        .map(|(experience, (relevance, score))| SearchHit {
+            experience,
             relevance,
             score,
-        });
-    }
+        })
+        .collect();
     Ok(hits)
 }
 
