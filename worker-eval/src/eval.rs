@@ -15,10 +15,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use zuno_shared::learning::usage::{self, UsageRecord};
-use zuno_shared::ledger::{Job, JobKind, JobOrigin};
+use zuno_shared::ledger::{Job, JobKind};
 use zuno_shared::provider::{LearningModelClient, LearningRequest, ResolvedModel, resolve_model};
-use zuno_shared::runtime::{JobContext, JobError, JobHandler};
+use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 use zuno_shared::skills::SkillService;
 use zuno_shared::skills::candidate::candidate_in;
 use zuno_shared::skills::evaluation::{
@@ -35,10 +34,6 @@ impl EvaluateHandler {
     pub fn new(skills: SkillService, client: LearningModelClient) -> EvaluateHandler {
         EvaluateHandler { skills, client }
     }
-}
-
-fn store_error(error: impl std::fmt::Display) -> JobError {
-    JobError::retryable(error.to_string())
 }
 
 const ATTEMPT_SYSTEM: &str = "You are a coding agent working offline on one task. You may call the listed tools; \
@@ -88,40 +83,16 @@ impl EvaluateHandler {
         let timeout = remaining(deadline).min(Duration::from_millis(
             self.skills.config().learning.execution.timeout_ms,
         ));
-        let called = self
-            .client
-            .complete_validated(model, request, timeout, validate)
-            .await;
-        let (tokens, failure) = match &called {
-            Ok(response) => (response.usage, None),
-            Err(failure) => (failure.usage, Some(&failure.error)),
-        };
-        let job = ctx.job();
-        let mut tx = ctx.fenced_tx().await?;
-        usage::record_call_in(
-            &mut tx,
-            &UsageRecord {
-                job_id: Some(&job.id),
-                project_id: Some(project_id),
-                provider: &model.provider,
-                model: &model.model,
-                automatic: job.origin != JobOrigin::Manual,
-                input_tokens: tokens.input_tokens,
-                output_tokens: tokens.output_tokens,
-            },
-            failure,
-            ctx.ledger.now_ms(),
+        model_call::ask_for_job(
+            ctx,
+            &self.client,
+            model,
+            request,
+            timeout,
+            Some(project_id),
+            validate,
         )
         .await
-        .map_err(store_error)?;
-        tx.commit().await.map_err(store_error)?;
-        called.map(|r| r.value).map_err(|failure| {
-            if failure.is_permanent() {
-                JobError::permanent(failure.to_string())
-            } else {
-                JobError::retryable(failure.to_string())
-            }
-        })
     }
 
     /// One bounded multi-step attempt through the cassette dispatcher.
@@ -302,21 +273,18 @@ impl JobHandler for EvaluateHandler {
             return Err(JobError::permanent("an evaluation job needs a runId"));
         };
         let db = ctx.ledger.db().clone();
-        let mut read = db.begin_read().await.map_err(store_error)?;
-        let run = run_in(&mut read, &run_id).await.map_err(store_error)?;
+        let mut read = db.begin_read().await?;
+        let run = run_in(&mut read, &run_id).await?;
         let Some(run) = run else {
             return Err(JobError::permanent(format!(
                 "evaluation run `{run_id}` was not found"
             )));
         };
         let candidate = candidate_in(&mut read, &run.candidate_id)
-            .await
-            .map_err(store_error)?
+            .await?
             .ok_or_else(|| JobError::permanent("the candidate of this evaluation is gone"))?;
-        let cases = cases_in(&mut read, &run.suite_id)
-            .await
-            .map_err(store_error)?;
-        read.rollback().await.map_err(store_error)?;
+        let cases = cases_in(&mut read, &run.suite_id).await?;
+        read.rollback().await?;
         if run.state != "running" {
             let settlement = ctx.begin_settlement().await?;
             return Ok(settlement
@@ -331,9 +299,7 @@ impl JobHandler for EvaluateHandler {
             Err(error) => {
                 let diagnostic = format!("the learning model is unavailable: {error}");
                 let mut settlement = ctx.begin_settlement().await?;
-                end_run_in(settlement.tx().await?, &run, "cancelled", &diagnostic, now)
-                    .await
-                    .map_err(store_error)?;
+                end_run_in(settlement.tx().await?, &run, "cancelled", &diagnostic, now).await?;
                 return Ok(settlement
                     .fail(&diagnostic, Some(json!({ "runId": run.id })))
                     .await?);
@@ -363,8 +329,7 @@ impl JobHandler for EvaluateHandler {
                 let mut settlement = ctx.begin_settlement().await?;
                 let settled =
                     settle_verdict_in(settlement.tx().await?, &run, &records, &verdict, now)
-                        .await
-                        .map_err(store_error)?;
+                        .await?;
                 let outcome = if !settled {
                     "superseded"
                 } else if verdict.passed {
@@ -382,9 +347,7 @@ impl JobHandler for EvaluateHandler {
                     run.deadline_at
                 );
                 let mut settlement = ctx.begin_settlement().await?;
-                end_run_in(settlement.tx().await?, &run, "expired", &diagnostic, now)
-                    .await
-                    .map_err(store_error)?;
+                end_run_in(settlement.tx().await?, &run, "expired", &diagnostic, now).await?;
                 Ok(settlement
                     .complete(
                         json!({ "outcome": "expired", "runId": run.id, "diagnostic": diagnostic }),
@@ -399,7 +362,7 @@ impl JobHandler for EvaluateHandler {
                 self.skills
                     .end_run(&run, "cancelled", diagnostic)
                     .await
-                    .map_err(store_error)?;
+                    .map_err(|error| JobError::retryable(error.to_string()))?;
                 Err(JobError::LeaseLost)
             }
         }

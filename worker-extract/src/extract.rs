@@ -61,10 +61,6 @@ struct Answer {
     output_tokens: u64,
 }
 
-fn store_error(error: impl std::fmt::Display) -> JobError {
-    JobError::retryable(error.to_string())
-}
-
 #[async_trait::async_trait]
 impl JobHandler for ExtractHandler {
     fn kind(&self) -> JobKind {
@@ -76,14 +72,13 @@ impl JobHandler for ExtractHandler {
         let db = ctx.ledger.db().clone();
 
         // 1. The bound source, rebuilt from stored rows.
-        let mut read = db.begin_read().await.map_err(store_error)?;
+        let mut read = db.begin_read().await?;
         let snapshot = SourceSnapshot::load_in(&mut read, &job.id)
-            .await
-            .map_err(store_error)?
+            .await?
             .ok_or_else(|| {
                 JobError::SourceChanged(String::from("the job has no bound source snapshot"))
             })?;
-        let manifest = match snapshot.check_in(&mut read).await.map_err(store_error)? {
+        let manifest = match snapshot.check_in(&mut read).await? {
             SourceCheck::Current(manifest) => manifest,
             SourceCheck::Changed(reason) | SourceCheck::Unavailable(reason) => {
                 return Err(JobError::SourceChanged(reason));
@@ -93,10 +88,9 @@ impl JobHandler for ExtractHandler {
             sqlx::query_scalar("SELECT model FROM session WHERE id = $1")
                 .bind(&snapshot.session_id)
                 .fetch_optional(conn)
-                .await)
-        .map_err(store_error)?
+                .await)?
         .flatten();
-        read.rollback().await.map_err(store_error)?;
+        read.rollback().await?;
 
         let version = job
             .extractor_version
@@ -155,9 +149,7 @@ impl JobHandler for ExtractHandler {
         receipt_event["extractorVersion"] = serde_json::json!(version);
         receipt_event["manifestDigest"] = serde_json::json!(manifest.digest);
         let mut tx = ctx.fenced_tx().await?;
-        manifest::persist_in(&mut tx, &job.id, &manifest)
-            .await
-            .map_err(store_error)?;
+        manifest::persist_in(&mut tx, &job.id, &manifest).await?;
         events::append_in(
             &mut tx,
             events::EXTRACTION_REQUEST,
@@ -165,9 +157,8 @@ impl JobHandler for ExtractHandler {
             &receipt_event,
             ctx.ledger.now_ms(),
         )
-        .await
-        .map_err(store_error)?;
-        tx.commit().await.map_err(store_error)?;
+        .await?;
+        tx.commit().await?;
 
         // 3–4. Run the extractor; record usage and provider health whatever the outcome.
         let automatic = matches!(job.origin, JobOrigin::ClosedTurn | JobOrigin::Legacy);
@@ -292,8 +283,7 @@ impl JobHandler for ExtractHandler {
             &validated,
             now,
         )
-        .await
-        .map_err(store_error)?;
+        .await?;
         // Only completed extractions enter memory maintenance.
         if stored.verified > 0 {
             let trigger = stored
@@ -322,9 +312,7 @@ impl JobHandler for ExtractHandler {
         let mut outcome = result.clone();
         outcome["requestId"] = serde_json::json!(answer.request_id);
         outcome["terminal"] = serde_json::json!("completed");
-        events::append_in(tx, events::EXTRACTION_OUTCOME, &scope, &outcome, now)
-            .await
-            .map_err(store_error)?;
+        events::append_in(tx, events::EXTRACTION_OUTCOME, &scope, &outcome, now).await?;
         let settled = settlement.complete(result).await?;
         let metrics = zuno_shared::telemetry::metrics::learning();
         for _ in 0..stored.verified {
@@ -351,23 +339,21 @@ impl ExtractHandler {
             sqlx::query_scalar("SELECT project_id FROM session WHERE id = $1")
                 .bind(&snapshot.session_id)
                 .fetch_optional(conn)
-                .await)
-        .map_err(store_error)?;
+                .await)?;
         if project.as_deref() != Some(snapshot.project_id.as_str()) {
             return Err(JobError::permanent(
                 "no durable project or session for this extraction",
             ));
         }
-        let current = policy::effective_in(tx, &snapshot.session_id, &self.config.learning, 0)
-            .await
-            .map_err(store_error)?;
+        let current =
+            policy::effective_in(tx, &snapshot.session_id, &self.config.learning, 0).await?;
         if current.generation != policy::Generation::Enabled {
             return Ok(Some(format!(
                 "learning generation became `{}` for this session",
                 current.generation.as_str()
             )));
         }
-        Ok(match snapshot.check_in(tx).await.map_err(store_error)? {
+        Ok(match snapshot.check_in(tx).await? {
             SourceCheck::Current(now) if now.digest == manifest.digest => None,
             SourceCheck::Current(_) => Some(String::from(
                 "the source manifest changed during extraction",
@@ -402,8 +388,7 @@ impl ExtractHandler {
             },
             now,
         )
-        .await
-        .map_err(store_error)?;
+        .await?;
         // Health: permanent credential or model failures mark the provider unhealthy; any
         // answer marks it healthy again. Transient failures say nothing about health.
         let health = match failure {
@@ -429,11 +414,9 @@ impl ExtractHandler {
             Some(_) => None,
         };
         if let Some(health) = health {
-            usage::set_health_in(&mut tx, &health)
-                .await
-                .map_err(store_error)?;
+            usage::set_health_in(&mut tx, &health).await?;
         }
-        tx.commit().await.map_err(store_error)?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -453,9 +436,8 @@ impl ExtractHandler {
             &outcome,
             ctx.ledger.now_ms(),
         )
-        .await
-        .map_err(store_error)?;
-        tx.commit().await.map_err(store_error)?;
+        .await?;
+        tx.commit().await?;
         Ok(())
     }
 }

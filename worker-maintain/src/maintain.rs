@@ -114,10 +114,6 @@ async fn moved_revision_in(
     Ok(None)
 }
 
-fn store_error(error: impl std::fmt::Display) -> JobError {
-    JobError::retryable(error.to_string())
-}
-
 fn normalize(text: &str) -> String {
     text.split_whitespace()
         .collect::<Vec<_>>()
@@ -144,12 +140,10 @@ impl JobHandler for MaintainHandler {
                 .await
                 .map_err(|e| JobError::retryable(e.to_string()))?;
         }
-        let mut read = db.begin_read().await.map_err(store_error)?;
-        let watermark: Option<(i64, String)> =
-            zuno_shared::on_tx!(&mut read, conn => sqlx::query_as(
+        let mut read = db.begin_read().await?;
+        let watermark: Option<(i64, String)> = zuno_shared::on_tx!(&mut read, conn => sqlx::query_as(
                 "SELECT watermark_at, watermark_id FROM memory_maintenance WHERE project_id = $1")
-            .bind(&project_id).fetch_optional(conn).await)
-            .map_err(store_error)?;
+            .bind(&project_id).fetch_optional(conn).await)?;
         let (mark_at, mark_id) = watermark.unwrap_or((i64::MIN, String::new()));
         // Validated inputs: verified, live, never unresolved issues, and backed by a user
         // statement or a successful tool result (or an explicit user record).
@@ -164,7 +158,7 @@ impl JobHandler for MaintainHandler {
                           AND s.verification IN ('user_statement', 'user_feedback', 'tool_succeeded'))) \
                  ORDER BY e.created_at, e.id LIMIT $4")
             .bind(&project_id).bind(mark_at).bind(&mark_id).bind(MAX_EXPERIENCES)
-            .fetch_all(conn).await).map_err(store_error)?;
+            .fetch_all(conn).await)?;
         let user_backed: HashSet<String> = {
             let mut set = HashSet::new();
             for input in &inputs {
@@ -173,7 +167,7 @@ impl JobHandler for MaintainHandler {
                          LEFT JOIN learning_source_record s ON s.job_id = e.job_id AND s.source_id = v.source_id \
                          WHERE v.experience_id = $1 AND v.verified = TRUE \
                            AND (e.origin = 'remember' OR s.verification IN ('user_statement', 'user_feedback'))")
-                    .bind(&input.id).fetch_one(conn).await).map_err(store_error)?;
+                    .bind(&input.id).fetch_one(conn).await)?;
                 if explicit > 0 {
                     set.insert(input.id.clone());
                 }
@@ -185,15 +179,11 @@ impl JobHandler for MaintainHandler {
             let mut rows: Vec<Hint> = zuno_shared::on_tx!(&mut read, conn => sqlx::query_as(
                     "SELECT experience_id, target, action, content, old_text, reason, confidence FROM memory_hint \
                      WHERE experience_id = $1 ORDER BY ordinal")
-                .bind(&input.id).fetch_all(conn).await).map_err(store_error)?;
+                .bind(&input.id).fetch_all(conn).await)?;
             hints.append(&mut rows);
         }
-        let project_view = store::view_in(&mut read, Scope::Project, Some(&project_id))
-            .await
-            .map_err(store_error)?;
-        let global_view = store::view_in(&mut read, Scope::Global, None)
-            .await
-            .map_err(store_error)?;
+        let project_view = store::view_in(&mut read, Scope::Project, Some(&project_id)).await?;
+        let global_view = store::view_in(&mut read, Scope::Global, None).await?;
         // The plan is made against these revisions; if either document moves before the plan
         // commits, the plan is stale and nothing commits.
         let planned_revisions = [
@@ -212,7 +202,7 @@ impl JobHandler for MaintainHandler {
         let global_entries = global_view
             .map(|v| v.entries.into_iter().map(|e| e.content).collect::<Vec<_>>())
             .unwrap_or_default();
-        read.rollback().await.map_err(store_error)?;
+        read.rollback().await?;
 
         let model_mode = extractor_version(&self.config) == MODEL_EXTRACTOR_VERSION;
         let mut plan = if model_mode && !inputs.is_empty() {
@@ -232,9 +222,7 @@ impl JobHandler for MaintainHandler {
             let mut settlement = ctx.begin_settlement().await?;
             let tx = settlement.tx().await?;
             if let Some((scope, expected, current)) =
-                moved_revision_in(tx, &project_id, &planned_revisions)
-                    .await
-                    .map_err(store_error)?
+                moved_revision_in(tx, &project_id, &planned_revisions).await?
             {
                 drop(settlement);
                 tracing::info!(
@@ -257,7 +245,7 @@ impl JobHandler for MaintainHandler {
                                 "INSERT INTO memory_maintenance (project_id, watermark_at, watermark_id, updated_at) VALUES ($1, $2, $3, $4) \
                                  ON CONFLICT (project_id) DO UPDATE SET watermark_at = excluded.watermark_at, watermark_id = excluded.watermark_id, updated_at = excluded.updated_at")
                             .bind(&project_id).bind(*at).bind(id).bind(ctx.ledger.now_ms())
-                            .execute(conn).await.map(|done| done.rows_affected())).map_err(store_error)?;
+                            .execute(conn).await.map(|done| done.rows_affected()))?;
                     }
                     let applied = staged.iter().filter(|s| s.applied).count();
                     let result = serde_json::json!({

@@ -21,11 +21,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use zuno_shared::config::Config;
-use zuno_shared::learning::usage::{self, UsageRecord};
 use zuno_shared::learning::{MODEL_EXTRACTOR_VERSION, extractor_version};
-use zuno_shared::ledger::{Job, JobKind, JobOrigin};
+use zuno_shared::ledger::{Job, JobKind};
 use zuno_shared::provider::{LearningModelClient, LearningRequest, resolve_model};
-use zuno_shared::runtime::{JobContext, JobError, JobHandler};
+use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 use zuno_shared::skills::SkillService;
 use zuno_shared::skills::candidate::propose_revocations_in;
 use zuno_shared::skills::pattern::{
@@ -35,18 +34,6 @@ use zuno_shared::skills::pattern::{
 
 /// At most this many new experiences are grouped per job; the rest wait for the next check.
 pub const MAX_INPUTS: i64 = 64;
-
-fn store_error(error: impl std::fmt::Display) -> JobError {
-    JobError::retryable(error.to_string())
-}
-
-fn provider_error(failure: zuno_shared::provider::ProviderFailure) -> JobError {
-    if failure.is_permanent() {
-        JobError::permanent(failure.to_string())
-    } else {
-        JobError::retryable(failure.to_string())
-    }
-}
 
 fn normalize(text: &str) -> String {
     text.split_whitespace()
@@ -151,34 +138,10 @@ async fn ask_model(
         schema: serde_json::json!({"type": "object", "required": ["groups"], "properties": {"groups": {"type": "array"}}}),
     };
     let timeout = Duration::from_millis(config.learning.execution.timeout_ms);
-    let called = client
-        .complete_validated(&model, &request, timeout, validate)
-        .await;
-    let (tokens, failure) = match &called {
-        Ok(response) => (response.usage, None),
-        Err(failure) => (failure.usage, Some(&failure.error)),
-    };
-    let job = ctx.job();
-    let mut tx = ctx.fenced_tx().await?;
-    usage::record_call_in(
-        &mut tx,
-        &UsageRecord {
-            job_id: Some(&job.id),
-            project_id,
-            provider: &model.provider,
-            model: &model.model,
-            automatic: job.origin != JobOrigin::Manual,
-            input_tokens: tokens.input_tokens,
-            output_tokens: tokens.output_tokens,
-        },
-        failure,
-        ctx.ledger.now_ms(),
-    )
-    .await
-    .map_err(store_error)?;
-    tx.commit().await.map_err(store_error)?;
-    let response = called.map_err(provider_error)?;
-    serde_json::from_value(response.value).map_err(|e| JobError::permanent(e.to_string()))
+    let value =
+        model_call::ask_for_job(ctx, client, &model, &request, timeout, project_id, validate)
+            .await?;
+    serde_json::from_value(value).map_err(|e| JobError::permanent(e.to_string()))
 }
 
 pub struct AggregateProjectHandler {
@@ -239,26 +202,18 @@ impl JobHandler for AggregateProjectHandler {
         let min_new = i64::from(config.learning.aggregation.min_new_records);
         let max_rules = config.learning.skill.max_learned_rules as usize;
         let db = ctx.ledger.db().clone();
-        let mut read = db.begin_read().await.map_err(store_error)?;
-        let (new_records, inputs) = new_inputs_in(&mut read, &project_id, MAX_INPUTS)
-            .await
-            .map_err(store_error)?;
-        let patterns = patterns_in(&mut read, Some(&project_id))
-            .await
-            .map_err(store_error)?;
-        read.rollback().await.map_err(store_error)?;
+        let mut read = db.begin_read().await?;
+        let (new_records, inputs) = new_inputs_in(&mut read, &project_id, MAX_INPUTS).await?;
+        let patterns = patterns_in(&mut read, Some(&project_id)).await?;
+        read.rollback().await?;
         if new_records < min_new {
             // The count gate is about grouping; an applied Skill whose evidence disappeared
             // (forgotten, superseded, source changed) is proposed for revocation regardless.
             let mut settlement = ctx.begin_settlement().await?;
             let tx = settlement.tx().await?;
             let now = ctx.ledger.now_ms();
-            pattern::lock_scope_in(tx, &project_key(&project_id), now)
-                .await
-                .map_err(store_error)?;
-            let revocations = propose_revocations_in(tx, &project_id, now)
-                .await
-                .map_err(store_error)?;
+            pattern::lock_scope_in(tx, &project_key(&project_id), now).await?;
+            let revocations = propose_revocations_in(tx, &project_id, now).await?;
             return Ok(settlement
                 .complete(serde_json::json!({
                     "outcome": "skipped",
@@ -308,16 +263,13 @@ impl JobHandler for AggregateProjectHandler {
         let mut settlement = ctx.begin_settlement().await?;
         let tx = settlement.tx().await?;
         let now = ctx.ledger.now_ms();
-        pattern::lock_scope_in(tx, &project_key(&project_id), now)
-            .await
-            .map_err(store_error)?;
+        pattern::lock_scope_in(tx, &project_key(&project_id), now).await?;
         let mut merged = Vec::new();
         let mut candidates = Vec::new();
         for group in &groups {
             let (merge, pattern_id) =
                 merge_project_group_in(tx, &project_id, group, max_rules, Some(&job.id), now)
-                    .await
-                    .map_err(store_error)?;
+                    .await?;
             if !matches!(merge, Merge::Suppressed)
                 && let Some(candidate) =
                     candidate_gate_in(&self.skills, tx, &pattern_id, false, now)
@@ -328,27 +280,20 @@ impl JobHandler for AggregateProjectHandler {
             }
             merged.push(serde_json::json!({ "patternId": pattern_id, "merge": merge }));
         }
-        let revocations = propose_revocations_in(tx, &project_id, now)
-            .await
-            .map_err(store_error)?;
+        let revocations = propose_revocations_in(tx, &project_id, now).await?;
         // The watermark passes every new record this job saw (eligible or not).
-        let (mark_at, mark_id) = pattern::watermark_in(tx, &project_key(&project_id))
-            .await
-            .map_err(store_error)?;
+        let (mark_at, mark_id) = pattern::watermark_in(tx, &project_key(&project_id)).await?;
         let newest: Option<(i64, String)> = zuno_shared::on_tx!(tx, conn => sqlx::query_as(
                 "SELECT created_at, id FROM experience_record WHERE project_id = $1 AND status = 'active' \
                  AND (created_at > $2 OR (created_at = $2 AND id > $3)) ORDER BY created_at DESC, id DESC LIMIT 1")
-            .bind(&project_id).bind(mark_at).bind(&mark_id).fetch_optional(conn).await)
-        .map_err(store_error)?;
+            .bind(&project_id).bind(mark_at).bind(&mark_id).fetch_optional(conn).await)?;
         let newest = match (inputs.len() as i64 == MAX_INPUTS, inputs.last()) {
             // A full batch: continue after the last grouped input next time.
             (true, Some(last)) => Some((last.created_at, last.id.clone())),
             _ => newest,
         };
         if let Some((at, id)) = &newest {
-            advance_watermark_in(tx, &project_key(&project_id), *at, id, now)
-                .await
-                .map_err(store_error)?;
+            advance_watermark_in(tx, &project_key(&project_id), *at, id, now).await?;
         }
         let result = serde_json::json!({
             "outcome": "aggregated",
@@ -391,21 +336,17 @@ impl JobHandler for AggregateGlobalHandler {
         let min_projects = config.learning.global_promotion.min_projects.max(1) as usize;
         let max_rules = config.learning.skill.max_learned_rules as usize;
         let db = ctx.ledger.db().clone();
-        let mut read = db.begin_read().await.map_err(store_error)?;
+        let mut read = db.begin_read().await?;
         let ids: Vec<String> = zuno_shared::on_tx!(&mut read, conn => sqlx::query_scalar(
                 "SELECT id FROM learning_pattern WHERE scope = 'project' AND state = 'promoted' ORDER BY id")
-            .fetch_all(conn).await)
-        .map_err(store_error)?;
+            .fetch_all(conn).await)?;
         let mut promoted = Vec::new();
         for id in ids {
-            if let Some(p) = pattern::pattern_in(&mut read, &id)
-                .await
-                .map_err(store_error)?
-            {
+            if let Some(p) = pattern::pattern_in(&mut read, &id).await? {
                 promoted.push(p);
             }
         }
-        read.rollback().await.map_err(store_error)?;
+        read.rollback().await?;
         let projects: BTreeSet<&str> = promoted
             .iter()
             .filter_map(|p| p.project_id.as_deref())
@@ -461,9 +402,7 @@ impl JobHandler for AggregateGlobalHandler {
         let mut settlement = ctx.begin_settlement().await?;
         let tx = settlement.tx().await?;
         let now = ctx.ledger.now_ms();
-        pattern::lock_scope_in(tx, pattern::GLOBAL_KEY, now)
-            .await
-            .map_err(store_error)?;
+        pattern::lock_scope_in(tx, pattern::GLOBAL_KEY, now).await?;
         let mut stored = Vec::new();
         for (concept, rules, sources) in &groups {
             let distinct: BTreeSet<&str> = sources
@@ -475,8 +414,7 @@ impl JobHandler for AggregateGlobalHandler {
             }
             let (merge, id) =
                 upsert_global_in(tx, concept, rules, sources, max_rules, Some(&job.id), now)
-                    .await
-                    .map_err(store_error)?;
+                    .await?;
             stored.push(
                 serde_json::json!({ "patternId": id, "merge": merge, "projects": distinct.len() }),
             );

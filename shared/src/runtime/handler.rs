@@ -119,6 +119,19 @@ impl From<LedgerError> for JobError {
     }
 }
 
+/// A storage failure inside a handler: the database may be back on the next attempt.
+impl From<crate::db::StoreError> for JobError {
+    fn from(error: crate::db::StoreError) -> JobError {
+        JobError::retryable(error.to_string())
+    }
+}
+
+impl From<sqlx::Error> for JobError {
+    fn from(error: sqlx::Error) -> JobError {
+        crate::db::StoreError::from(error).into()
+    }
+}
+
 /// The work of one job kind. `run` must settle the job through
 /// [`Ledger::begin_settlement`](crate::ledger::Ledger::begin_settlement) so its results commit
 /// in the same transaction as the lease check, and returns the settled job.

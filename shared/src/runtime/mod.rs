@@ -3,6 +3,7 @@
 //! settles through fenced transactions and shuts down gracefully.
 
 mod handler;
+pub mod model_call;
 pub mod process;
 mod runner;
 pub mod shutdown;
