@@ -32,6 +32,27 @@ pub fn corpus_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"))
 }
 
+/// A configuration whose learning model is the fake provider at `base_url` (provider `fake`,
+/// OpenAI Chat wire format, model `fake/fake-model`), each call bounded by `timeout_ms`.
+pub fn learning_config(base_url: &str, timeout_ms: u64) -> zuno_shared::config::Config {
+    use zuno_shared::config::{Config, ProviderApi, ProviderConfig};
+    let mut config = Config::default();
+    config.providers.insert(
+        "fake".into(),
+        ProviderConfig {
+            api: ProviderApi::OpenaiChat,
+            base_url: base_url.to_owned(),
+            api_key_env: None,
+            header_envs: Default::default(),
+            small_model: None,
+            models: Default::default(),
+        },
+    );
+    config.learning.extractor_model = Some("fake/fake-model".into());
+    config.learning.execution.timeout_ms = timeout_ms;
+    config
+}
+
 /// One scripted reply.
 #[derive(Debug, Clone)]
 pub struct Reply {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
-use zuno_shared::config::{Config, ProviderApi, ProviderConfig};
+use zuno_shared::config::Config;
 use zuno_shared::learning::{LearningIngestion, SourceGate, TurnOutcome};
 use zuno_shared::ledger::Ledger;
 use zuno_shared::memory::service::MemoryService;
@@ -25,21 +25,7 @@ pub struct World {
 
 /// A configuration whose extractor is the model behind `base_url` (OpenAI Chat wire format).
 pub fn model_config(base_url: &str) -> Config {
-    let mut config = Config::default();
-    config.providers.insert(
-        "fake".into(),
-        ProviderConfig {
-            api: ProviderApi::OpenaiChat,
-            base_url: base_url.to_owned(),
-            api_key_env: None,
-            header_envs: Default::default(),
-            small_model: None,
-            models: Default::default(),
-        },
-    );
-    config.learning.extractor_model = Some("fake/fake-model".into());
-    config.learning.execution.timeout_ms = 5_000;
-    config
+    zuno_tests::fake_provider::learning_config(base_url, 5_000)
 }
 
 impl World {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use zuno_shared::config::{Config, ProviderApi, ProviderConfig};
+use zuno_shared::config::Config;
 use zuno_shared::learning::LearningIngestion;
 use zuno_shared::ledger::{Job, JobFilter, JobKind, Ledger};
 use zuno_shared::provider::LearningModelClient;
@@ -32,21 +32,7 @@ pub struct World {
 
 /// The fake provider as the learning model (OpenAI Chat wire format).
 pub fn model_config(base_url: &str) -> Config {
-    let mut config = Config::default();
-    config.providers.insert(
-        "fake".into(),
-        ProviderConfig {
-            api: ProviderApi::OpenaiChat,
-            base_url: base_url.to_owned(),
-            api_key_env: None,
-            header_envs: Default::default(),
-            small_model: None,
-            models: Default::default(),
-        },
-    );
-    config.learning.extractor_model = Some("fake/fake-model".into());
-    config.learning.execution.timeout_ms = 10_000;
-    config
+    zuno_tests::fake_provider::learning_config(base_url, 10_000)
 }
 
 impl World {
