@@ -10,34 +10,15 @@ mod otlp;
 mod prometheus;
 
 use serde_json::json;
-use zuno_shared::config::{Config, ProviderApi, ProviderConfig};
 use zuno_tests::fake_provider::Reply;
 
-/// The provider name and model the tests configure (`learning.extractor_model`).
+/// The provider name and model that `fake_provider::learning_config` configures and the
+/// Prometheus test writes into its configuration file (`learning.extractor_model`).
 pub const PROVIDER: &str = "fake";
 pub const MODEL: &str = "fake-model";
 
 /// The user's correction that opens each turn; [`valid_answer`] cites an exact excerpt of it.
 pub const CORRECTION: &str = "No, don't use npm here; use pnpm. It keeps the lockfile consistent.";
-
-/// A configuration whose extractor is the model behind `base_url` (OpenAI Chat wire format).
-pub fn model_config(base_url: &str, timeout_ms: u64) -> Config {
-    let mut config = Config::default();
-    config.providers.insert(
-        PROVIDER.into(),
-        ProviderConfig {
-            api: ProviderApi::OpenaiChat,
-            base_url: base_url.to_owned(),
-            api_key_env: None,
-            header_envs: Default::default(),
-            small_model: None,
-            models: Default::default(),
-        },
-    );
-    config.learning.extractor_model = Some(format!("{PROVIDER}/{MODEL}"));
-    config.learning.execution.timeout_ms = timeout_ms;
-    config
-}
 
 /// The completed assistant turn (a tool call) that closes the turn and admits extraction.
 pub fn assistant_turn() -> serde_json::Value {

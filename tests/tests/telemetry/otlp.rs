@@ -22,7 +22,8 @@ use zuno_tests::server::TestServer;
 use zuno_worker_extract::extract::ExtractHandler;
 use zuno_worker_extract::provider::LearningModelClient;
 
-use crate::{assistant_turn, model_config, unauthorized, user_turn, valid_answer};
+use crate::{assistant_turn, unauthorized, user_turn, valid_answer};
+use zuno_tests::fake_provider::learning_config;
 
 /// Every metric issue #5 names, by its OTLP name (Prometheus adds `_total`/`_seconds`):
 /// queue depth, claim latency, job duration, attempts, fenced settlements, lease expiries,
@@ -64,7 +65,7 @@ async fn one_trace_from_admission_to_settlement_and_every_metric_over_otlp() {
 
     let fake = FakeProvider::start().await;
     let db = TestDb::sqlite().await;
-    let config = model_config(fake.base_url(), 5_000);
+    let config = learning_config(fake.base_url(), 5_000);
     let server = TestServer::start(&db, config.clone(), None).await;
     let (status, body) = server
         .post("/api/projects", serde_json::json!({"id": "p", "name": "p"}))
