@@ -703,6 +703,7 @@ mod tests {
             raw_digest: "raw".into(),
             redacted_digest: "red".into(),
             clipped: false,
+            context: false,
         }
     }
 

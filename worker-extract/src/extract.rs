@@ -102,7 +102,7 @@ impl JobHandler for ExtractHandler {
             job_id: Some(&job.id),
             message_id: Some(&snapshot.end_message_id),
         };
-        let extractor = if version == RULES_EXTRACTOR_VERSION {
+        let extractor = if rules::is_rules_version(&version) {
             Extractor::Rules
         } else {
             match resolve_model(&self.config, session_model.as_deref()) {
@@ -122,7 +122,7 @@ impl JobHandler for ExtractHandler {
             Extractor::Rules => {
                 let receipt = serde_json::json!({
                     "requestId": uuid::Uuid::new_v4().to_string(),
-                    "extractor": RULES_EXTRACTOR_VERSION,
+                    "extractor": version,
                     "provider": null,
                     "model": null,
                     "promptSha256": manifest.digest,
@@ -164,7 +164,7 @@ impl JobHandler for ExtractHandler {
         let automatic = matches!(job.origin, JobOrigin::ClosedTurn | JobOrigin::Legacy);
         let answer = match (&extractor, request) {
             (Extractor::Rules, _) => Answer {
-                output: rules::extract(&manifest),
+                output: rules::extract(&version, &manifest),
                 request_id,
                 provider_request_id: None,
                 repaired: false,

@@ -58,6 +58,7 @@ mod tests {
             raw_digest: "raw".into(),
             redacted_digest: "red".into(),
             clipped: false,
+            context: false,
         }]);
         let (system, user) = build(&manifest, false);
         assert!(system.contains("\"experiences\""), "schema in prompt");

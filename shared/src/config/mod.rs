@@ -38,6 +38,9 @@ pub struct LearningConfig {
     /// `provider/model` used for extraction; otherwise the provider's small model, then the
     /// session model.
     pub extractor_model: Option<String>,
+    /// The built-in extractor used when no provider is configured: `rules-2` (default) or
+    /// `rules-1`, kept for reprocessing comparisons.
+    pub rules_extractor: RulesExtractor,
     pub post_turn: PostTurnConfig,
     pub execution: ExecutionConfig,
     pub aggregation: AggregationConfig,
@@ -53,12 +56,33 @@ impl Default for LearningConfig {
             use_: true,
             generate: true,
             extractor_model: None,
+            rules_extractor: RulesExtractor::default(),
             post_turn: PostTurnConfig::default(),
             execution: ExecutionConfig::default(),
             aggregation: AggregationConfig::default(),
             global_promotion: GlobalPromotionConfig::default(),
             retrieval: RetrievalConfig::default(),
             skill: SkillConfig::default(),
+        }
+    }
+}
+
+/// Which built-in rules extractor runs without a provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RulesExtractor {
+    #[serde(rename = "rules-1")]
+    Rules1,
+    #[default]
+    #[serde(rename = "rules-2")]
+    Rules2,
+}
+
+impl RulesExtractor {
+    /// The extractor version its jobs are admitted under.
+    pub fn version(self) -> &'static str {
+        match self {
+            RulesExtractor::Rules1 => "rules-1",
+            RulesExtractor::Rules2 => "rules-2",
         }
     }
 }

@@ -59,6 +59,10 @@ pub struct SourceRecord {
     /// SHA-256 of the redacted text before clipping.
     pub redacted_digest: String,
     pub clipped: bool,
+    /// Read-only context from the turn before the bound one (what a correction refers to):
+    /// citable, never a source of new lessons by itself.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub context: bool,
 }
 
 /// Feedback on the terminal assistant message, as a source.
@@ -94,12 +98,16 @@ impl SourceManifest {
 }
 
 fn model_record(record: &SourceRecord) -> serde_json::Value {
-    serde_json::json!({
+    let mut view = serde_json::json!({
         "source_id": record.source_id,
         "kind": record.kind,
         "verification": record.verification,
         "text": record.text,
-    })
+    });
+    if record.context {
+        view["context"] = serde_json::Value::Bool(true);
+    }
+    view
 }
 
 /// Per-record floor when clipping: every record keeps at least this much of its text.
@@ -122,6 +130,96 @@ pub fn build(
     feedback: Option<&FeedbackSource>,
     max_input_bytes: usize,
 ) -> SourceManifest {
+    build_with_context(&[], window, feedback, max_input_bytes)
+}
+
+/// The share of the input budget the previous turn's context may take, and its absolute cap.
+const CONTEXT_SHARE: usize = 4;
+const MAX_CONTEXT_BYTES: usize = 8 * 1024;
+
+/// Like [`build`], with a bounded digest of the turn before (`context`, oldest first) as
+/// read-only records flagged `context`: its user prompt, the assistant's final text, its tool
+/// calls with their arguments and results. They come first, are counted in the input budget
+/// (at most a quarter of it, and 8 KiB) and are bound into the digest like every record.
+pub fn build_with_context(
+    context: &[Message],
+    window: &[Message],
+    feedback: Option<&FeedbackSource>,
+    max_input_bytes: usize,
+) -> SourceManifest {
+    let mut context_drafts = drafts_of(context);
+    let last_text = context_drafts
+        .iter()
+        .rposition(|d| d.kind == SourceKind::AssistantText);
+    let mut index = 0;
+    context_drafts.retain(|draft| {
+        let keep = draft.kind != SourceKind::AssistantText || Some(index) == last_text;
+        index += 1;
+        keep && matches!(
+            draft.kind,
+            SourceKind::UserText | SourceKind::AssistantText | SourceKind::ToolCall | SourceKind::ToolResult
+        )
+    });
+    let mut drafts = drafts_of(window);
+    if let Some(feedback) = feedback {
+        let raw = match &feedback.note {
+            Some(note) => format!("{} feedback: {note}", feedback.value),
+            None => format!("{} feedback", feedback.value),
+        };
+        drafts.push(Draft {
+            address: format!(
+                "feedback:{}:revision:{}",
+                feedback.message_id, feedback.revision
+            ),
+            message_id: Some(feedback.message_id.clone()),
+            part_ordinal: None,
+            kind: SourceKind::Feedback,
+            verification: Verification::UserFeedback,
+            raw,
+        });
+    }
+
+    let context_redacted: Vec<String> =
+        context_drafts.iter().map(|draft| redact(&draft.raw).text).collect();
+    let context_limit = (max_input_bytes / CONTEXT_SHARE).min(MAX_CONTEXT_BYTES);
+    let mut budgets = if context_drafts.is_empty() {
+        Vec::new()
+    } else {
+        allocate(&context_redacted, context_limit)
+    };
+    let context_used: usize = budgets.iter().sum::<usize>() + context_drafts.len() * 160;
+    let redacted: Vec<String> = drafts.iter().map(|draft| redact(&draft.raw).text).collect();
+    budgets.extend(allocate(&redacted, max_input_bytes.saturating_sub(context_used)));
+    let context_count = context_drafts.len();
+    let records: Vec<SourceRecord> = context_drafts
+        .into_iter()
+        .chain(drafts)
+        .zip(context_redacted.into_iter().chain(redacted))
+        .zip(budgets)
+        .enumerate()
+        .map(|(index, ((draft, redacted), budget))| {
+            let (text, clipped) = clip(&redacted, budget);
+            SourceRecord {
+                source_id: format!("S{}", index + 1),
+                address: draft.address,
+                message_id: draft.message_id,
+                part_ordinal: draft.part_ordinal,
+                kind: draft.kind,
+                verification: draft.verification,
+                raw_digest: sha256(&draft.raw),
+                redacted_digest: sha256(&redacted),
+                text,
+                clipped,
+                context: index < context_count,
+            }
+        })
+        .collect();
+    finish(records)
+}
+
+/// The source drafts of a window's parts: injected parts and host-generated user texts are
+/// never sources.
+fn drafts_of(window: &[Message]) -> Vec<Draft> {
     let mut drafts = Vec::new();
     for message in window {
         for stored in &message.parts {
@@ -204,48 +302,7 @@ pub fn build(
             }
         }
     }
-    if let Some(feedback) = feedback {
-        let raw = match &feedback.note {
-            Some(note) => format!("{} feedback: {note}", feedback.value),
-            None => format!("{} feedback", feedback.value),
-        };
-        drafts.push(Draft {
-            address: format!(
-                "feedback:{}:revision:{}",
-                feedback.message_id, feedback.revision
-            ),
-            message_id: Some(feedback.message_id.clone()),
-            part_ordinal: None,
-            kind: SourceKind::Feedback,
-            verification: Verification::UserFeedback,
-            raw,
-        });
-    }
-
-    let redacted: Vec<String> = drafts.iter().map(|draft| redact(&draft.raw).text).collect();
-    let budgets = allocate(&redacted, max_input_bytes);
-    let records: Vec<SourceRecord> = drafts
-        .into_iter()
-        .zip(redacted)
-        .zip(budgets)
-        .enumerate()
-        .map(|(index, ((draft, redacted), budget))| {
-            let (text, clipped) = clip(&redacted, budget);
-            SourceRecord {
-                source_id: format!("S{}", index + 1),
-                address: draft.address,
-                message_id: draft.message_id,
-                part_ordinal: draft.part_ordinal,
-                kind: draft.kind,
-                verification: draft.verification,
-                raw_digest: sha256(&draft.raw),
-                redacted_digest: sha256(&redacted),
-                text,
-                clipped,
-            }
-        })
-        .collect();
-    finish(records)
+    drafts
 }
 
 /// Rebuilds the manifest value (digest and size) from persisted records.

@@ -288,7 +288,7 @@ pub async fn project_status(
     Ok(ProjectStatus {
         project_id: project_id.to_owned(),
         extractor_version: version.to_owned(),
-        extractor: String::from(if version == super::RULES_EXTRACTOR_VERSION {
+        extractor: String::from(if super::rules::is_rules_version(version) {
             "rules"
         } else {
             "model"

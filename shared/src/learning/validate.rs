@@ -351,6 +351,7 @@ mod tests {
             raw_digest: "r".into(),
             redacted_digest: "d".into(),
             clipped: false,
+            context: false,
         }])
     }
 

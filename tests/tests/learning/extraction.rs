@@ -447,6 +447,7 @@ mod resumed {
             raw_digest: "r".into(),
             redacted_digest: "d".into(),
             clipped: false,
+            context: false,
         }]);
         let output = ExtractionOutput {
             experiences: vec![ProposedExperience {

@@ -30,16 +30,19 @@ use crate::transcript::{
     Message, MessageStatus, NewMessage, NewSession, Role, Session, TranscriptError, TranscriptStore,
 };
 
-/// The built-in rules extractor's version. A new version admits one upgrade job per source.
-pub const RULES_EXTRACTOR_VERSION: &str = "rules-1";
+/// The first rules extractor's version, kept for reprocessing comparisons.
+pub const RULES_EXTRACTOR_VERSION: &str = super::rules::RULES_1;
+/// The default rules extractor's version.
+pub const RULES_2_EXTRACTOR_VERSION: &str = super::rules::RULES_2;
 /// The model extractor's version.
 pub const MODEL_EXTRACTOR_VERSION: &str = "model-1";
 
 /// The extractor new jobs are admitted for: the model extractor when a provider is configured,
-/// else the built-in rules extractor.
+/// else the configured rules extractor (`rules-2` unless `learning.rules_extractor` says
+/// `rules-1`).
 pub fn extractor_version(config: &Config) -> &'static str {
     if config.providers.is_empty() {
-        RULES_EXTRACTOR_VERSION
+        config.learning.rules_extractor.version()
     } else {
         MODEL_EXTRACTOR_VERSION
     }

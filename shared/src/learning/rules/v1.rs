@@ -1,5 +1,5 @@
-//! The built-in rules extractor (`rules-1`): used when no model provider is configured, and by
-//! users who do not want transcripts to leave the machine.
+//! The first built-in rules extractor (`rules-1`), kept selectable (`learning.rules_extractor`)
+//! so old extractions can be reprocessed and compared; `rules-2` ([`super::v2`]) is the default.
 //!
 //! Rules decide only what is certain (spec 003: "rules handle determinism, the model handles
 //! ambiguity"): an explicit correction, rejection or stated preference in the user's own words,
@@ -11,12 +11,16 @@
 use std::collections::HashSet;
 use std::ops::Range;
 
-use super::extraction::{
+use super::super::extraction::{
     Citation, ExperienceKind, ExtractionOutput, MemoryAction, MemoryTarget, ProposedExperience,
     ProposedMemoryHint,
 };
-use super::manifest::{SourceKind, SourceManifest, SourceRecord, Verification};
-use super::signals::{self, Signal, SignalKind, Strength};
+use super::super::manifest::{SourceKind, SourceManifest, SourceRecord, Verification};
+use super::super::signals::{self, Signal, SignalKind, Strength};
+use super::common::{
+    ceil_boundary, cut, floor_boundary, is_exit_banner, is_failure, is_success, prefix, round2,
+    tool_name,
+};
 
 /// At most this many experiences per manifest; the strongest (then earliest) are kept.
 const MAX_EXPERIENCES: usize = 10;
@@ -277,37 +281,8 @@ fn recovered_errors<'a>(
     out
 }
 
-fn is_failure(record: &SourceRecord) -> bool {
-    let failed = (record.kind == SourceKind::ToolResult
-        && record.verification == Verification::ToolFailed)
-        || record.kind == SourceKind::Error;
-    // Claude Code records the user declining a tool call as a failed result (formats.md §2.3);
-    // it is a decision, not an error anything recovered from.
-    failed
-        && !record
-            .text
-            .trim_start()
-            .starts_with("The user doesn't want to proceed with this tool use")
-}
 
-fn is_success(record: &SourceRecord) -> bool {
-    record.kind == SourceKind::ToolResult && record.verification == Verification::ToolSucceeded
-}
 
-/// The tool a result belongs to: the first word of the call record for the same part.
-fn tool_name<'a>(records: &'a [SourceRecord], result: &SourceRecord) -> Option<&'a str> {
-    if result.kind != SourceKind::ToolResult {
-        return None;
-    }
-    records
-        .iter()
-        .find(|record| {
-            record.kind == SourceKind::ToolCall
-                && record.message_id == result.message_id
-                && record.part_ordinal == result.part_ordinal
-        })
-        .and_then(|call| call.text.split_whitespace().next())
-}
 
 /// The first informative line of a tool output, trimmed and bounded. A bare exit-code banner
 /// ("Error: Exit code 1", formats.md §2.3) is skipped when a line follows: the next line says
@@ -326,15 +301,6 @@ fn first_line(text: &str) -> Option<&str> {
     Some(prefix(line, LINE_BYTES).trim_end())
 }
 
-fn is_exit_banner(line: &str) -> bool {
-    let rest = line.strip_prefix("Error:").map_or(line, str::trim_start);
-    let Some(code) = rest.strip_prefix("Exit code") else {
-        return false;
-    };
-    let code = code.trim_start_matches(':').trim();
-    let digits = code.strip_prefix('-').unwrap_or(code);
-    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
-}
 
 /// The exact sentence (or line) of `text` containing the phrase at `at..at + len`, extended
 /// to a neighbour when too short to verify, and windowed around the phrase when huge. Always a
@@ -440,41 +406,10 @@ fn title(sentence: &str) -> String {
     cut(core, TITLE_BYTES)
 }
 
-/// `text` bounded to `max` bytes; a cut one ends in `…` and never in whitespace.
-fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.trim_end().to_owned();
-    }
-    let head = prefix(text, max.saturating_sub('…'.len_utf8())).trim_end();
-    format!("{head}…")
-}
 
-/// The longest prefix of `text` of at most `max` bytes that ends on a char boundary: still an
-/// exact substring.
-fn prefix(text: &str, max: usize) -> &str {
-    &text[..floor_boundary(text, max)]
-}
 
-fn floor_boundary(text: &str, index: usize) -> usize {
-    let mut index = index.min(text.len());
-    while !text.is_char_boundary(index) {
-        index -= 1;
-    }
-    index
-}
 
-fn ceil_boundary(text: &str, index: usize) -> usize {
-    let mut index = index.min(text.len());
-    while !text.is_char_boundary(index) {
-        index += 1;
-    }
-    index
-}
 
-/// Confidences are stored and compared; `0.8 + 0.1` should be `0.9`, not `0.9000000000000001`.
-fn round2(value: f64) -> f64 {
-    (value * 100.0).round() / 100.0
-}
 
 #[cfg(test)]
 mod tests {
@@ -551,6 +486,7 @@ mod tests {
             raw_digest: "r".into(),
             redacted_digest: "d".into(),
             clipped: false,
+            context: false,
         }
     }
 

@@ -1,0 +1,239 @@
+//! Recovered errors: a command that really failed (the host recorded the tool result as failed)
+//! followed later in the turn by a DIFFERENT successful command with the same intent
+//! (`python x.py` → `python3 x.py`, `npm test` → `npm run test:unit`). The lesson names both
+//! commands and the error. Header lines some hosts print before the output (`Wall time: …`,
+//! `Output:`, `Exit code: 1`) are never taken for the error, and a success of the same command
+//! (a retry after an edit) is not a recovery.
+
+use std::ops::Range;
+
+use super::super::common::{cut, is_exit_banner, is_failure, is_success};
+use crate::learning::extraction::{Citation, ExperienceKind, ProposedExperience};
+use crate::learning::manifest::{SourceKind, SourceRecord};
+
+/// At most this many recoveries per turn: a long debugging session is one lesson, not dozens.
+pub const MAX_RECOVERED: usize = 3;
+const CONFIDENCE: f64 = 0.7;
+const ERROR_LINE_BYTES: usize = 300;
+const COMMAND_BYTES: usize = 160;
+const TITLE_BYTES: usize = 80;
+
+/// A recovered error and where it was found.
+pub struct Recovery {
+    pub position: usize,
+    pub experience: ProposedExperience,
+}
+
+/// The recoveries in `records` (context records excluded: they belong to an earlier turn).
+pub fn recoveries(records: &[SourceRecord]) -> Vec<Recovery> {
+    let mut found: Vec<Recovery> = Vec::new();
+    for (index, failed) in records.iter().enumerate() {
+        if found.len() == MAX_RECOVERED {
+            break;
+        }
+        if failed.context || failed.kind != SourceKind::ToolResult || !is_failure(failed) {
+            continue;
+        }
+        let Some(failed_call) = call_of(records, failed) else {
+            continue;
+        };
+        let Some(failed_command) = command(&failed_call.text) else {
+            continue;
+        };
+        let Some(error) = error_line(&failed.text) else {
+            continue;
+        };
+        let recovered = records[index + 1..].iter().filter(|r| !r.context && is_success(r)).find_map(|success| {
+            let call = call_of(records, success)?;
+            let command = command(&call.text)?;
+            (tool(&call.text) == tool(&failed_call.text) && same_intent(&failed_command, &command))
+                .then_some((call, command))
+        });
+        let Some((success_call, success_command)) = recovered else {
+            continue;
+        };
+        if found.iter().any(|r| r.experience.summary.contains(&format!("`{success_command}`"))) {
+            continue;
+        }
+        let (Some(failed_excerpt), Some(success_excerpt)) = (
+            excerpt_of(&failed_call.text, &failed_command),
+            excerpt_of(&success_call.text, &success_command),
+        ) else {
+            continue;
+        };
+        let error_text = &failed.text[error.clone()];
+        let (from, to) = (cut(&failed_command, COMMAND_BYTES), cut(&success_command, COMMAND_BYTES));
+        found.push(Recovery {
+            position: index,
+            experience: ProposedExperience {
+                kind: ExperienceKind::Problem,
+                title: cut(&format!("Use `{to}`, not `{from}`"), TITLE_BYTES),
+                summary: format!(
+                    "Use `{to}` instead of `{from}`: `{from}` failed with \"{}\".",
+                    cut(error_text, ERROR_LINE_BYTES)
+                ),
+                resolution: Some(format!("`{to}` succeeded.")),
+                citations: vec![
+                    Citation { source_id: failed_call.source_id.clone(), excerpt: failed_excerpt },
+                    Citation { source_id: failed.source_id.clone(), excerpt: error_text.to_owned() },
+                    Citation { source_id: success_call.source_id.clone(), excerpt: success_excerpt },
+                ],
+                confidence: CONFIDENCE,
+            },
+        });
+    }
+    found
+}
+
+/// The call record of a tool result (same message and part).
+fn call_of<'a>(records: &'a [SourceRecord], result: &SourceRecord) -> Option<&'a SourceRecord> {
+    records.iter().find(|record| {
+        record.kind == SourceKind::ToolCall
+            && record.message_id == result.message_id
+            && record.part_ordinal == result.part_ordinal
+    })
+}
+
+/// The tool name of a call record (`bash {"command": …}` → `bash`).
+fn tool(call: &str) -> &str {
+    call.split_whitespace().next().unwrap_or_default()
+}
+
+/// The shell command of a call record: its `command`/`cmd`/`script` argument (a string, or an
+/// argv array joined by spaces), whitespace collapsed.
+pub fn command(call: &str) -> Option<String> {
+    let json = call.split_once(' ').map(|(_, rest)| rest)?;
+    let arguments: serde_json::Value = serde_json::from_str(json).ok()?;
+    let value = ["command", "cmd", "script", "input"]
+        .iter()
+        .find_map(|key| arguments.get(key))?;
+    let text = match value {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .filter_map(|item| item.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => return None,
+    };
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    (!collapsed.is_empty()).then_some(collapsed)
+}
+
+/// An exact excerpt of the call record that shows `command`: the command itself when the record
+/// holds it verbatim, else its JSON-escaped form, else the longest verbatim word of it.
+fn excerpt_of(call: &str, command: &str) -> Option<String> {
+    if call.contains(command) {
+        return Some(command.to_owned());
+    }
+    let escaped = serde_json::to_string(command).ok()?;
+    let escaped = escaped.trim_matches('"');
+    if call.contains(escaped) {
+        return Some(escaped.to_owned());
+    }
+    command
+        .split_whitespace()
+        .filter(|word| word.chars().count() >= 4 && call.contains(*word))
+        .max_by_key(|word| word.len())
+        .map(str::to_owned)
+}
+
+/// Two different commands that try to do the same thing: the same arguments under another
+/// program (`python x.py` / `python3 x.py`), or the same program with a shared subcommand word
+/// (`npm test` / `npm run test:unit`).
+fn same_intent(failed: &str, succeeded: &str) -> bool {
+    if failed == succeeded {
+        return false;
+    }
+    let (failed_program, failed_rest) = failed.split_once(' ').unwrap_or((failed, ""));
+    let (program, rest) = succeeded.split_once(' ').unwrap_or((succeeded, ""));
+    if failed_program != program {
+        return !rest.is_empty() && rest == failed_rest
+            || (family(failed_program).is_some() && family(failed_program) == family(program) && !rest.is_empty() && words(rest).iter().any(|w| words(failed_rest).contains(w)));
+    }
+    let shared = words(rest);
+    words(failed_rest).iter().any(|word| shared.iter().any(|other| other.contains(word.as_str()) || word.contains(other.as_str())))
+}
+
+/// Significant words of a command's arguments: no flags, at least 3 characters.
+fn words(arguments: &str) -> Vec<String> {
+    arguments
+        .split(|c: char| c.is_whitespace() || c == ':' || c == '=')
+        .filter(|word| word.len() >= 3 && !word.starts_with('-'))
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Programs that replace one another.
+fn family(program: &str) -> Option<u8> {
+    const FAMILIES: [&[&str]; 6] = [
+        &["npm", "yarn", "pnpm", "bun", "npx", "pnpx"],
+        &["pip", "pip3", "uv", "poetry", "pipenv", "conda"],
+        &["python", "python3", "py", "python2"],
+        &["docker", "podman", "nerdctl"],
+        &["make", "gmake", "cmake", "ninja"],
+        &["node", "deno", "bun"],
+    ];
+    FAMILIES
+        .iter()
+        .position(|family| family.contains(&program))
+        .map(|i| i as u8)
+}
+
+/// The first line of a failed output that says what failed: header lines (`Wall time:`,
+/// `Output:`, `Chunk ID:`, `Process exited with code 1`, an exit-code banner) are skipped.
+fn error_line(text: &str) -> Option<Range<usize>> {
+    let mut offset = 0;
+    for line in text.split('\n') {
+        let start = offset;
+        offset += line.len() + 1;
+        let trimmed = line.trim();
+        if trimmed.is_empty() || is_header(trimmed) {
+            continue;
+        }
+        let lead = line.len() - line.trim_start().len();
+        let begin = start + lead;
+        return Some(begin..begin + trimmed.len());
+    }
+    None
+}
+
+fn is_header(line: &str) -> bool {
+    const HEADERS: [&str; 8] = [
+        "Wall time:", "Output:", "Chunk ID:", "Original token count:", "Process exited with code",
+        "Exit code:", "Command:", "Total output lines:",
+    ];
+    is_exit_banner(line) || HEADERS.iter().any(|header| line.starts_with(header))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intent() {
+        assert!(same_intent("python x.py", "python3 x.py"));
+        assert!(same_intent("npm test", "npm run test:unit"));
+        assert!(same_intent("npm install", "pnpm install"));
+        assert!(!same_intent("npm test", "npm test"));
+        assert!(!same_intent("git status", "git log"));
+        assert!(!same_intent("ls", "cat README.md"));
+    }
+
+    #[test]
+    fn headers_are_not_errors() {
+        let text = "Wall time: 0.1 seconds\nOutput:\nbash: python: command not found\n";
+        let range = error_line(text).unwrap();
+        assert_eq!(&text[range], "bash: python: command not found");
+        assert_eq!(error_line("Wall time: 0.1 seconds\nOutput:\n"), None);
+        let banner = "Error: Exit code 1\nnpm ERR! Missing script: \"test\"";
+        assert_eq!(&banner[error_line(banner).unwrap()], "npm ERR! Missing script: \"test\"");
+    }
+
+    #[test]
+    fn commands_from_call_records() {
+        assert_eq!(command(r#"bash {"command":"python3  x.py"}"#).as_deref(), Some("python3 x.py"));
+        assert_eq!(command(r#"shell {"command":["bash","-lc","ls"]}"#).as_deref(), Some("bash -lc ls"));
+        assert_eq!(command(r#"edit {"path":"a.rs"}"#), None);
+    }
+}
