@@ -2,5 +2,6 @@
 //! operator CLI.
 
 pub mod cli;
+pub mod eval;
 pub mod http;
 pub mod serve;

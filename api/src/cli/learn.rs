@@ -118,6 +118,22 @@ pub enum LearnAction {
     SkillReject { candidate_id: String },
     /// Undo an applied Skill.
     SkillUndo { candidate_id: String },
+    /// Measure what the configured extractor learns from labelled transcripts
+    /// (docs/learning-eval.md): a fresh store per file, never your own data.
+    Eval(EvalArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct EvalArgs {
+    /// Labels files (one per transcript).
+    #[arg(required = true, num_args = 1..)]
+    pub labels: Vec<std::path::PathBuf>,
+    /// The corpus root that labels name their transcripts in.
+    #[arg(long, default_value = "../shared/corpus")]
+    pub corpus: std::path::PathBuf,
+    /// The root `project:` transcript paths are relative to.
+    #[arg(long, default_value = ".")]
+    pub repository: std::path::PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -203,9 +219,13 @@ pub async fn learn(
     common: Common,
     action: LearnAction,
 ) -> Result<(), CliError> {
+    if let LearnAction::Eval(args) = action {
+        return eval(global, &common, args).await;
+    }
     let client = ApiClient::connect(global, &common.server).await?;
     let p = encode(&project(&common)?);
     let answer = match action {
+        LearnAction::Eval(_) => unreachable!("handled above"),
         LearnAction::Status => client.get(&format!("/api/projects/{p}/learn/status")).await,
         LearnAction::List { offset } => {
             client
@@ -562,4 +582,35 @@ fn outline(value: &Value, depth: usize, out: &mut String) {
         }
         other => out.push_str(&format!("{pad}{}\n", scalar(other).unwrap_or_default())),
     }
+}
+
+/// `zuno learn eval`: the learning-quality harness. With a `postgres://` `--database-url` each
+/// file gets a fresh database on that server; otherwise a fresh SQLite file.
+async fn eval(global: &GlobalArgs, common: &Common, args: EvalArgs) -> Result<(), CliError> {
+    let settings = global.settings()?;
+    let store = match &global.database_url {
+        Some(url) if url.starts_with("postgres") => crate::eval::StoreChoice::Postgres {
+            admin_url: url.clone(),
+        },
+        _ => crate::eval::StoreChoice::Sqlite,
+    };
+    let options = crate::eval::EvalOptions {
+        labels: args.labels,
+        corpus: args.corpus,
+        repository: args.repository,
+        store,
+        config: settings.config,
+    };
+    let report = crate::eval::run(&options)
+        .await
+        .map_err(|error| CliError::new(error.exit_code(), error.to_string()))?;
+    if common.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| CliError::new(CliError::FAILURE, e.to_string()))?
+        );
+    } else {
+        print!("{}", crate::eval::print_text(&report));
+    }
+    Ok(())
 }

@@ -76,9 +76,12 @@ pub fn assess(window: &[Message], has_feedback: bool) -> Eligibility {
             .iter()
             .flat_map(|m| m.parts.iter().map(move |p| (m.role, &p.part)))
     };
-    if parts().any(|(_, p)| {
+    // Only the terminal message's tools decide: a tool left pending in an earlier message of
+    // the window belongs to a turn the user interrupted and moved on from, and the correction
+    // typed after it must still be learned.
+    if terminal.parts.iter().any(|p| {
         matches!(
-            p,
+            p.part,
             Part::ToolCall {
                 status: ToolStatus::Pending,
                 ..
@@ -110,7 +113,7 @@ pub fn assess(window: &[Message], has_feedback: bool) -> Eligibility {
             Part::Text { text, .. } => {
                 if role == Role::User
                     && !signals::is_host_generated(text)
-                    && signals::is_explicit_correction(text)
+                    && super::rules::v2::has_instruction(text)
                 {
                     push(EligibilityReason::UserCorrection);
                 }

@@ -66,6 +66,8 @@ pub struct Experience {
     pub created_at: i64,
     pub updated_at: i64,
     pub forgotten_at: Option<i64>,
+    /// Retrieval keywords: searched with the text, never rendered into prompts.
+    pub keywords: Vec<String>,
     pub evidence: Vec<Evidence>,
 }
 
@@ -93,6 +95,7 @@ pub(crate) struct ExperienceRow {
     pub(crate) created_at: i64,
     pub(crate) updated_at: i64,
     pub(crate) forgotten_at: Option<i64>,
+    pub(crate) keywords: String,
 }
 
 #[derive(sqlx::FromRow)]
@@ -111,7 +114,7 @@ struct EvidenceRow {
 
 pub(crate) const EXPERIENCE_COLUMNS: &str = "id, project_id, session_id, job_id, ordinal, origin, extractor_version, kind, \
     title, summary, resolution, confidence, verification, status, content_digest, use_count, last_used_at, created_at, \
-    updated_at, forgotten_at";
+    updated_at, forgotten_at, keywords";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ExperienceError {
@@ -174,8 +177,9 @@ pub async fn insert_extraction_in(
             experience.resolution.as_deref(),
         );
         let sql = "INSERT INTO experience_record (id, project_id, session_id, job_id, ordinal, origin, extractor_version, \
-                     kind, title, summary, resolution, confidence, verification, status, content_digest, created_at, updated_at) \
-                   VALUES ($1, $2, $3, $4, $5, 'extraction', $6, $7, $8, $9, $10, $11, $12, 'active', $13, $14, $14) \
+                     kind, title, summary, resolution, confidence, verification, status, content_digest, created_at, updated_at, \
+                     keywords) \
+                   VALUES ($1, $2, $3, $4, $5, 'extraction', $6, $7, $8, $9, $10, $11, $12, 'active', $13, $14, $14, $15) \
                    ON CONFLICT (job_id, ordinal) DO NOTHING";
         let new_id = crate::ids::new_id("exp");
         let inserted = crate::on_tx!(tx, conn => sqlx::query(sql)
@@ -193,6 +197,7 @@ pub async fn insert_extraction_in(
             .bind(verification)
             .bind(&digest)
             .bind(now)
+            .bind(experience.keywords.join("\n"))
             .execute(conn)
             .await
             .map(|done| done.rows_affected()))?;
@@ -376,6 +381,12 @@ async fn evidence_for(
                 created_at: row.created_at,
                 updated_at: row.updated_at,
                 forgotten_at: row.forgotten_at,
+                keywords: row
+                    .keywords
+                    .lines()
+                    .filter(|k| !k.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
             })
         })
         .collect()

@@ -64,6 +64,9 @@ pub struct ProposedExperience {
     pub citations: Vec<Citation>,
     /// A probability in [0, 1]; anything else fails the whole job.
     pub confidence: f64,
+    /// Retrieval keywords (tools, commands, files, the situation): searched, never rendered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keywords: Vec<String>,
 }
 
 /// Where a memory hint would apply.

@@ -333,8 +333,8 @@ pub async fn persist_in(
     manifest: &SourceManifest,
 ) -> Result<(), crate::db::StoreError> {
     let sql = "INSERT INTO learning_source_record (job_id, source_id, address, message_id, part_ordinal, kind, \
-                 verification, text, raw_digest, redacted_digest, clipped) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (job_id, source_id) DO NOTHING";
+                 verification, text, raw_digest, redacted_digest, clipped, context) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id, source_id) DO NOTHING";
     for record in &manifest.records {
         let kind = serde_json::to_value(record.kind)
             .ok()
@@ -356,6 +356,7 @@ pub async fn persist_in(
             .bind(&record.raw_digest)
             .bind(&record.redacted_digest)
             .bind(record.clipped)
+            .bind(record.context)
             .execute(conn)
             .await
             .map(|done| done.rows_affected()))?;
@@ -368,8 +369,8 @@ pub async fn load_persisted(
     db: &crate::db::Db,
     job_id: &str,
 ) -> Result<Vec<serde_json::Value>, crate::db::StoreError> {
-    let sql = "SELECT source_id, address, message_id, kind, verification, text, raw_digest, redacted_digest, clipped \
-               FROM learning_source_record WHERE job_id = $1";
+    let sql = "SELECT source_id, address, message_id, kind, verification, text, raw_digest, redacted_digest, clipped, \
+               context FROM learning_source_record WHERE job_id = $1";
     #[derive(sqlx::FromRow)]
     struct Row {
         source_id: String,
@@ -381,6 +382,7 @@ pub async fn load_persisted(
         raw_digest: String,
         redacted_digest: String,
         clipped: bool,
+        context: bool,
     }
     let rows: Vec<Row> =
         crate::on_db!(db, pool => sqlx::query_as(sql).bind(job_id).fetch_all(pool).await)?;
@@ -390,7 +392,7 @@ pub async fn load_persisted(
             serde_json::json!({
                 "sourceId": row.source_id, "address": row.address, "messageId": row.message_id, "kind": row.kind,
                 "verification": row.verification, "text": row.text, "rawDigest": row.raw_digest,
-                "redactedDigest": row.redacted_digest, "clipped": row.clipped,
+                "redactedDigest": row.redacted_digest, "clipped": row.clipped, "context": row.context,
             })
         })
         .collect();

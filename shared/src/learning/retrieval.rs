@@ -74,6 +74,7 @@ struct RecentRow {
     title: String,
     summary: String,
     resolution: Option<String>,
+    keywords: String,
 }
 
 /// `text LIKE '%needle%'` as SQLite evaluates it for a literal needle: a substring test that
@@ -156,12 +157,12 @@ async fn text_candidates(
                     continue;
                 };
                 let matcher =
-                    format!("scope:\"{scope}\" AND {{title summary resolution}}: ({expression})");
+                    format!("scope:\"{scope}\" AND {{title summary resolution keywords}}: ({expression})");
                 // Best first by bm25 with the ADR's column weights (scope 0, title 5, summary 2,
-                // resolution 1), ties by row; the id lookup only for the rows kept.
+                // resolution 1, keywords 1), ties by row; the id lookup only for the rows kept.
                 let sql = format!(
                     "SELECT k.experience_id AS id, best.relevance AS relevance FROM \
-                       (SELECT rowid AS num, -bm25({table}, 0.0, 5.0, 2.0, 1.0) AS relevance FROM {table} \
+                       (SELECT rowid AS num, -bm25({table}, 0.0, 5.0, 2.0, 1.0, 1.0) AS relevance FROM {table} \
                         WHERE {table} MATCH $1 ORDER BY relevance DESC, rowid LIMIT $2) best \
                      JOIN experience_search_key k ON k.num = best.num \
                      ORDER BY best.relevance DESC, best.num"
@@ -180,7 +181,7 @@ async fn text_candidates(
                 // (newest first) containing it, as `LIKE '%term%'` would find them. One pass
                 // instead of one scan per term, and a substring search instead of SQL `LIKE`.
                 let recent: Vec<RecentRow> = sqlx::query_as(
-                    "SELECT id, title, summary, resolution FROM experience_record \
+                    "SELECT id, title, summary, resolution, keywords FROM experience_record \
                      WHERE project_id = $1 ORDER BY created_at DESC LIMIT $2",
                 )
                 .bind(project_id)
@@ -196,6 +197,7 @@ async fn text_candidates(
                                 || r.resolution
                                     .as_deref()
                                     .is_some_and(|t| like_contains(t, term))
+                                || like_contains(&r.keywords, term)
                         })
                         .take(CANDIDATES as usize)
                         .map(|r| RankRow {
@@ -249,7 +251,7 @@ async fn text_candidates(
                     .collect();
                 if !cjk.is_empty() {
                     let conditions: Vec<String> = (0..cjk.len()).map(|i| format!(
-                        "(coalesce(title, '') || ' ' || coalesce(summary, '') || ' ' || coalesce(resolution, '')) ILIKE ${}", i + 3)).collect();
+                        "(coalesce(title, '') || ' ' || coalesce(summary, '') || ' ' || coalesce(resolution, '') || ' ' || keywords) ILIKE ${}", i + 3)).collect();
                     let joined = conditions.join(match mode {
                         MatchMode::Any => " OR ",
                         MatchMode::All => " AND ",

@@ -31,6 +31,9 @@ pub struct SourceSnapshot {
     pub manifest_digest: String,
     /// The `max_input_bytes` the manifest was bounded by.
     pub input_bound: i64,
+    /// First message of the turn before the window, bound as read-only context (its messages
+    /// run up to `start_seq - 1`); `None` when the snapshot has no context.
+    pub context_start_seq: Option<i64>,
 }
 
 /// The result of revalidating a snapshot.
@@ -43,10 +46,11 @@ pub enum SourceCheck {
 }
 
 impl SourceSnapshot {
-    /// Binds the closed `window` (oldest first, ending with a completed assistant message) and
-    /// its bounded manifest.
+    /// Binds the closed `window` (oldest first, ending with a completed assistant message), the
+    /// turn before it as `context`, and their bounded manifest.
     pub fn capture(
         project_id: &str,
+        context: &[Message],
         window: &[Message],
         manifest: &SourceManifest,
         input_bound: usize,
@@ -64,14 +68,15 @@ impl SourceSnapshot {
             terminal_digest: message_digest(last),
             manifest_digest: manifest.digest.clone(),
             input_bound: i64::try_from(input_bound).unwrap_or(i64::MAX),
+            context_start_seq: context.first().map(|m| m.seq),
         })
     }
 
     pub async fn insert_in(&self, tx: &mut Tx, job_id: &str) -> Result<(), StoreError> {
         let sql = "INSERT INTO learning_source_snapshot (job_id, project_id, session_id, \
                      start_message_id, end_message_id, start_seq, end_seq, completed_at, \
-                     terminal_digest, manifest_digest, input_bound) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (job_id) DO NOTHING";
+                     terminal_digest, manifest_digest, input_bound, context_start_seq) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id) DO NOTHING";
         crate::on_tx!(tx, conn => sqlx::query(sql)
             .bind(job_id)
             .bind(&self.project_id)
@@ -84,6 +89,7 @@ impl SourceSnapshot {
             .bind(&self.terminal_digest)
             .bind(&self.manifest_digest)
             .bind(self.input_bound)
+            .bind(self.context_start_seq)
             .execute(conn)
             .await
             .map(|done| done.rows_affected()))?;
@@ -92,7 +98,8 @@ impl SourceSnapshot {
 
     pub async fn load_in(tx: &mut Tx, job_id: &str) -> Result<Option<SourceSnapshot>, StoreError> {
         let sql = "SELECT project_id, session_id, start_message_id, end_message_id, start_seq, \
-                     end_seq, completed_at, terminal_digest, manifest_digest, input_bound \
+                     end_seq, completed_at, terminal_digest, manifest_digest, input_bound, \
+                     context_start_seq \
                    FROM learning_source_snapshot WHERE job_id = $1";
         Ok(crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(job_id).fetch_optional(conn).await)?)
     }
@@ -128,8 +135,21 @@ impl SourceSnapshot {
                 "the terminal message changed",
             )));
         }
+        let context = match self.context_start_seq {
+            Some(start) if start < self.start_seq => {
+                match TranscriptStore::window_in(tx, &self.session_id, start, self.start_seq - 1)
+                    .await
+                {
+                    Ok(context) => context,
+                    Err(crate::transcript::TranscriptError::Store(error)) => return Err(error),
+                    Err(other) => return Ok(SourceCheck::Unavailable(other.to_string())),
+                }
+            }
+            _ => Vec::new(),
+        };
         let manifest = manifest_for(
             tx,
+            &context,
             &window,
             usize::try_from(self.input_bound).unwrap_or(usize::MAX),
         )
@@ -143,9 +163,11 @@ impl SourceSnapshot {
     }
 }
 
-/// The manifest of a window, with current feedback on its terminal message.
+/// The manifest of a window (with the turn before it as read-only `context`, possibly empty),
+/// with current feedback on its terminal message.
 pub async fn manifest_for(
     tx: &mut Tx,
+    context: &[Message],
     window: &[Message],
     input_bound: usize,
 ) -> Result<SourceManifest, StoreError> {
@@ -160,7 +182,12 @@ pub async fn manifest_for(
             }),
         None => None,
     };
-    Ok(manifest::build(window, feedback.as_ref(), input_bound))
+    Ok(manifest::build_with_context(
+        context,
+        window,
+        feedback.as_ref(),
+        input_bound,
+    ))
 }
 
 /// The `(message id, raw digest)` pairs a manifest cites, for the forgotten-source check.

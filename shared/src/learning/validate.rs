@@ -22,6 +22,8 @@ pub const MAX_HINTS: usize = 50;
 const MAX_TITLE_CHARS: usize = 200;
 const MAX_TEXT_CHARS: usize = 4000;
 const MIN_EXCERPT_CHARS: usize = 4;
+const MAX_KEYWORDS: usize = 24;
+const MAX_KEYWORD_CHARS: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -59,6 +61,8 @@ pub struct ValidExperience {
     pub confidence: f64,
     pub citations: Vec<CheckedCitation>,
     pub verified: bool,
+    /// Retrieval keywords, trimmed, de-duplicated and bounded.
+    pub keywords: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -129,6 +133,23 @@ fn probability(field: String, value: f64) -> Result<f64, WholeJobFailure> {
     }
 }
 
+/// At most [`MAX_KEYWORDS`] distinct keywords of at most [`MAX_KEYWORD_CHARS`] characters,
+/// whitespace collapsed, in the order given.
+fn keywords(given: &[String]) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::new();
+    for keyword in given {
+        let keyword = keyword.split_whitespace().collect::<Vec<_>>().join(" ");
+        let keyword: String = keyword.chars().take(MAX_KEYWORD_CHARS).collect();
+        if !keyword.is_empty() && !kept.iter().any(|k| k.eq_ignore_ascii_case(&keyword)) {
+            kept.push(keyword);
+        }
+        if kept.len() == MAX_KEYWORDS {
+            break;
+        }
+    }
+    kept
+}
+
 fn bounded(text: &str, limit: usize) -> String {
     if text.chars().count() <= limit {
         return text.to_owned();
@@ -177,6 +198,9 @@ pub fn validate(
         for citation in &experience.citations {
             fields.push(("experiences.citations", citation.excerpt.as_str()));
         }
+        for keyword in &experience.keywords {
+            fields.push(("experiences.keywords", keyword.as_str()));
+        }
         if let Some((field, detail)) = fields
             .iter()
             .find_map(|(field, text)| encoding_problem(text).map(|d| (*field, d)))
@@ -209,6 +233,7 @@ pub fn validate(
             confidence: experience.confidence,
             citations,
             verified,
+            keywords: keywords(&experience.keywords),
         });
     }
 
@@ -366,6 +391,7 @@ mod tests {
                 excerpt: excerpt.into(),
             }],
             confidence: 0.8,
+            keywords: Vec::new(),
         }
     }
 

@@ -249,3 +249,32 @@ pub async fn revisions(
         crate::on_db!(db, pool => sqlx::query_as(sql).bind(document_id).bind(limit).fetch_all(pool).await)?,
     )
 }
+
+/// A current resident entry with the experiences that support it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedEntry {
+    pub scope: Scope,
+    pub entry: Entry,
+    pub experience_ids: Vec<String>,
+}
+
+/// The current entries of the global document and of `project_id`'s document, each with its
+/// supporting experiences (for audits and the learning-quality harness).
+pub async fn supported_entries(db: &Db, project_id: &str) -> Result<Vec<SupportedEntry>, StoreError> {
+    let mut tx = db.begin_read().await?;
+    let mut found = Vec::new();
+    for scope in [Scope::Global, Scope::Project] {
+        let Some(view) = view_in(&mut tx, scope, Some(project_id)).await? else {
+            continue;
+        };
+        for entry in view.entries {
+            let experience_ids: Vec<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+                    "SELECT experience_id FROM memory_provenance WHERE entry_id = $1 ORDER BY experience_id")
+                .bind(&entry.id).fetch_all(conn).await)?;
+            found.push(SupportedEntry { scope, entry, experience_ids });
+        }
+    }
+    tx.rollback().await?;
+    Ok(found)
+}

@@ -460,6 +460,7 @@ mod resumed {
                     excerpt: "Use pnpm".into(),
                 }],
                 confidence: 0.8,
+                keywords: Vec::new(),
             }],
             memories: vec![ProposedMemoryHint {
                 experience_ordinal: 0,

@@ -277,6 +277,23 @@ impl LearningIngestion {
         Ok(outcome)
     }
 
+    /// The turn before `window` (what a correction in it may refer to, an interrupted turn
+    /// included), oldest first; empty when the window starts the session.
+    async fn context_before_in(
+        tx: &mut Tx,
+        window: &[Message],
+    ) -> Result<Vec<Message>, TranscriptError> {
+        let Some(first) = window.first() else {
+            return Ok(Vec::new());
+        };
+        let end = TranscriptStore::previous_turn_end_in(tx, &first.session_id, first.seq).await?;
+        if end <= 0 {
+            return Ok(Vec::new());
+        }
+        let start = TranscriptStore::previous_turn_end_in(tx, &first.session_id, end).await? + 1;
+        TranscriptStore::window_in(tx, &first.session_id, start, end).await
+    }
+
     /// Admits an extraction of `window` after the policy and forgotten-source checks. Manual
     /// reflection is `keyed_by_input`: the manifest digest joins the job identity, so new
     /// feedback or a wider selection is a new job while identical input stays idempotent. The
@@ -307,13 +324,16 @@ impl LearningIngestion {
         }
         let bound =
             usize::try_from(self.config.learning.execution.max_input_bytes).unwrap_or(usize::MAX);
-        let manifest = manifest_for(tx, window, bound).await?;
+        let context = Self::context_before_in(tx, window).await?;
+        let manifest = manifest_for(tx, &context, window, bound).await?;
         if experience::any_forgotten_in(tx, &cited_sources(&manifest)).await? {
             return Ok(Err(String::from(
                 "a source of this turn was explicitly forgotten",
             )));
         }
-        let Some(snapshot) = SourceSnapshot::capture(&project_id, window, &manifest, bound) else {
+        let Some(snapshot) =
+            SourceSnapshot::capture(&project_id, &context, window, &manifest, bound)
+        else {
             return Ok(Err(String::from("no source messages")));
         };
         let digest = keyed_by_input.then_some(manifest.digest.as_str());

@@ -172,6 +172,7 @@ fn signal_experiences<'a>(
                     excerpt: sentence.to_owned(),
                 }],
                 confidence,
+                keywords: Vec::new(),
             },
         });
     }
@@ -275,6 +276,7 @@ fn recovered_errors<'a>(
                     },
                 ],
                 confidence: RECOVERED_CONFIDENCE,
+                keywords: Vec::new(),
             },
         });
     }

@@ -246,14 +246,14 @@ static PATTERNS: LazyLock<Vec<(Pattern, Durability)>> = LazyLock::new(|| {
         p(r"^(?P<rule>(?:每次都|每次|一定先|一定要|务必|总是|永远)(?P<rest>.+))$", Preference, Lesson::Clause, false, ALWAYS),
         p(r"^(?:请)?(?:撤销|撤回|回滚|还原|退回|恢复)(?P<rest>.*)$", Rejection, Lesson::Undo, false, &[]),
         p(r"^(?:你)?(?:把)?(?P<x>.*?)(?:改坏了|弄坏了|搞坏了|搞乱了|弄乱了|改乱了)(?P<rest>.*)$", Rejection, Lesson::Broke, false, &[]),
-        p(r"^(?:是|应该是|用)(?P<x>.+)$", Correction, Lesson::UseX, true, &[]),
+        p(r"^(?:应该是|应该用)(?P<x>.+)$", Correction, Lesson::Clause, true, &[]),
     ]
 });
 
 /// Words after "don't"/"never" that make a statement, not an instruction ("I don't know").
 static NOT_IMPERATIVE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?x)^(?:don't|do\ not|dont|never|stop|avoid|quit)\ (?:know|think|understand|see|get|remember|have|need|care|mind|like|want|worry|bother|really|seem|work|works|mean)\b
+        r"(?x)^(?:don't|do\ not|dont|never|stop|avoid|quit)\ (?:know|think|understand|see|get|remember|forget|have|need|care|mind|like|want|worry|bother|really|seem|work|works|mean)\b
           | ^(?:不要|别)(?:管|担心|着急|在意|客气|紧)
           | ^别(?:人|的|处|名|称|墅)",
     )
@@ -653,7 +653,8 @@ mod tests {
         for nothing in ["这个布局不对称", "我计算了一下，结果是 42", "要不要加个缓存？", "没关系，先这样吧", "不用了，谢谢", "程序出错了", "是不是错了？", "别人的代码不要动吗"] {
             assert_eq!(instructions(nothing), [], "{nothing}");
         }
-        assert_eq!(lessons("错了，是 yarn"), ["Use yarn."]);
+        assert_eq!(lessons("错了，应该用 yarn"), ["应该用 yarn。"]);
+        assert_eq!(instructions("错了，是右上角，你放到左边去了。"), []);
     }
 
     #[test]

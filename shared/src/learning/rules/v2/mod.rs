@@ -67,13 +67,22 @@ pub fn extract(manifest: &SourceManifest) -> ExtractionOutput {
             && record.verification == Verification::UserFeedback
             && !record.context
         {
-            candidates.extend(from_feedback(position, record));
+            candidates.extend(from_feedback(records, position, record));
         }
     }
-    candidates.extend(recovery::recoveries(records).into_iter().map(|found| Candidate {
-        position: found.position,
-        experience: found.experience,
-        hint: None,
+    candidates.extend(recovery::recoveries(records).into_iter().map(|mut found| {
+        let mut keywords = situation(records, None);
+        for keyword in std::mem::take(&mut found.experience.keywords) {
+            if !keywords.contains(&keyword) {
+                keywords.push(keyword);
+            }
+        }
+        found.experience.keywords = keywords;
+        Candidate {
+            position: found.position,
+            experience: found.experience,
+            hint: None,
+        }
     }));
 
     let mut seen = HashSet::new();
@@ -179,13 +188,77 @@ fn from_instruction(
             resolution: None,
             citations,
             confidence,
+            keywords: situation(records, Some((record, &instruction.cite))),
         },
         hint,
     })
 }
 
+/// At most this many keywords from each part of the situation.
+const REQUEST_TERMS: usize = 8;
+const COMMANDS: usize = 4;
+
+/// Retrieval keywords describing the situation a lesson applies to, so a later prompt about the
+/// same kind of task finds it: the request the user made in the turn before (or the rest of the
+/// correcting message), and the programs, subcommands and files the turns worked with. They are
+/// searched, never shown.
+fn situation(records: &[SourceRecord], correcting: Option<(&SourceRecord, &std::ops::Range<usize>)>) -> Vec<String> {
+    use crate::learning::recall::query;
+    let mut keywords: Vec<String> = Vec::new();
+    let mut add = |keyword: String| {
+        if !keyword.is_empty() && !keywords.contains(&keyword) {
+            keywords.push(keyword);
+        }
+    };
+    match correcting {
+        Some((record, cite)) => {
+            let before = record.text.get(..cite.start).unwrap_or("");
+            let after = record.text.get(cite.end..).unwrap_or("");
+            for term in query::parse(&format!("{before} {after}")).terms.into_iter().take(REQUEST_TERMS) {
+                add(term.text);
+            }
+        }
+        None => {
+            for record in records.iter().filter(|r| is_user_text(r)) {
+                for term in query::parse(&record.text).terms.into_iter().take(REQUEST_TERMS) {
+                    add(term.text);
+                }
+            }
+        }
+    }
+    for record in records.iter().filter(|r| r.context && r.kind == SourceKind::UserText) {
+        for term in query::parse(&record.text).terms.into_iter().take(REQUEST_TERMS) {
+            add(term.text);
+        }
+    }
+    let mut commands = 0;
+    for call in records.iter().filter(|r| r.kind == SourceKind::ToolCall) {
+        if commands == COMMANDS {
+            break;
+        }
+        if let Some(change) = change_of(call) {
+            commands += 1;
+            match change.program {
+                Some(_) => {
+                    let command = recovery::command(&call.text).unwrap_or_default();
+                    for word in command.split_whitespace().take(2).filter(|w| !w.starts_with('-')) {
+                        add(word.to_lowercase());
+                    }
+                }
+                None => {
+                    add(change.excerpt.to_lowercase());
+                    if let Some(name) = std::path::Path::new(&change.excerpt).file_name() {
+                        add(name.to_string_lossy().to_lowercase());
+                    }
+                }
+            }
+        }
+    }
+    keywords
+}
+
 /// A thumbs-down with a note: the note's instructions, or the note itself as the lesson.
-fn from_feedback(position: usize, record: &SourceRecord) -> Vec<Candidate> {
+fn from_feedback(records: &[SourceRecord], position: usize, record: &SourceRecord) -> Vec<Candidate> {
     let Some(note_at) = record.text.strip_prefix("negative feedback: ").map(|_| "negative feedback: ".len()) else {
         return Vec::new();
     };
@@ -220,6 +293,7 @@ fn from_feedback(position: usize, record: &SourceRecord) -> Vec<Candidate> {
                         excerpt: excerpt(&record.text, cite)?,
                     }],
                     confidence: if durable { DURABLE_CONFIDENCE } else { INSTRUCTION_CONFIDENCE },
+                    keywords: situation(records, None),
                 },
                 hint: durable.then_some((MemoryTarget::Project, "explicit durable instruction")),
             })
@@ -238,12 +312,29 @@ struct Change {
     program: Option<String>,
 }
 
+/// The latest change of the previous turn: an edit, or a shell command that is not a read.
 fn previous_change(records: &[SourceRecord]) -> Option<Change> {
     records
         .iter()
         .rev()
         .filter(|r| r.context && r.kind == SourceKind::ToolCall)
-        .find_map(change_of)
+        .filter_map(change_of)
+        .find(|change| change.program.as_deref().is_none_or(|_| !reads_only(&change.description)))
+}
+
+/// Shell commands that only look (list, read, search, diff, type-check): undoing a turn never
+/// undoes them.
+fn reads_only(description: &str) -> bool {
+    let command = description.trim_matches('`');
+    let mut words = command.split_whitespace();
+    let program = words.next().unwrap_or_default();
+    let subcommand = words.next().unwrap_or_default();
+    matches!(
+        program,
+        "ls" | "cat" | "head" | "tail" | "grep" | "rg" | "find" | "pwd" | "echo" | "which" | "wc" | "less" | "tree" | "stat"
+    ) || (program == "git" && matches!(subcommand, "status" | "diff" | "log" | "show" | "blame"))
+        || command.contains("--noEmit")
+        || command.contains("--dry-run")
 }
 
 fn change_of(call: &SourceRecord) -> Option<Change> {
@@ -284,13 +375,13 @@ fn resolve(
     records: &[SourceRecord],
 ) -> Option<String> {
     match reference {
+        // A bare "undo that" rejects one answer; only the reason the user gives makes it a
+        // lesson for later turns.
         Reference::Undo { reason } => {
             let what = change.map_or("the last change", |c| c.description.as_str());
-            match (reason, change) {
-                (Some(reason), _) => Some(lexicon::finish(&format!("Don't repeat {what}: {reason}"))),
-                (None, Some(_)) => Some(lexicon::finish(&format!("Don't repeat {what} (the user had it undone)"))),
-                (None, None) => None,
-            }
+            reason
+                .as_ref()
+                .map(|reason| lexicon::finish(&format!("Don't repeat {what}: {reason}")))
         }
         Reference::Broke { what } => Some(lexicon::finish(&match change {
             Some(change) => format!("Keep {what} working: {} broke it", change.description),

@@ -43,12 +43,20 @@ pub fn recoveries(records: &[SourceRecord]) -> Vec<Recovery> {
         let Some(error) = error_line(&failed.text) else {
             continue;
         };
-        let recovered = records[index + 1..].iter().filter(|r| !r.context && is_success(r)).find_map(|success| {
-            let call = call_of(records, success)?;
-            let command = command(&call.text)?;
-            (tool(&call.text) == tool(&failed_call.text) && same_intent(&failed_command, &command))
-                .then_some((call, command))
-        });
+        if transient(&failed.text[error.clone()]) {
+            continue;
+        }
+        // The next result of the same tool is what the agent did about the failure.
+        let recovered = records[index + 1..]
+            .iter()
+            .filter(|r| !r.context && r.kind == SourceKind::ToolResult)
+            .filter_map(|result| Some((result, call_of(records, result)?)))
+            .find(|(_, call)| tool(&call.text) == tool(&failed_call.text))
+            .filter(|(result, _)| is_success(result))
+            .and_then(|(_, call)| {
+                let command = command(&call.text)?;
+                same_intent(&failed_command, &command).then_some((call, command))
+            });
         let Some((success_call, success_command)) = recovered else {
             continue;
         };
@@ -79,6 +87,12 @@ pub fn recoveries(records: &[SourceRecord]) -> Vec<Recovery> {
                     Citation { source_id: success_call.source_id.clone(), excerpt: success_excerpt },
                 ],
                 confidence: CONFIDENCE,
+                keywords: [&failed_command, &success_command]
+                    .iter()
+                    .flat_map(|command| command.split_whitespace().take(2))
+                    .filter(|word| !word.starts_with('-'))
+                    .map(str::to_lowercase)
+                    .collect(),
             },
         });
     }
@@ -138,46 +152,59 @@ fn excerpt_of(call: &str, command: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Two different commands that try to do the same thing: the same arguments under another
-/// program (`python x.py` / `python3 x.py`), or the same program with a shared subcommand word
-/// (`npm test` / `npm run test:unit`).
+/// Commands longer than this (in words) are scripts, not a command a lesson can name.
+const MAX_COMMAND_WORDS: usize = 10;
+
+/// Two different commands that try to do the same thing, both short: the same arguments under
+/// another program (`python x.py` / `python3 x.py`), or the same program where what changed is
+/// related — a flag, or a word the new command still contains (`npm test` / `npm run
+/// test:unit`), never an unrelated subcommand (`git status` / `git log`).
 fn same_intent(failed: &str, succeeded: &str) -> bool {
     if failed == succeeded {
         return false;
     }
-    let (failed_program, failed_rest) = failed.split_once(' ').unwrap_or((failed, ""));
-    let (program, rest) = succeeded.split_once(' ').unwrap_or((succeeded, ""));
-    if failed_program != program {
-        return !rest.is_empty() && rest == failed_rest
-            || (family(failed_program).is_some() && family(failed_program) == family(program) && !rest.is_empty() && words(rest).iter().any(|w| words(failed_rest).contains(w)));
+    let a: Vec<&str> = failed.split_whitespace().collect();
+    let b: Vec<&str> = succeeded.split_whitespace().collect();
+    if a.len() > MAX_COMMAND_WORDS || b.len() > MAX_COMMAND_WORDS {
+        return false;
     }
-    let shared = words(rest);
-    words(failed_rest).iter().any(|word| shared.iter().any(|other| other.contains(word.as_str()) || word.contains(other.as_str())))
+    if a[0] != b[0] {
+        return a[1..] == b[1..];
+    }
+    let only_a: Vec<&str> = a.iter().filter(|w| !b.contains(w)).copied().collect();
+    let only_b: Vec<&str> = b.iter().filter(|w| !a.contains(w)).copied().collect();
+    let related = |x: &str, y: &str| {
+        x.len() >= 3 && y.len() >= 3 && (x.contains(y) || y.contains(x))
+    };
+    only_a.len() <= 1
+        && only_b.len() <= 2
+        && word_distance(&a, &b) <= 2
+        && only_a
+            .iter()
+            .all(|x| x.starts_with('-') || only_b.iter().any(|y| related(x, y)))
 }
 
-/// Significant words of a command's arguments: no flags, at least 3 characters.
-fn words(arguments: &str) -> Vec<String> {
-    arguments
-        .split(|c: char| c.is_whitespace() || c == ':' || c == '=')
-        .filter(|word| word.len() >= 3 && !word.starts_with('-'))
-        .map(str::to_lowercase)
-        .collect()
+/// Edit distance between two word sequences.
+fn word_distance(a: &[&str], b: &[&str]) -> usize {
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, x) in a.iter().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, y) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(x != y);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
 }
 
-/// Programs that replace one another.
-fn family(program: &str) -> Option<u8> {
-    const FAMILIES: [&[&str]; 6] = [
-        &["npm", "yarn", "pnpm", "bun", "npx", "pnpx"],
-        &["pip", "pip3", "uv", "poetry", "pipenv", "conda"],
-        &["python", "python3", "py", "python2"],
-        &["docker", "podman", "nerdctl"],
-        &["make", "gmake", "cmake", "ninja"],
-        &["node", "deno", "bun"],
+/// Failures of the environment, not of the command: nothing to learn about the command.
+fn transient(error: &str) -> bool {
+    const MARKERS: [&str; 8] = [
+        "cygheap", "child_copy", "Win32 error", "cygpath", "timed out", "Timeout", "ECONNRESET",
+        "Connection reset",
     ];
-    FAMILIES
-        .iter()
-        .position(|family| family.contains(&program))
-        .map(|i| i as u8)
+    MARKERS.iter().any(|marker| error.contains(marker))
 }
 
 /// The first line of a failed output that says what failed: header lines (`Wall time:`,
@@ -218,6 +245,11 @@ mod tests {
         assert!(!same_intent("npm test", "npm test"));
         assert!(!same_intent("git status", "git log"));
         assert!(!same_intent("ls", "cat README.md"));
+        assert!(same_intent("make test", "just test"));
+        assert!(!same_intent(
+            "powershell.exe -Command \"Get-Service | Select-Object -First 5 Name,Status\"",
+            "powershell.exe -Command \"Get-Acl C:\\hosts | Select-Object -ExpandProperty Access\""
+        ));
     }
 
     #[test]

@@ -1,0 +1,356 @@
+//! The learning-quality harness behind `zuno learn eval` (`docs/learning-eval.md`): each labelled
+//! transcript is imported into a fresh store, the pipeline runs as a server would run it
+//! (extraction with the configured extractor, then memory maintenance) until the queue is idle,
+//! and `context` is asked for every label's follow-up and negative prompts in a new session of
+//! the same project and, for the cross-project probe, of another project. The figures compare
+//! what was stored and recalled with what a careful reader labelled.
+
+pub mod labels;
+mod report;
+mod score;
+mod transcript;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use zuno_shared::clock::system_clock;
+use zuno_shared::config::Config;
+use zuno_shared::db::{ConnectOptions, Db};
+use zuno_shared::ledger::Ledger;
+use zuno_shared::paths::Paths;
+use zuno_shared::runtime::process::{Settings, WorkerEnv, source_gate};
+use zuno_shared::runtime::{JobHandler, RunReport, Runner, RunnerConfig};
+
+pub use report::{print_text, Report};
+pub use score::{FileReport, Figures};
+
+use crate::cli::CliError;
+use crate::cli::client::{ApiClient, encode};
+use labels::LabelFile;
+
+/// Where each transcript's fresh store lives.
+#[derive(Debug, Clone)]
+pub enum StoreChoice {
+    /// A new SQLite file in a temporary directory.
+    Sqlite,
+    /// A new database on this Postgres server (created, then dropped).
+    Postgres { admin_url: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    pub labels: Vec<PathBuf>,
+    /// Root of the shared corpus that label files name transcripts in.
+    pub corpus: PathBuf,
+    /// Root that `project:` transcript paths are relative to.
+    pub repository: PathBuf,
+    pub store: StoreChoice,
+    /// The configuration to run with (its providers decide the extractor); database and paths
+    /// are replaced by the fresh store's.
+    pub config: Config,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error("cannot read `{path}`: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{path}` is not a valid labels file: {detail}")]
+    Labels { path: PathBuf, detail: String },
+    #[error("{path}:{line}: {detail}")]
+    Transcript {
+        path: PathBuf,
+        line: u64,
+        detail: String,
+    },
+    #[error("{0}")]
+    Store(String),
+    #[error("{message}")]
+    Cli { code: u8, message: String },
+}
+
+impl EvalError {
+    fn cli(error: CliError) -> EvalError {
+        EvalError::Cli {
+            code: error.code,
+            message: error.message,
+        }
+    }
+
+    fn store(error: impl std::fmt::Display) -> EvalError {
+        EvalError::Store(error.to_string())
+    }
+
+    /// The CLI exit code: bad labels or transcripts are bad input.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            EvalError::Read { .. } | EvalError::Labels { .. } | EvalError::Transcript { .. } => {
+                CliError::BAD_INPUT
+            }
+            EvalError::Store(_) => CliError::UNAVAILABLE,
+            EvalError::Cli { code, .. } => *code,
+        }
+    }
+}
+
+/// Runs the harness over every labels file, in order.
+pub async fn run(options: &EvalOptions) -> Result<Report, EvalError> {
+    let mut files = Vec::new();
+    for path in &options.labels {
+        files.push(run_file(options, path).await?);
+    }
+    Ok(Report::new(files))
+}
+
+async fn run_file(options: &EvalOptions, labels_path: &Path) -> Result<FileReport, EvalError> {
+    let labels = LabelFile::read(labels_path)?;
+    let transcript = labels.transcript_path(&options.corpus, &options.repository)?;
+    let home = tempfile::Builder::new()
+        .prefix("zuno-eval-")
+        .tempdir()
+        .map_err(|source| EvalError::Read {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+    let store = FreshStore::create(&options.store, home.path()).await?;
+    let result = evaluate(options, &labels, labels_path, &transcript, home.path(), &store).await;
+    store.drop_database().await;
+    result
+}
+
+async fn evaluate(
+    options: &EvalOptions,
+    labels: &LabelFile,
+    labels_path: &Path,
+    transcript: &Path,
+    home: &Path,
+    store: &FreshStore,
+) -> Result<FileReport, EvalError> {
+    let mut config = options.config.clone();
+    config.database.url = Some(store.url.clone());
+    let config = Arc::new(config);
+    let paths = Paths::resolve(Some(home));
+    let clock = system_clock();
+    let state = crate::http::AppState::new(config.clone(), store.db.clone(), clock.clone(), paths.clone(), None, None);
+    let client = ApiClient::in_process(state);
+
+    let project = labels.project.clone();
+    let other = format!("{project}-other");
+    for id in [&project, &other] {
+        let worktree = home.join("worktrees").join(transcript::safe_id(id));
+        std::fs::create_dir_all(&worktree).map_err(|source| EvalError::Read {
+            path: worktree.clone(),
+            source,
+        })?;
+        client
+            .post(
+                "/api/projects",
+                &json!({ "id": id, "name": id, "worktree": worktree.display().to_string() }),
+            )
+            .await
+            .map_err(|e| EvalError::cli(e.into()))?;
+    }
+    let loaded = transcript::load(&client, labels.format, transcript, &project).await?;
+
+    let env = WorkerEnv {
+        settings: Settings {
+            paths,
+            config: (*config).clone(),
+        },
+        ledger: Ledger::new(store.db.clone(), clock),
+    };
+    drain(&env).await?;
+    let jobs = env
+        .ledger
+        .counts()
+        .await
+        .map_err(EvalError::store)?
+        .into_iter()
+        .map(|count| (format!("{}:{}", count.kind.as_str(), count.state.as_str()), count.count))
+        .collect();
+
+    let (experiences, _) = zuno_shared::learning::experience::list(&store.db, &project, 0, 100_000)
+        .await
+        .map_err(EvalError::store)?;
+    let memory = zuno_shared::memory::store::supported_entries(&store.db, &project)
+        .await
+        .map_err(EvalError::store)?;
+    let probes = score::Probes::ask(&client, labels, &project, &other).await?;
+    let mut report = score::score(labels, &loaded, &experiences, &memory, &probes, &project);
+    report.labels = labels_path.display().to_string();
+    report.transcript = transcript.display().to_string();
+    report.jobs = jobs;
+    report.extractor = zuno_shared::learning::extractor_version(&config).to_owned();
+    Ok(report)
+}
+
+/// Runs the extract and maintain stages until the queue has nothing due for them.
+async fn drain(env: &WorkerEnv) -> Result<(), EvalError> {
+    type Build = fn(&WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>>;
+    let stages: [(&str, Build); 2] = [
+        ("extract", zuno_worker_extract::handlers),
+        ("maintain", zuno_worker_maintain::handlers),
+    ];
+    for _ in 0..4 {
+        let mut worked = 0;
+        for (stage, build) in stages {
+            let mut config = RunnerConfig::new(format!("zuno-eval-{stage}"));
+            config.exit_when_idle = true;
+            config.concurrency = 1;
+            config.max_jobs_per_wake = 2;
+            config.poll_interval = Duration::from_millis(200);
+            let mut runner = Runner::new(env.ledger.clone(), config).with_gate(source_gate(env));
+            for handler in build(env).map_err(EvalError::store)? {
+                runner = runner.register(handler);
+            }
+            let report: RunReport = runner.run(CancellationToken::new()).await;
+            worked += report.completed + report.failed + report.skipped + report.retried;
+        }
+        if worked == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A store that exists only for one transcript.
+struct FreshStore {
+    db: Db,
+    url: String,
+    /// The Postgres admin URL and database name to drop afterwards.
+    postgres: Option<(String, String)>,
+}
+
+impl FreshStore {
+    async fn create(choice: &StoreChoice, home: &Path) -> Result<FreshStore, EvalError> {
+        match choice {
+            StoreChoice::Sqlite => {
+                let options = ConnectOptions::sqlite_file(&home.join("zuno.db"));
+                let db = Db::open(&options).await.map_err(EvalError::store)?;
+                Ok(FreshStore {
+                    db,
+                    url: options.url,
+                    postgres: None,
+                })
+            }
+            StoreChoice::Postgres { admin_url } => {
+                let name = format!("zuno_eval_{}", uuid::Uuid::new_v4().simple());
+                let admin = Db::connect(&ConnectOptions::new(admin_url.clone()))
+                    .await
+                    .map_err(EvalError::store)?;
+                // The name is generated here (hex digits only), never taken from input.
+                let sql = format!("CREATE DATABASE {name}");
+                let created = match admin.as_postgres() {
+                    Some(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                        .execute(pool)
+                        .await
+                        .map(|_| ())
+                        .map_err(EvalError::store),
+                    None => Err(EvalError::Store(String::from("--database-url must name a Postgres server"))),
+                };
+                admin.close().await;
+                created?;
+                let url = database_url(admin_url, &name);
+                let db = Db::open(&ConnectOptions::new(url.clone()))
+                    .await
+                    .map_err(EvalError::store)?;
+                Ok(FreshStore {
+                    db,
+                    url,
+                    postgres: Some((admin_url.clone(), name)),
+                })
+            }
+        }
+    }
+
+    async fn drop_database(&self) {
+        self.db.close().await;
+        if let Some((admin_url, name)) = &self.postgres
+            && let Ok(admin) = Db::connect(&ConnectOptions::new(admin_url.clone())).await
+        {
+            if let Some(pool) = admin.as_postgres() {
+                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                if let Err(error) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).execute(pool).await {
+                    tracing::warn!(%error, database = %name, "could not drop the evaluation database");
+                }
+            }
+            admin.close().await;
+        }
+    }
+}
+
+/// `admin_url` with its database name replaced by `name` (query string kept).
+fn database_url(admin_url: &str, name: &str) -> String {
+    let (base, query) = admin_url
+        .split_once('?')
+        .map_or((admin_url, None), |(base, query)| (base, Some(query)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..].find('/').map(|i| scheme_end + i);
+    let root = path_start.map_or(base, |i| &base[..i]);
+    match query {
+        Some(query) => format!("{root}/{name}?{query}"),
+        None => format!("{root}/{name}"),
+    }
+}
+
+/// One `context` answer, reduced to what scoring needs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Recalled {
+    pub experience_ids: Vec<String>,
+    /// Names of the memory sections present (`memory.global`, `memory.project`).
+    pub memory_sections: Vec<String>,
+}
+
+/// Asks `context` for `prompt` in `session`.
+pub(crate) async fn ask(client: &ApiClient, session: &str, prompt: &str) -> Result<Recalled, EvalError> {
+    let answer = client
+        .post(
+            &format!("/api/session/{}/context", encode(session)),
+            &json!({ "prompt": prompt }),
+        )
+        .await
+        .map_err(|e| EvalError::cli(e.into()))?;
+    let strings = |key: &str| -> Vec<String> {
+        answer
+            .get(key)
+            .and_then(|v| v.as_array())
+            .map(|items| items.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    };
+    let memory_sections = answer
+        .get("sections")
+        .and_then(|v| v.as_array())
+        .map(|sections| {
+            sections
+                .iter()
+                .filter_map(|s| s.get("name").and_then(|n| n.as_str()))
+                .filter(|name| name.starts_with("memory."))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Recalled {
+        experience_ids: strings("experienceIds"),
+        memory_sections,
+    })
+}
+
+/// Creates a session in `project` and returns its id.
+pub(crate) async fn new_session(client: &ApiClient, project: &str) -> Result<String, EvalError> {
+    let created = client
+        .post(&format!("/api/projects/{}/sessions", encode(project)), &json!({}))
+        .await
+        .map_err(|e| EvalError::cli(e.into()))?;
+    created
+        .get("id")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| EvalError::Store(String::from("the session route answered without an id")))
+}
