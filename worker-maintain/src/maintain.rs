@@ -23,8 +23,9 @@ use zuno_shared::db::Tx;
 use zuno_shared::learning::extraction::{MemoryAction, MemoryTarget};
 use zuno_shared::learning::{MODEL_EXTRACTOR_VERSION, extractor_version};
 use zuno_shared::ledger::{Job, JobKind};
-use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal};
+use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal, Staged};
 use zuno_shared::memory::store::{self, Scope};
+use zuno_shared::memory::validate::WriteRefusal;
 use zuno_shared::provider::{LearningModelClient, LearningRequest, resolve_model};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler};
 
@@ -216,7 +217,10 @@ impl JobHandler for MaintainHandler {
 
         let watermark = inputs.last().map(|i| (i.created_at, i.id.clone()));
         // Commit, with one semantic repair: a refused change invalidates the whole attempt (nothing
-        // commits); the plan without the refused changes is tried once more.
+        // commits); the plan without the refused changes is tried once more. A change the
+        // document cannot hold even after consolidation is not a fault of the plan: it is skipped
+        // and recorded, the rest commits and the watermark advances, so a full document never
+        // fails job after job on the same input.
         let mut repaired = false;
         loop {
             let mut settlement = ctx.begin_settlement().await?;
@@ -239,7 +243,7 @@ impl JobHandler for MaintainHandler {
                 .commit_plan_in(tx, &project_id, &job.id, &plan, &user_backed)
                 .await
             {
-                Ok(staged) => {
+                Ok(Committed { staged, skipped }) => {
                     if let Some((at, id)) = &watermark {
                         zuno_shared::on_tx!(tx, conn => sqlx::query(
                                 "INSERT INTO memory_maintenance (project_id, watermark_at, watermark_id, updated_at) VALUES ($1, $2, $3, $4) \
@@ -248,6 +252,17 @@ impl JobHandler for MaintainHandler {
                             .execute(conn).await.map(|done| done.rows_affected()))?;
                     }
                     let applied = staged.iter().filter(|s| s.applied).count();
+                    let consolidated: Vec<serde_json::Value> = staged
+                        .iter()
+                        .filter_map(|s| {
+                            let consolidation = s.candidate.consolidation()?;
+                            Some(serde_json::json!({
+                                "candidate": s.candidate.id,
+                                "merged": consolidation.merged.iter().map(|m| m.entry_id.clone()).collect::<Vec<_>>(),
+                                "dropped": consolidation.dropped.iter().map(|d| d.entry_id.clone()).collect::<Vec<_>>(),
+                            }))
+                        })
+                        .collect();
                     let result = serde_json::json!({
                         "mode": if model_mode { "model" } else { "rules" },
                         "inputs": inputs.len(),
@@ -255,6 +270,8 @@ impl JobHandler for MaintainHandler {
                         "applied": applied,
                         "pending": staged.len() - applied,
                         "candidates": staged.iter().map(|s| s.candidate.id.clone()).collect::<Vec<_>>(),
+                        "consolidated": consolidated,
+                        "skipped": skipped,
                         "noOp": staged.is_empty(),
                         "repaired": repaired,
                         "watermark": watermark.as_ref().map(|(at, id)| serde_json::json!({"at": at, "experienceId": id})),
@@ -296,7 +313,39 @@ impl JobHandler for MaintainHandler {
     }
 }
 
+/// What a plan's commit staged, and the changes it skipped because the document cannot hold
+/// them.
+struct Committed {
+    staged: Vec<Staged>,
+    skipped: Vec<SkippedChange>,
+}
+
+/// A change left out of a committed plan, as the job result records it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SkippedChange {
+    /// Its index in the plan.
+    change: usize,
+    target: MemoryTarget,
+    action: MemoryAction,
+    content: Option<String>,
+    experience_ids: Vec<String>,
+    reason: String,
+}
+
+/// Refusals that say the document cannot hold a change, not that the plan is wrong: the cap
+/// even after consolidation, or text consolidation dropped that no new evidence supports.
+fn document_cannot_hold(error: &MemoryError) -> bool {
+    matches!(
+        error,
+        MemoryError::Refused(WriteRefusal::OverCap { .. } | WriteRefusal::DroppedAtCap)
+    )
+}
+
 impl MaintainHandler {
+    /// Proposes every change of `plan` in the settlement transaction. A change the document
+    /// cannot hold is skipped (its refusal happens before anything is written, so the
+    /// transaction stays clean); any other refusal is returned with the change's index.
     async fn commit_plan_in(
         &self,
         tx: &mut Tx,
@@ -304,8 +353,9 @@ impl MaintainHandler {
         job_id: &str,
         plan: &[Change],
         user_backed: &HashSet<String>,
-    ) -> Result<Vec<zuno_shared::memory::service::Staged>, (usize, MemoryError)> {
+    ) -> Result<Committed, (usize, MemoryError)> {
         let mut staged = Vec::new();
+        let mut skipped = Vec::new();
         for (index, change) in plan.iter().enumerate() {
             let proposal = Proposal {
                 scope: match change.target {
@@ -327,14 +377,23 @@ impl MaintainHandler {
                     .any(|id| user_backed.contains(id)),
                 job_id: Some(job_id.to_owned()),
             };
-            staged.push(
-                self.memory
-                    .propose_in(tx, &proposal)
-                    .await
-                    .map_err(|e| (index, e))?,
-            );
+            match self.memory.propose_in(tx, &proposal).await {
+                Ok(done) => staged.push(done),
+                Err(error) if document_cannot_hold(&error) => {
+                    tracing::info!(change = index, %error, "maintenance change skipped: the document cannot hold it");
+                    skipped.push(SkippedChange {
+                        change: index,
+                        target: change.target,
+                        action: change.action,
+                        content: change.content.clone(),
+                        experience_ids: change.experience_ids.clone(),
+                        reason: error.to_string(),
+                    });
+                }
+                Err(error) => return Err((index, error)),
+            }
         }
-        Ok(staged)
+        Ok(Committed { staged, skipped })
     }
 
     async fn model_plan(

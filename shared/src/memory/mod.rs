@@ -1,5 +1,7 @@
 //! Resident Memory: authoritative entries in the database and their Markdown projections.
 
+pub mod consolidate;
+pub mod dedupe;
 pub mod maintenance;
 pub mod projection;
 pub mod service;

@@ -4,11 +4,13 @@
 //! transaction; the Markdown projection is published afterwards and its failure never loses a
 //! committed entry.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::consolidate::{self, Consolidation, Standing};
 use super::projection::{self, CreateDir, ProjectionError, Publish};
 use super::store::{self, Candidate, Document, DocumentView, Entry, Scope};
 use super::validate::{self, WriteRefusal};
@@ -150,6 +152,18 @@ fn json(entries: &[String]) -> String {
     serde_json::to_string(entries).unwrap_or_else(|_| String::from("[]"))
 }
 
+fn consolidation_json(consolidation: &Consolidation) -> String {
+    serde_json::to_string(consolidation).unwrap_or_else(|_| String::from("{}"))
+}
+
+/// A planned change to a document's entries, ready to apply.
+struct Write<'a> {
+    after: &'a [String],
+    origin: Origin,
+    evidence: &'a [String],
+    consolidation: Option<Consolidation>,
+}
+
 fn contents(entries: &[Entry]) -> Vec<String> {
     entries.iter().map(|e| e.content.clone()).collect()
 }
@@ -268,15 +282,17 @@ impl MemoryService {
             proposal.old_text.as_deref(),
             proposal.expected_revision.is_some(),
         )?;
-        validate::check_cap(proposal.scope, &after, &self.config.memory)?;
         if proposal.origin != Origin::User {
             self.protect_in(tx, &document, proposal, &after).await?;
         }
+        let (after, consolidation) = self
+            .fit_in(tx, &document, after, proposal.origin, &proposal.evidence)
+            .await?;
         let candidate_id = crate::ids::new_id("mcand");
         let before = contents(&document.entries);
         let sql = "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, old_text, reason, confidence, \
-                     origin, state, base_revision, before_entries, after_entries, job_id, created_at, updated_at) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $15)";
+                     origin, state, base_revision, before_entries, after_entries, job_id, created_at, updated_at, consolidation) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $15, $16)";
         crate::on_tx!(tx, conn => sqlx::query(sql)
             .bind(&candidate_id)
             .bind(&document.id)
@@ -293,6 +309,7 @@ impl MemoryService {
             .bind(json(&after))
             .bind(&proposal.job_id)
             .bind(now)
+            .bind(consolidation.as_ref().map(consolidation_json))
             .execute(conn)
             .await
             .map(|done| done.rows_affected()))?;
@@ -310,9 +327,12 @@ impl MemoryService {
                     tx,
                     &candidate_id,
                     &document,
-                    &after,
-                    proposal.origin,
-                    &proposal.evidence,
+                    Write {
+                        after: &after,
+                        origin: proposal.origin,
+                        evidence: &proposal.evidence,
+                        consolidation,
+                    },
                     now,
                 )
                 .await?;
@@ -382,74 +402,160 @@ impl MemoryService {
             if forgotten.is_some() {
                 return Err(WriteRefusal::Forgotten.into());
             }
+            if let Some(earlier) = store::dropped_evidence_in(tx, &document.id, added).await?
+                && proposal.evidence.iter().all(|id| earlier.contains(id))
+            {
+                return Err(WriteRefusal::DroppedAtCap.into());
+            }
         }
         Ok(())
     }
 
-    /// Commits `after` as the document's next revision (compare-and-set on the revision the
-    /// candidate was planned against) with the candidate's state, in the caller's transaction.
-    #[allow(clippy::too_many_arguments)]
+    /// The write's result within the document's cap: as planned when it fits, else consolidated
+    /// (same-rule entries merged, the lowest-value derived entries dropped; see
+    /// [`consolidate`]). Refused, naming the key that raises the cap, when even that does not
+    /// fit.
+    async fn fit_in(
+        &self,
+        tx: &mut Tx,
+        document: &Document,
+        after: Vec<String>,
+        origin: Origin,
+        evidence: &[String],
+    ) -> Result<(Vec<String>, Option<Consolidation>), MemoryError> {
+        let (limit, key) = validate::cap(document.scope, &self.config.memory);
+        if validate::document_chars(&after) <= limit {
+            return Ok((after, None));
+        }
+        let values = store::entry_values_in(tx, &document.id).await?;
+        let new_text = match origin {
+            Origin::User => Standing::Protected,
+            Origin::Maintenance if !evidence.is_empty() => Standing::Derived,
+            Origin::Maintenance | Origin::Tool => Standing::Asserted,
+        };
+        match consolidate::fit(
+            &after,
+            &document.entries,
+            &values,
+            new_text,
+            evidence,
+            limit,
+        ) {
+            Ok(fitted) => Ok((fitted.after, Some(fitted.consolidation))),
+            Err(chars) => Err(WriteRefusal::OverCap { chars, limit, key }.into()),
+        }
+    }
+
+    /// Commits `write.after` as the document's next revision (compare-and-set on the revision
+    /// the candidate was planned against) with its consolidation and the candidate's state, in
+    /// the caller's transaction.
     async fn apply_in(
         &self,
         tx: &mut Tx,
         candidate_id: &str,
         document: &Document,
-        after: &[String],
-        origin: Origin,
-        evidence: &[String],
+        write: Write<'_>,
         now: i64,
     ) -> Result<i64, MemoryError> {
+        let Write {
+            after,
+            origin,
+            evidence,
+            consolidation,
+        } = write;
         let before = contents(&document.entries);
         if before == after {
-            // Adding an existing entry preserves the document revision.
+            // Adding an existing entry, or a rule an entry already states, preserves the
+            // document revision.
+            let (detail, consolidation) = match consolidation {
+                Some(consolidation) => (
+                    "no change: an entry already states this rule; the evidence now supports it",
+                    Some(
+                        settle_consolidation_in(
+                            tx,
+                            &document.id,
+                            consolidation,
+                            &HashMap::new(),
+                            evidence,
+                            document.revision,
+                            now,
+                        )
+                        .await?,
+                    ),
+                ),
+                None => ("no change: the entry already exists", None),
+            };
             crate::on_tx!(tx, conn => sqlx::query(
-                    "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, detail = 'no change: the entry already exists', updated_at = $3 WHERE id = $1")
-                .bind(candidate_id).bind(document.revision).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+                    "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, detail = $3, consolidation = $4, updated_at = $5 WHERE id = $1")
+                .bind(candidate_id).bind(document.revision).bind(detail).bind(consolidation.as_ref().map(consolidation_json)).bind(now)
+                .execute(conn).await.map(|done| done.rows_affected()))?;
             return Ok(document.revision);
         }
         let revision = self.advance_in(tx, document, now).await?;
         let mut remaining: Vec<&Entry> = document.entries.iter().collect();
-        let mut kept_ids = Vec::new();
-        for (position, content) in after.iter().enumerate() {
+        let mut created = HashMap::new();
+        // Positions only order the entries: a kept entry keeps its position while the order
+        // allows, so removing entries (a consolidation drops several) rewrites no other row.
+        let mut previous: Option<i64> = None;
+        for content in after {
+            let next = previous.map_or(0, |p| p + 1);
             if let Some(index) = remaining.iter().position(|e| &e.content == content) {
                 let entry = remaining.remove(index);
-                crate::on_tx!(tx, conn => sqlx::query("UPDATE memory_entry SET position = $2 WHERE id = $1")
-                    .bind(&entry.id).bind(position as i64).execute(conn).await.map(|done| done.rows_affected()))?;
-                kept_ids.push(entry.id.clone());
+                let position = entry.position.max(next);
+                if position != entry.position {
+                    crate::on_tx!(tx, conn => sqlx::query("UPDATE memory_entry SET position = $2 WHERE id = $1")
+                        .bind(&entry.id).bind(position).execute(conn).await.map(|done| done.rows_affected()))?;
+                }
+                previous = Some(position);
             } else {
+                let position = next;
+                previous = Some(position);
                 let id = crate::ids::new_id("ment");
                 crate::on_tx!(tx, conn => sqlx::query(
                         "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
                     .bind(&id).bind(&document.id).bind(content).bind(origin.owner())
                     .bind(origin == Origin::Maintenance && !evidence.is_empty())
-                    .bind(position as i64).bind(revision).bind(now)
+                    .bind(position).bind(revision).bind(now)
                     .execute(conn).await.map(|done| done.rows_affected()))?;
-                for experience_id in evidence {
-                    crate::on_tx!(tx, conn => sqlx::query(
-                            "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
-                             SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING")
-                        .bind(&id).bind(experience_id).execute(conn).await.map(|done| done.rows_affected()))?;
-                }
+                support_in(tx, &id, evidence).await?;
+                created.insert(content.clone(), id);
             }
         }
         for entry in remaining {
             crate::on_tx!(tx, conn => sqlx::query("UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1")
                 .bind(&entry.id).bind(revision).execute(conn).await.map(|done| done.rows_affected()))?;
         }
+        let consolidation = match consolidation {
+            Some(consolidation) => Some(
+                settle_consolidation_in(
+                    tx,
+                    &document.id,
+                    consolidation,
+                    &created,
+                    evidence,
+                    revision,
+                    now,
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        let consolidation = consolidation.as_ref().map(consolidation_json);
         self.revision_row_in(
             tx,
             &document.id,
             revision,
             after,
             "apply",
+            consolidation.as_deref(),
             Some(candidate_id),
             now,
         )
         .await?;
         crate::on_tx!(tx, conn => sqlx::query(
-                "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, updated_at = $3 WHERE id = $1")
-            .bind(candidate_id).bind(revision).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+                "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, consolidation = $3, updated_at = $4 WHERE id = $1")
+            .bind(candidate_id).bind(revision).bind(&consolidation).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
         Ok(revision)
     }
 
@@ -482,12 +588,14 @@ impl MemoryService {
         revision: i64,
         entries: &[String],
         change: &str,
+        consolidation: Option<&str>,
         candidate_id: Option<&str>,
         now: i64,
     ) -> Result<(), MemoryError> {
         crate::on_tx!(tx, conn => sqlx::query(
-                "INSERT INTO memory_revision (document_id, revision, entries, change, candidate_id, at) VALUES ($1, $2, $3, $4, $5, $6)")
-            .bind(document_id).bind(revision).bind(json(entries)).bind(change).bind(candidate_id).bind(now)
+                "INSERT INTO memory_revision (document_id, revision, entries, change, candidate_id, at, consolidation) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(document_id).bind(revision).bind(json(entries)).bind(change).bind(candidate_id).bind(now).bind(consolidation)
             .execute(conn).await.map(|done| done.rows_affected()))?;
         Ok(())
     }
@@ -566,11 +674,6 @@ impl MemoryService {
             candidate.old_text.as_deref(),
             true,
         )?;
-        validate::check_cap(document.scope, &after, &self.config.memory)?;
-        if edited_content.is_some() {
-            crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET content = $2, after_entries = $3, detail = 'edited on approval' WHERE id = $1")
-                .bind(id).bind(&content).bind(json(&after)).execute(conn).await.map(|done| done.rows_affected()))?;
-        }
         let evidence: Vec<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
                 "SELECT experience_id FROM memory_candidate_evidence WHERE candidate_id = $1").bind(id).fetch_all(conn).await)?;
         let origin = if candidate.origin == "maintenance" {
@@ -578,8 +681,28 @@ impl MemoryService {
         } else {
             Origin::User
         };
+        let (after, consolidation) = self
+            .fit_in(&mut tx, &document, after, origin, &evidence)
+            .await?;
+        if edited_content.is_some() {
+            crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET content = $2, detail = 'edited on approval' WHERE id = $1")
+                .bind(id).bind(&content).execute(conn).await.map(|done| done.rows_affected()))?;
+        }
+        crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET after_entries = $2 WHERE id = $1")
+            .bind(id).bind(json(&after)).execute(conn).await.map(|done| done.rows_affected()))?;
         let revision = self
-            .apply_in(&mut tx, id, &document, &after, origin, &evidence, now)
+            .apply_in(
+                &mut tx,
+                id,
+                &document,
+                Write {
+                    after: &after,
+                    origin,
+                    evidence: &evidence,
+                    consolidation,
+                },
+                now,
+            )
             .await?;
         let candidate = store::candidate_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
@@ -690,15 +813,32 @@ impl MemoryService {
                 crate::on_tx!(tx, conn => sqlx::query("UPDATE memory_entry SET position = $2 WHERE id = $1")
                     .bind(&entry.id).bind(position as i64).execute(conn).await.map(|done| done.rows_affected()))?;
             } else {
-                let owner: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
-                        "SELECT owner FROM memory_entry WHERE document_id = $1 AND content = $2 ORDER BY created_revision DESC LIMIT 1")
+                let previous: Option<(String, String, bool)> = crate::on_tx!(tx, conn => sqlx::query_as(
+                        "SELECT id, owner, derived FROM memory_entry WHERE document_id = $1 AND content = $2 ORDER BY created_revision DESC LIMIT 1")
                     .bind(&document.id).bind(content).fetch_optional(conn).await)?;
+                // An undo brings a derived entry back as derived, with its evidence, so it is
+                // withheld and consolidated like any derived entry (an undone consolidation
+                // restores the entries it dropped).
+                let restored_from = previous
+                    .as_ref()
+                    .filter(|(_, _, derived)| change == "undo" && *derived)
+                    .map(|(id, _, _)| id.clone());
+                let owner =
+                    previous.map_or_else(|| String::from("imported"), |(_, owner, _)| owner);
+                let id = crate::ids::new_id("ment");
                 crate::on_tx!(tx, conn => sqlx::query(
                         "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
-                         VALUES ($1, $2, $3, $4, FALSE, $5, $6, $7)")
-                    .bind(crate::ids::new_id("ment")).bind(&document.id).bind(content)
-                    .bind(owner.unwrap_or_else(|| String::from("imported"))).bind(position as i64).bind(revision).bind(now)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+                    .bind(&id).bind(&document.id).bind(content)
+                    .bind(owner).bind(restored_from.is_some()).bind(position as i64).bind(revision).bind(now)
                     .execute(conn).await.map(|done| done.rows_affected()))?;
+                if let Some(from) = restored_from {
+                    crate::on_tx!(tx, conn => sqlx::query(
+                            "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
+                             SELECT $2, experience_id, experience_kind FROM memory_provenance WHERE entry_id = $1 \
+                             ON CONFLICT DO NOTHING")
+                        .bind(&from).bind(&id).execute(conn).await.map(|done| done.rows_affected()))?;
+                }
             }
         }
         for entry in remaining {
@@ -711,6 +851,7 @@ impl MemoryService {
             revision,
             target,
             change,
+            None,
             candidate_id,
             now,
         )
@@ -1111,6 +1252,75 @@ impl MemoryService {
         }
         Ok(report)
     }
+}
+
+/// Carries out a consolidation in the caller's transaction once the write's entries exist:
+/// merged entries' evidence moves onto the entry kept for their rule, and every text that
+/// left is recorded so the same evidence cannot bring it back. `created` maps the write's
+/// new texts to their new entry ids. Returns the consolidation with every kept entry's id.
+async fn settle_consolidation_in(
+    tx: &mut Tx,
+    document_id: &str,
+    mut consolidation: Consolidation,
+    created: &HashMap<String, String>,
+    new_evidence: &[String],
+    revision: i64,
+    now: i64,
+) -> Result<Consolidation, MemoryError> {
+    for merged in &mut consolidation.merged {
+        if merged.into_entry_id.is_none() {
+            merged.into_entry_id = created.get(&merged.into).cloned();
+        }
+        let Some(into) = merged.into_entry_id.clone() else {
+            return Err(StoreError::Corrupt(format!(
+                "consolidation kept `{}`, which the write did not create",
+                merged.into
+            ))
+            .into());
+        };
+        match &merged.entry_id {
+            Some(from) => {
+                crate::on_tx!(tx, conn => sqlx::query(
+                        "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
+                         SELECT $2, experience_id, experience_kind FROM memory_provenance WHERE entry_id = $1 \
+                         ON CONFLICT DO NOTHING")
+                    .bind(from).bind(&into).execute(conn).await.map(|done| done.rows_affected()))?;
+            }
+            None => support_in(tx, &into, new_evidence).await?,
+        }
+        store::record_dropped_in(
+            tx,
+            document_id,
+            &merged.content,
+            &merged.evidence,
+            revision,
+            now,
+        )
+        .await?;
+    }
+    for dropped in &consolidation.dropped {
+        store::record_dropped_in(
+            tx,
+            document_id,
+            &dropped.content,
+            &dropped.evidence,
+            revision,
+            now,
+        )
+        .await?;
+    }
+    Ok(consolidation)
+}
+
+/// Records `evidence` as support of `entry_id`.
+async fn support_in(tx: &mut Tx, entry_id: &str, evidence: &[String]) -> Result<(), MemoryError> {
+    for experience_id in evidence {
+        crate::on_tx!(tx, conn => sqlx::query(
+                "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
+                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING")
+            .bind(entry_id).bind(experience_id).execute(conn).await.map(|done| done.rows_affected()))?;
+    }
+    Ok(())
 }
 
 fn bucket_is_done(state: &str, undoing: bool) -> bool {

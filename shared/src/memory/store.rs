@@ -1,9 +1,13 @@
 //! Database access for resident Memory: documents (one global, one per project) with a
 //! revision, current entries, revision history, candidates and provenance.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
+use super::consolidate::{Consolidation, EntryValue};
 use crate::db::{Db, StoreError, Tx};
+use crate::learning::manifest::sha256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -201,10 +205,20 @@ pub struct Candidate {
     pub job_id: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// JSON object ([`Consolidation`]): what the change merged and dropped to fit the cap.
+    pub consolidation: Option<String>,
+}
+
+impl Candidate {
+    /// What the change merged and dropped to fit the cap, if anything.
+    pub fn consolidation(&self) -> Option<Consolidation> {
+        parse_consolidation(self.consolidation.as_deref())
+    }
 }
 
 pub const CANDIDATE_COLUMNS: &str = "id, document_id, project_id, target, action, content, old_text, reason, confidence, origin, \
-    state, base_revision, before_entries, after_entries, applied_revision, undone_revision, detail, job_id, created_at, updated_at";
+    state, base_revision, before_entries, after_entries, applied_revision, undone_revision, detail, job_id, created_at, updated_at, \
+    consolidation";
 
 pub async fn candidate_in(tx: &mut Tx, id: &str) -> Result<Option<Candidate>, StoreError> {
     let sql = format!("SELECT {CANDIDATE_COLUMNS} FROM memory_candidate WHERE id = $1");
@@ -237,6 +251,19 @@ pub struct Revision {
     pub change: String,
     pub candidate_id: Option<String>,
     pub at: i64,
+    /// JSON object ([`Consolidation`]): what this revision merged and dropped to fit the cap.
+    pub consolidation: Option<String>,
+}
+
+impl Revision {
+    /// What this revision merged and dropped to fit the cap, if anything.
+    pub fn consolidation(&self) -> Option<Consolidation> {
+        parse_consolidation(self.consolidation.as_deref())
+    }
+}
+
+fn parse_consolidation(json: Option<&str>) -> Option<Consolidation> {
+    json.and_then(|json| serde_json::from_str(json).ok())
 }
 
 pub async fn revisions(
@@ -244,10 +271,79 @@ pub async fn revisions(
     document_id: &str,
     limit: i64,
 ) -> Result<Vec<Revision>, StoreError> {
-    let sql = "SELECT revision, entries, change, candidate_id, at FROM memory_revision WHERE document_id = $1 ORDER BY revision DESC LIMIT $2";
+    let sql = "SELECT revision, entries, change, candidate_id, at, consolidation FROM memory_revision \
+               WHERE document_id = $1 ORDER BY revision DESC LIMIT $2";
     Ok(
         crate::on_db!(db, pool => sqlx::query_as(sql).bind(document_id).bind(limit).fetch_all(pool).await)?,
     )
+}
+
+/// The worth of a document's current entries that have supporting experiences, by entry id:
+/// how many sources still stand, how often the experiences were recalled into a prompt or
+/// reinforced, how often they were violated.
+pub async fn entry_values_in(
+    tx: &mut Tx,
+    document_id: &str,
+) -> Result<HashMap<String, EntryValue>, StoreError> {
+    let sql = "SELECT p.entry_id, p.experience_id, \
+                 CASE WHEN e.status = 'active' AND e.source_state = 'current' THEN 1 ELSE 0 END, \
+                 e.use_count + e.reinforcements, e.violations \
+               FROM memory_provenance p \
+               JOIN memory_entry m ON m.id = p.entry_id \
+               JOIN experience_record e ON e.id = p.experience_id \
+               WHERE m.document_id = $1 AND m.retracted_revision IS NULL \
+               ORDER BY p.entry_id, p.experience_id";
+    let rows: Vec<(String, String, i32, i64, i64)> = crate::on_tx!(tx, conn =>
+        sqlx::query_as(sql).bind(document_id).fetch_all(conn).await)?;
+    let mut values: HashMap<String, EntryValue> = HashMap::new();
+    for (entry_id, experience_id, live, uses, violations) in rows {
+        let value = values.entry(entry_id).or_default();
+        value.live_sources += i64::from(live);
+        value.uses += uses;
+        value.violations += violations;
+        value.evidence.push(experience_id);
+    }
+    Ok(values)
+}
+
+/// The experiences that supported `content` when consolidation last dropped it from the
+/// document, or `None` when it was never dropped.
+pub async fn dropped_evidence_in(
+    tx: &mut Tx,
+    document_id: &str,
+    content: &str,
+) -> Result<Option<Vec<String>>, StoreError> {
+    let evidence: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+            "SELECT evidence FROM memory_dropped_text WHERE document_id = $1 AND content_digest = $2")
+        .bind(document_id).bind(sha256(content)).fetch_optional(conn).await)?;
+    Ok(evidence.map(|json| serde_json::from_str(&json).unwrap_or_default()))
+}
+
+/// Records that consolidation dropped (or merged away) `content`, supported by `evidence`; a
+/// text dropped before keeps the evidence recorded then too.
+pub async fn record_dropped_in(
+    tx: &mut Tx,
+    document_id: &str,
+    content: &str,
+    evidence: &[String],
+    revision: i64,
+    now: i64,
+) -> Result<(), StoreError> {
+    let mut all = dropped_evidence_in(tx, document_id, content)
+        .await?
+        .unwrap_or_default();
+    for id in evidence {
+        if !all.contains(id) {
+            all.push(id.clone());
+        }
+    }
+    let json = serde_json::to_string(&all).unwrap_or_else(|_| String::from("[]"));
+    crate::on_tx!(tx, conn => sqlx::query(
+            "INSERT INTO memory_dropped_text (document_id, content_digest, evidence, revision, at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (document_id, content_digest) DO UPDATE SET evidence = excluded.evidence, revision = excluded.revision, at = excluded.at")
+        .bind(document_id).bind(sha256(content)).bind(json).bind(revision).bind(now)
+        .execute(conn).await.map(|done| done.rows_affected()))?;
+    Ok(())
 }
 
 /// A current resident entry with the experiences that support it.

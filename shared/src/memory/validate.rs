@@ -48,6 +48,10 @@ pub enum WriteRefusal {
     Forgotten,
     #[error("entries owned by the user cannot be rewritten by automatic maintenance")]
     UserOwned,
+    #[error(
+        "this text was dropped to keep Memory under its cap; it is learned again when evidence that did not support it before does"
+    )]
+    DroppedAtCap,
 }
 
 static INJECTION: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
@@ -103,14 +107,19 @@ pub fn cap(scope: Scope, config: &MemoryConfig) -> (usize, &'static str) {
     }
 }
 
+/// A document's size against its cap: its entries' Unicode scalar values plus one separator
+/// between entries.
+pub fn document_chars(entries: &[String]) -> usize {
+    entries.iter().map(|e| e.chars().count()).sum::<usize>() + entries.len().saturating_sub(1)
+}
+
 pub fn check_cap(
     scope: Scope,
     after: &[String],
     config: &MemoryConfig,
 ) -> Result<(), WriteRefusal> {
     let (limit, key) = cap(scope, config);
-    let chars: usize =
-        after.iter().map(|e| e.chars().count()).sum::<usize>() + after.len().saturating_sub(1);
+    let chars = document_chars(after);
     if chars > limit {
         return Err(WriteRefusal::OverCap { chars, limit, key });
     }

@@ -4,17 +4,24 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tokio_util::sync::CancellationToken;
 use zuno_shared::clock::system_clock;
 use zuno_shared::config::{Config, MemoryPromotion};
 use zuno_shared::db::Db;
+use zuno_shared::learning::SourceGate;
 use zuno_shared::learning::experience::{self, ExperienceOrigin};
 use zuno_shared::learning::extraction::MemoryAction;
+use zuno_shared::ledger::{Job, JobFilter, JobKind};
+use zuno_shared::memory::maintenance;
 use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Outcome, Proposal};
-use zuno_shared::memory::store::{self, Candidate, DocumentView, Revision, Scope};
+use zuno_shared::memory::store::{self, Candidate, DocumentView, Entry, Revision, Scope};
 use zuno_shared::memory::validate::WriteRefusal;
 use zuno_shared::paths::Paths;
+use zuno_shared::provider::LearningModelClient;
+use zuno_shared::runtime::{RunReport, Runner, RunnerConfig};
 use zuno_shared::transcript::{NewProject, TranscriptStore};
 use zuno_tests::TestDb;
+use zuno_worker_maintain::maintain::MaintainHandler;
 
 pub const PROJECT: &str = "proj";
 
@@ -182,6 +189,77 @@ impl Env {
     pub async fn count(&self, sql: &'static str) -> i64 {
         zuno_shared::on_db!(self.db.db, pool => sqlx::query_scalar(sql).fetch_one(pool).await)
             .expect("count")
+    }
+
+    /// Every current entry of a scope's document, derived entries withheld from prompts
+    /// included (they count toward the cap too).
+    pub async fn document(&self, scope: Scope) -> Vec<Entry> {
+        let mut tx = self.db.db.begin().await.unwrap();
+        let document = store::document_in(&mut tx, scope, Some(PROJECT), 0)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        document.entries
+    }
+
+    /// Records `texts` as explicit user records (`remember`) in one transaction and admits one
+    /// maintenance job for them: the batch a busy session leaves between two maintenance runs.
+    pub async fn remember_batch(&self, texts: &[String]) -> Vec<String> {
+        let now = system_clock().now_ms();
+        let mut tx = self.db.db.begin().await.unwrap();
+        let mut ids = Vec::new();
+        for text in texts {
+            let experience = experience::insert_manual_in(
+                &mut tx,
+                PROJECT,
+                None,
+                ExperienceOrigin::Remember,
+                text,
+                now,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+            ids.push(experience.id);
+        }
+        let trigger = ids.last().expect("a batch has records").clone();
+        maintenance::admit_in(&self.db.ledger(), &mut tx, PROJECT, &trigger)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        ids
+    }
+
+    /// Runs a maintain worker over this environment's stores until its queue is empty.
+    pub async fn run_maintain(&self) -> RunReport {
+        let ledger = self.db.ledger();
+        let mut config = RunnerConfig::new("maintain-test");
+        config.exit_when_idle = true;
+        Runner::new(ledger.clone(), config)
+            .with_gate(Arc::new(SourceGate::new(
+                self.config.clone(),
+                ledger.clock().clone(),
+            )))
+            .register(Arc::new(MaintainHandler::new(
+                self.config.clone(),
+                self.memory.clone(),
+                LearningModelClient::new(),
+            )))
+            .run(CancellationToken::new())
+            .await
+    }
+
+    /// The maintenance jobs, newest first.
+    pub async fn maintain_jobs(&self) -> Vec<Job> {
+        self.db
+            .ledger()
+            .list(&JobFilter {
+                kind: Some(JobKind::Maintain),
+                limit: 1000,
+                ..JobFilter::default()
+            })
+            .await
+            .unwrap()
     }
 
     /// An explicit user statement (`remember`) in the project: evidence Memory may cite.

@@ -33,7 +33,9 @@ impl From<MemoryError> for ApiError {
                     | WriteRefusal::NoMatch
                     | WriteRefusal::NotFullEntry => &"old_text",
                     WriteRefusal::OverCap { key, .. } => key,
-                    WriteRefusal::Forgotten | WriteRefusal::UserOwned => &"content",
+                    WriteRefusal::Forgotten
+                    | WriteRefusal::UserOwned
+                    | WriteRefusal::DroppedAtCap => &"content",
                 };
                 ApiError::bad_request(*field, refusal.to_string())
             }
