@@ -24,6 +24,7 @@ use zuno_shared::learning::extraction::{MemoryAction, MemoryTarget};
 use zuno_shared::learning::{MODEL_EXTRACTOR_VERSION, extractor_version};
 use zuno_shared::ledger::{Job, JobKind};
 use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal, Staged};
+use zuno_shared::memory::dedupe::RuleSignature;
 use zuno_shared::memory::store::{self, Scope};
 use zuno_shared::memory::validate::WriteRefusal;
 use zuno_shared::provider::{LearningModelClient, LearningRequest, resolve_model};
@@ -113,13 +114,6 @@ async fn moved_revision_in(
         }
     }
     Ok(None)
-}
-
-fn normalize(text: &str) -> String {
-    text.split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
 }
 
 #[async_trait::async_trait]
@@ -212,7 +206,12 @@ impl JobHandler for MaintainHandler {
         } else {
             deterministic_plan(&inputs, &hints, &user_backed)
         };
-        plan.retain(|change| keep_change(change, &project_entries, &global_entries, &user_backed));
+        plan.retain(|change| keep_change(change, &user_backed));
+        // The same rule in other words is one entry: an add that restates a current entry
+        // reinforces it (its evidence joins the entry's support) instead of adding a copy.
+        let (reinforcements, mut plan): (Vec<Change>, Vec<Change>) = plan
+            .into_iter()
+            .partition(|change| restates(change, &project_entries, &global_entries));
         plan.truncate(MAX_CHANGES);
 
         let watermark = inputs.last().map(|i| (i.created_at, i.id.clone()));
@@ -238,6 +237,24 @@ impl JobHandler for MaintainHandler {
                 return Err(JobError::retryable(
                     MemoryError::Stale { expected, current }.to_string(),
                 ));
+            }
+            let mut reinforced = Vec::new();
+            for change in &reinforcements {
+                let scope = match change.target {
+                    MemoryTarget::Global => Scope::Global,
+                    MemoryTarget::Project => Scope::Project,
+                };
+                let content = change.content.as_deref().unwrap_or_default();
+                if let Some(entry) = self
+                    .memory
+                    .reinforce_in(tx, scope, Some(&project_id), content, &change.experience_ids)
+                    .await
+                    .map_err(|e| JobError::retryable(e.to_string()))?
+                {
+                    reinforced.push(serde_json::json!({
+                        "entry": entry.id, "content": entry.content, "experienceIds": change.experience_ids,
+                    }));
+                }
             }
             match self
                 .commit_plan_in(tx, &project_id, &job.id, &plan, &user_backed)
@@ -271,6 +288,7 @@ impl JobHandler for MaintainHandler {
                         "pending": staged.len() - applied,
                         "candidates": staged.iter().map(|s| s.candidate.id.clone()).collect::<Vec<_>>(),
                         "consolidated": consolidated,
+                        "reinforced": reinforced,
                         "skipped": skipped,
                         "noOp": staged.is_empty(),
                         "repaired": repaired,
@@ -512,14 +530,9 @@ fn deterministic_plan(
     plan
 }
 
-/// Drops changes that cannot be right before trying them: duplicate adds, global changes without
-/// explicit user evidence.
-fn keep_change(
-    change: &Change,
-    project: &[String],
-    global: &[String],
-    user_backed: &HashSet<String>,
-) -> bool {
+/// Drops changes that cannot be right before trying them: adds without content, global
+/// changes without explicit user evidence.
+fn keep_change(change: &Change, user_backed: &HashSet<String>) -> bool {
     if change.target == MemoryTarget::Global
         && !change
             .experience_ids
@@ -528,16 +541,20 @@ fn keep_change(
     {
         return false;
     }
-    if change.action == MemoryAction::Add {
-        let Some(content) = &change.content else {
-            return false;
-        };
-        let existing = match change.target {
-            MemoryTarget::Global => global,
-            MemoryTarget::Project => project,
-        };
-        let normalized = normalize(content);
-        return !existing.iter().any(|e| normalize(e) == normalized);
-    }
-    true
+    change.action != MemoryAction::Add || change.content.is_some()
+}
+
+/// Whether an add states a rule a current entry of its target already states.
+fn restates(change: &Change, project: &[String], global: &[String]) -> bool {
+    let (MemoryAction::Add, Some(content)) = (change.action, &change.content) else {
+        return false;
+    };
+    let existing = match change.target {
+        MemoryTarget::Global => global,
+        MemoryTarget::Project => project,
+    };
+    let rule = RuleSignature::of(content);
+    existing
+        .iter()
+        .any(|entry| RuleSignature::of(entry).same_rule_as(&rule))
 }

@@ -96,6 +96,7 @@ pub struct ExperienceLine {
     pub id: String,
     pub kind: String,
     pub summary: String,
+    pub keywords: Vec<String>,
     pub verified: bool,
     /// `prompt:<line>`, `tool:<line>`, `feedback:<line>`, or where it points when unlabelled.
     pub source: String,
@@ -292,6 +293,7 @@ pub fn score(
             id: experience.id.clone(),
             kind: experience.kind.as_str().to_owned(),
             summary: experience.summary.clone(),
+            keywords: experience.keywords.clone(),
             verified: experience.verification == "verified",
             source,
             label: label.map(LabelRef::of),

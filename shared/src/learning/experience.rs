@@ -149,6 +149,9 @@ pub struct StoredExtraction {
     pub verified: usize,
     pub unverified: usize,
     pub hints: usize,
+    /// Experiences the session already holds (the same content from an earlier extraction of
+    /// the same turn, e.g. before feedback arrived): not stored twice, their hints not repeated.
+    pub existing: usize,
 }
 
 /// Inserts an extraction's accepted experiences, evidence and hints in the caller's (settlement)
@@ -176,6 +179,14 @@ pub async fn insert_extraction_in(
             &experience.summary,
             experience.resolution.as_deref(),
         );
+        let already: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+                "SELECT id FROM experience_record WHERE session_id = $1 AND content_digest = $2 \
+                 AND status = 'active' AND job_id <> $3 ORDER BY created_at, id LIMIT 1")
+            .bind(session_id).bind(&digest).bind(job_id).fetch_optional(conn).await)?;
+        if already.is_some() {
+            stored.existing += 1;
+            continue;
+        }
         let sql = "INSERT INTO experience_record (id, project_id, session_id, job_id, ordinal, origin, extractor_version, \
                      kind, title, summary, resolution, confidence, verification, status, content_digest, created_at, updated_at, \
                      keywords) \

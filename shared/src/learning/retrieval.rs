@@ -14,6 +14,7 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Serialize};
 
 use super::experience::{self, EXPERIENCE_COLUMNS, Experience, ExperienceRow};
+use super::recall::floor::Floor;
 use super::recall::query::{self, MatchMode, QueryTerms};
 use super::recall::{render, tokens};
 use super::{events, policy, signals};
@@ -217,9 +218,17 @@ async fn text_candidates(
                     MatchMode::Any => " || ",
                     MatchMode::All => " && ",
                 };
-                let query_sql: Vec<String> = (0..texts.len())
+                let prefixes = match mode {
+                    MatchMode::Any => terms.search_prefixes(),
+                    MatchMode::All => Vec::new(),
+                };
+                let mut query_sql: Vec<String> = (0..texts.len())
                     .map(|i| format!("plainto_tsquery('simple', ${})", i + 3))
                     .collect();
+                // Inflections through prefix queries; a prefix is lower-case ASCII letters only.
+                query_sql.extend(
+                    (0..prefixes.len()).map(|i| format!("to_tsquery('simple', ${})", texts.len() + i + 3)),
+                );
                 let sql = format!(
                     "SELECT id, ts_rank_cd(search_vector, q)::DOUBLE PRECISION AS relevance \
                      FROM experience_record, (SELECT {}) AS tsq(q) \
@@ -231,6 +240,9 @@ async fn text_candidates(
                     .bind(CANDIDATES);
                 for text in &texts {
                     query = query.bind(*text);
+                }
+                for prefix in &prefixes {
+                    query = query.bind(format!("{prefix}:*"));
                 }
                 let rows: Vec<RankRow> = query.fetch_all(pool).await?;
                 keep(rows, 1.0);
@@ -301,7 +313,7 @@ pub async fn search(
     mode: MatchMode,
     now: i64,
 ) -> Result<Vec<SearchHit>, StoreError> {
-    ranked(db, project_id, &query::parse(text), mode, limit, now, false).await
+    ranked(db, project_id, &query::parse(text), mode, limit, now, None).await
 }
 
 async fn ranked(
@@ -311,8 +323,11 @@ async fn ranked(
     mode: MatchMode,
     limit: usize,
     now: i64,
-    automatic: bool,
+    floor: Option<&Floor>,
 ) -> Result<Vec<SearchHit>, StoreError> {
+    // Automatic recall (a prompt, not an explicit search) prunes by feedback and applies the
+    // relevance floor.
+    let automatic = floor.is_some();
     if terms.is_empty() {
         return Ok(Vec::new());
     }
@@ -346,6 +361,18 @@ async fn ranked(
             !automatic
                 || (c.violations <= ranking::MAX_VIOLATIONS
                     && c.feedback_score > ranking::PRUNE_SCORE)
+        })
+        .filter(|c| {
+            floor.is_none_or(|floor| {
+                let record = &c.record;
+                let text = format!(
+                    "{}\n{}\n{}",
+                    record.title,
+                    record.summary,
+                    record.resolution.as_deref().unwrap_or("")
+                );
+                floor.admits(&text, &record.keywords)
+            })
         })
         .map(|c| {
             let r = relevance.get(c.record.id.as_str()).copied().unwrap_or(0.0);
@@ -596,7 +623,7 @@ pub async fn assemble(
             MatchMode::Any,
             CANDIDATES as usize,
             now,
-            true,
+            Some(&Floor::of(prompt)),
         )
         .await?;
         let Selection {

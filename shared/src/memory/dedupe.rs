@@ -32,6 +32,8 @@ use std::collections::BTreeSet;
 
 use unicode_normalization::UnicodeNormalization;
 
+use crate::learning::recall::stem::stem;
+
 /// Whether `a` and `b` state the same rule in other words (see the module documentation).
 pub fn same_rule(a: &str, b: &str) -> bool {
     RuleSignature::of(a).same_rule_as(&RuleSignature::of(b))
@@ -394,45 +396,6 @@ fn cjk_starts_instruction(text: &[char]) -> bool {
         }
         _ => false,
     }
-}
-
-/// A crude English stem: plural and verb endings removed, a final doubled consonant and a final
-/// `e` dropped, so inflections of one word meet (`use`/`uses`/`using`/`used` → `us`,
-/// `committing`/`commits` → `commit`). Words with digits or `_` are identifiers and stay exact.
-fn stem(word: &str) -> String {
-    if word.chars().any(|c| c.is_ascii_digit() || c == '_') || !word.is_ascii() {
-        return word.to_owned();
-    }
-    let mut stem = word.to_owned();
-    if stem.len() > 4 && stem.ends_with("ies") {
-        stem.truncate(stem.len() - 3);
-        stem.push('y');
-    } else if stem.ends_with("sses") {
-        stem.truncate(stem.len() - 2);
-    } else if stem.len() > 3
-        && stem.ends_with('s')
-        && !stem.ends_with("ss")
-        && !stem.ends_with("us")
-        && !stem.ends_with("is")
-    {
-        stem.pop();
-    }
-    if stem.len() >= 5 && stem.ends_with("ing") {
-        stem.truncate(stem.len() - 3);
-    } else if stem.len() >= 4 && stem.ends_with("ed") {
-        stem.truncate(stem.len() - 2);
-    }
-    let bytes = stem.as_bytes();
-    if bytes.len() >= 3 {
-        let (last, before) = (bytes[bytes.len() - 1], bytes[bytes.len() - 2]);
-        if last == before && !b"aeioulsz".contains(&last) {
-            stem.pop();
-        }
-    }
-    if stem.len() >= 3 && stem.ends_with('e') {
-        stem.pop();
-    }
-    stem
 }
 
 #[derive(Default)]

@@ -635,6 +635,33 @@ impl MemoryService {
         Ok(candidate)
     }
 
+    /// Reinforces the current entry of `scope` that states the same rule as `content`
+    /// ([`super::dedupe::same_rule`]): `evidence` joins its support, and the document's text and
+    /// revision stay as they are (adding an existing rule is not a change). Returns the entry, or
+    /// `None` when no entry states that rule.
+    pub async fn reinforce_in(
+        &self,
+        tx: &mut Tx,
+        scope: Scope,
+        project_id: Option<&str>,
+        content: &str,
+        evidence: &[String],
+    ) -> Result<Option<store::Entry>, MemoryError> {
+        let Some(view) = store::view_in(tx, scope, project_id).await? else {
+            return Ok(None);
+        };
+        let rule = super::dedupe::RuleSignature::of(content);
+        let Some(entry) = view
+            .entries
+            .into_iter()
+            .find(|entry| super::dedupe::RuleSignature::of(&entry.content).same_rule_as(&rule))
+        else {
+            return Ok(None);
+        };
+        support_in(tx, &entry.id, evidence).await?;
+        Ok(Some(entry))
+    }
+
     /// Approves a pending candidate (optionally with edited content). A document that moved past
     /// the reviewed revision marks the candidate `stale` instead: drift is never applied.
     pub async fn approve(

@@ -128,7 +128,7 @@ impl LearningIngestion {
             .append_message_in(&mut tx, session_id, new)
             .await?;
         let outcome = if message.role == Role::Assistant && message.status.ends_turn() {
-            self.close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, trace_parent)
+            self.close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, false, trace_parent)
                 .await?
         } else {
             TurnOutcome {
@@ -155,7 +155,7 @@ impl LearningIngestion {
             .set_status_in(&mut tx, message_id, status)
             .await?;
         let outcome = self
-            .close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, trace_parent)
+            .close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, false, trace_parent)
             .await?;
         tx.commit().await?;
         Ok(outcome)
@@ -187,7 +187,7 @@ impl LearningIngestion {
         };
         let message = self.store.message_in(&mut tx, message_id).await?;
         let outcome = if message.status == MessageStatus::Completed {
-            self.close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, trace_parent)
+            self.close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, true, trace_parent)
                 .await?
         } else {
             TurnOutcome {
@@ -212,11 +212,16 @@ impl LearningIngestion {
         TranscriptStore::window_in(tx, &message.session_id, start, message.seq).await
     }
 
+    /// Assesses the turn `message` closes and admits its extraction. `keyed_by_input` (new
+    /// feedback on an already closed turn) joins the input digest to the job identity: the turn
+    /// as it now reads is a new input, so it gets a job of its own instead of the existing one,
+    /// which the changed source would skip.
     async fn close_turn_in(
         &self,
         tx: &mut Tx,
         message: Message,
         origin: JobOrigin,
+        keyed_by_input: bool,
         trace_parent: Option<String>,
     ) -> Result<TurnOutcome, TranscriptError> {
         let window = self.turn_window_in(tx, &message).await?;
@@ -263,7 +268,7 @@ impl LearningIngestion {
             .admit_window_in(
                 tx,
                 &window,
-                false,
+                keyed_by_input,
                 origin,
                 run_at,
                 trace_parent,

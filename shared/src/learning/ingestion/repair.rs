@@ -345,7 +345,7 @@ impl LearningIngestion {
             let mut tx = self.store.db().begin().await?;
             let message = self.store.message_in(&mut tx, &id).await?;
             let outcome = self
-                .close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, None)
+                .close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, false, None)
                 .await?;
             tx.commit().await?;
             outcomes.push(outcome);

@@ -9,8 +9,10 @@
 //! - [`tokens`] measures rendered sections with a real BPE tokenizer so the retrieval budget is
 //!   charged for what the prompt actually spends.
 
+pub mod floor;
 pub mod query;
 pub mod render;
+pub mod stem;
 pub mod tokens;
 
 /// A seeded generator for the recall fuzz tests (SplitMix64): every run tries the same inputs, and

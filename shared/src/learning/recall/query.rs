@@ -120,7 +120,7 @@ impl QueryTerms {
     /// double-quoted string, joined by ` OR ` ([`MatchMode::Any`]) or ` AND `
     /// ([`MatchMode::All`]). `None` when no term applies.
     pub fn fts5_unicode(&self, mode: MatchMode) -> Option<String> {
-        join(
+        let exact = join(
             self.terms
                 .iter()
                 .map(|t| t.text.as_str())
@@ -128,7 +128,32 @@ impl QueryTerms {
                 // makes one, but the fields are public.
                 .filter(|t| t.chars().any(char::is_alphanumeric)),
             mode,
-        )
+        )?;
+        if mode == MatchMode::All {
+            return Some(exact);
+        }
+        // Inflections: `"dependenc" *` also matches `dependencies`. The prefix is lower-case
+        // ASCII letters only (see `search_prefix`), so it is still quoted data.
+        let prefixes: Vec<String> = self
+            .search_prefixes()
+            .into_iter()
+            .map(|prefix| format!(" OR \"{prefix}\" *"))
+            .collect();
+        Some(format!("{exact}{}", prefixes.concat()))
+    }
+
+    /// Search prefixes of the English terms whose inflections differ from them (automatic
+    /// recall widens its match with them).
+    pub fn search_prefixes(&self) -> Vec<String> {
+        let mut prefixes: Vec<String> = Vec::new();
+        for term in self.terms.iter().filter(|t| !t.cjk) {
+            if let Some(prefix) = super::stem::search_prefix(&term.text)
+                && !prefixes.contains(&prefix)
+            {
+                prefixes.push(prefix);
+            }
+        }
+        prefixes
     }
 
     /// The same for an FTS5 `tokenize='trigram'` table: only terms of at least 3 characters,

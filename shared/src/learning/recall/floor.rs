@@ -1,0 +1,185 @@
+//! The relevance floor of automatic recall: an experience rides along with a prompt only when
+//! it shares something meaningful with it, so one generic item is not injected into every
+//! unrelated prompt of a project.
+//!
+//! Full-text ranking is relative (the best match of a query scores 1 whatever it shares), so the
+//! floor is absolute and counted in words. Each distinct prompt term scores:
+//! - 1 when the experience's own text (title, summary, resolution) contains it,
+//! - ½ when only its retrieval keywords do (the situation, not the lesson),
+//! - nothing for generic words that every coding prompt has ("add", "fix", "file", 问题, 修改)
+//!   and for stop words,
+//!
+//! English words are compared by stem ("tests" meets "test"); identifiers (with digits or
+//! `._-/:`) count fully wherever they match. Chinese text has no spaces, so beside the query's
+//! CJK terms, the prompt's character bigrams count: two shared bigrams are worth one word. An
+//! experience needs a score of at least [`FLOOR`].
+
+use std::collections::HashSet;
+
+use super::query;
+use super::stem::stem;
+
+/// The score an experience needs to be recalled automatically.
+pub const FLOOR: f64 = 1.0;
+const KEYWORD_ONLY: f64 = 0.5;
+const BIGRAM: f64 = 0.5;
+
+/// Generic words of coding prompts: they may rank, but never carry a match alone.
+const GENERIC_WORDS: &[&str] = &[
+    "add", "use", "make", "fix", "change", "update", "create", "remove", "delete", "run", "get",
+    "set", "new", "file", "code", "help", "want", "need", "like", "now", "still", "issue",
+    "problem", "error", "work", "thing", "way", "one", "all", "look", "check", "write", "show",
+    "try", "again", "project", "app", "function", "method", "value", "data", "line", "bug",
+    "also", "don't", "doesn't", "isn't", "can't", "instead", "not", "never", "always", "only",
+    "more", "less", "some", "same", "other", "thank", "thanks", "ok", "okay", "yes", "let",
+    "let's", "go", "do", "done", "sure", "good", "right", "wrong", "just", "there", "here",
+    "missing", "put", "take", "give", "keep", "call", "start", "stop", "well", "first", "last",
+    "next", "before", "after", "every", "each", "any", "much", "many", "lot", "bit", "part",
+];
+const GENERIC_CJK: &[&str] = &[
+    "一下", "帮我", "看看", "需要", "可以", "问题", "修改", "添加", "文件", "代码", "这里", "那里",
+    "现在", "一个", "功能", "怎么", "什么", "为什么", "不要", "应该", "一定", "以后", "每次",
+];
+
+/// The prompt side of the floor, computed once per prompt.
+#[derive(Debug, Clone, Default)]
+pub struct Floor {
+    /// Stemmed English words and whole identifiers of the prompt (generic words excluded).
+    words: Vec<Word>,
+    /// CJK query terms of the prompt.
+    cjk_terms: Vec<String>,
+    /// CJK character bigrams of the prompt.
+    bigrams: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Word {
+    /// The stems of its parts (`test:unit` → `test`, `unit`).
+    parts: Vec<String>,
+    identifier: bool,
+}
+
+impl Floor {
+    pub fn of(prompt: &str) -> Floor {
+        let mut floor = Floor::default();
+        for term in query::parse(prompt).terms {
+            if term.cjk {
+                if !GENERIC_CJK.contains(&term.text.as_str()) {
+                    floor.cjk_terms.push(term.text);
+                }
+                continue;
+            }
+            if GENERIC_WORDS.contains(&term.text.as_str()) {
+                continue;
+            }
+            let identifier = term
+                .text
+                .chars()
+                .any(|c| c.is_ascii_digit() || "._-/:@#".contains(c));
+            let parts: Vec<String> = words_of(&term.text).into_iter().collect();
+            if !parts.is_empty() {
+                floor.words.push(Word { parts, identifier });
+            }
+        }
+        let mut seen = HashSet::new();
+        for run in cjk_runs(prompt) {
+            let chars: Vec<char> = run.chars().collect();
+            for pair in chars.windows(2) {
+                let bigram: String = pair.iter().collect();
+                if !GENERIC_CJK.contains(&bigram.as_str()) && seen.insert(bigram.clone()) {
+                    floor.bigrams.push(bigram);
+                }
+            }
+        }
+        floor
+    }
+
+    /// The score of an experience whose own text is `text` and retrieval keywords `keywords`.
+    pub fn score(&self, text: &str, keywords: &str) -> f64 {
+        let own_words = words_of(text);
+        let keyword_words = words_of(keywords);
+        let (own_lower, keywords_lower) = (text.to_lowercase(), keywords.to_lowercase());
+        let mut score = 0.0;
+        for word in &self.words {
+            let within = |set: &HashSet<String>| word.parts.iter().all(|p| set.contains(p));
+            if within(&own_words) {
+                score += 1.0;
+            } else if within(&keyword_words) {
+                score += if word.identifier { 1.0 } else { KEYWORD_ONLY };
+            }
+        }
+        for term in &self.cjk_terms {
+            if own_lower.contains(term.as_str()) {
+                score += 1.0;
+            } else if keywords_lower.contains(term.as_str()) {
+                score += KEYWORD_ONLY;
+            }
+        }
+        let shared = self
+            .bigrams
+            .iter()
+            .filter(|bigram| own_lower.contains(bigram.as_str()) || keywords_lower.contains(bigram.as_str()))
+            .count();
+        score + BIGRAM * shared as f64
+    }
+
+    /// Whether an experience passes the floor.
+    pub fn admits(&self, text: &str, keywords: &str) -> bool {
+        self.score(text, keywords) >= FLOOR
+    }
+}
+
+/// Stemmed lower-case ASCII words of `text` (split on everything that is not a letter or digit,
+/// as the full-text index splits them).
+fn words_of(text: &str) -> HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric() || !c.is_ascii())
+        .filter(|w| w.len() >= 2)
+        .map(|w| stem(&w.to_lowercase()))
+        .collect()
+}
+
+/// Runs of CJK characters in `text`.
+fn cjk_runs(text: &str) -> Vec<String> {
+    let mut runs = Vec::new();
+    let mut current = String::new();
+    for c in text.chars() {
+        if matches!(c as u32, 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF) {
+            current.push(c);
+        } else if !current.is_empty() {
+            runs.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        runs.push(current);
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_specific_word_of_the_lesson_is_enough_one_generic_word_is_not() {
+        let lesson = "Use uv, not pip, because the lockfile is uv.lock.";
+        assert!(Floor::of("install httpx with pip").admits(lesson, ""));
+        assert!(!Floor::of("fix the missing file").admits("Run make check before you say a file is done.", ""));
+        assert!(Floor::of("run the tests").admits("Run the tests with cargo nextest.", ""));
+    }
+
+    #[test]
+    fn keywords_count_half_and_identifiers_fully() {
+        let lesson = "Use yarn instead of npm.";
+        assert!(!Floor::of("the dashboard crashes at night").admits(lesson, "dashboard\ninstall"));
+        assert!(Floor::of("install the dashboard deps").admits(lesson, "dashboard\ninstall"));
+        assert!(Floor::of("rerun scripts/ingest.py").admits("Use python3.", "scripts/ingest.py"));
+    }
+
+    #[test]
+    fn chinese_prompts_meet_chinese_lessons_by_terms_and_bigrams() {
+        let lesson = "日期统一用 dayjs 格式化,格式是 YYYY-MM-DD HH:mm,不要用 moment。";
+        assert!(Floor::of("订单列表的日期格式化一下").admits(lesson, ""));
+        assert!(Floor::of("用 dayjs 显示时间").admits(lesson, ""));
+        assert!(!Floor::of("帮我看看这个问题").admits(lesson, ""));
+    }
+}
