@@ -46,6 +46,8 @@ use super::{
 use crate::transcript::{MessageStatus, Part, ToolStatus};
 
 const HEADER: &str = "# aider chat started at ";
+/// Files or commits named in an edit part's arguments (all of them stay in its result).
+const MAX_LISTED: usize = 100;
 
 static CONFIRM_ANSWER: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\(Y\)es/\(N\)o.*\[(?:Yes|No)\]: *(\S*)$").expect("valid pattern")
@@ -181,6 +183,11 @@ fn read_lines(
             bytes = rest;
         }
         if let Some(rest) = bytes.strip_suffix(b"\r") {
+            bytes = rest;
+        }
+        if number == 1
+            && let Some(rest) = bytes.strip_prefix("\u{feff}".as_bytes())
+        {
             bytes = rest;
         }
         let text = match std::str::from_utf8(bytes) {
@@ -404,6 +411,7 @@ impl Section {
                     .iter()
                     .filter_map(|(_, record)| record.strip_prefix("Applied edit to "))
                     .map(str::trim)
+                    .take(MAX_LISTED)
                     .collect();
                 let commits: Vec<&str> = self
                     .records
@@ -411,6 +419,7 @@ impl Section {
                     .filter_map(|(_, record)| COMMIT.captures(record))
                     .filter_map(|captures| captures.get(1))
                     .map(|sha| sha.as_str())
+                    .take(MAX_LISTED)
                     .collect();
                 arguments.insert(String::from("files"), json!(files));
                 arguments.insert(String::from("commits"), json!(commits));
@@ -1444,6 +1453,26 @@ mod tests {
         let empty = parse_bytes(b"");
         assert_eq!(empty.unrecognized, None, "an empty history is a history");
         assert!(empty.sessions.is_empty());
+    }
+
+    #[test]
+    fn windows_line_breaks_and_a_byte_order_mark_read_the_same() {
+        let text = history(&[
+            "# aider chat started at 2024-12-19 10:00:00",
+            "#### add the dropdown",
+            "",
+            "Added.",
+            "",
+            "> Applied edit to app\\page.tsx",
+        ]);
+        let windows = format!("\u{feff}{}", text.replace('\n', "\r\n"));
+        let (unix, windows) = (
+            parse_bytes(text.as_bytes()),
+            parse_bytes(windows.as_bytes()),
+        );
+        assert!(windows.issues.is_empty(), "{:?}", windows.issues);
+        assert_eq!(windows.sessions, unix.sessions);
+        assert_eq!(prompts(&windows.sessions[0]), vec![(2, "add the dropdown")]);
     }
 
     #[test]
