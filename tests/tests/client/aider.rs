@@ -180,7 +180,7 @@ fn the_dev_histories_yield_the_human_prompts_their_readme_counts() {
     }
     assert!(undos[2].0.parts.iter().all(Part::is_injected));
 
-    // Consistos: lint-free architect runs, and turns the user's API key problems left unanswered.
+    // Consistos: the runs where the model's API key was rejected leave failed turns.
     let parsed = parse_history(&dir.join("Consistos-VigInt.aider.chat.history.md"));
     let failed = messages(&parsed)
         .filter(|m| m.status == zuno_shared::transcript::MessageStatus::Failed)
@@ -195,12 +195,16 @@ fn the_held_out_histories_parse_without_issues_into_sane_sessions() {
     for file in &files {
         let parsed = parse_history(file);
         assert_sane(file, &parsed);
-        let inputs = std::fs::read_to_string(file)
-            .unwrap()
-            .lines()
-            .zip(std::iter::once("").chain(std::fs::read_to_string(file).unwrap().lines()))
-            .filter(|(line, before)| {
-                line.starts_with("####") && line.ends_with("  ") && !before.starts_with("####")
+        // Logged inputs: runs of `####` lines (prompts, commands, confirm answers, …).
+        let text = std::fs::read_to_string(file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let inputs = lines
+            .iter()
+            .enumerate()
+            .filter(|(i, line)| {
+                line.starts_with("####")
+                    && line.ends_with("  ")
+                    && (*i == 0 || !lines[i - 1].starts_with("####"))
             })
             .count();
         let human = prompts(&parsed).len();
