@@ -1,7 +1,7 @@
-//! `zuno import claude-code|codex <file-or-dir>`: host transcripts into Zuno through the
+//! `zuno import claude-code|codex|aider <file-or-dir>`: host transcripts into Zuno through the
 //! ingestion routes (`POST /api/session/{id}/messages`), so closed eligible turns admit their
-//! extraction jobs exactly as a live host's would. Ids are derived from the host's, so a
-//! re-import adds nothing twice.
+//! extraction jobs exactly as a live host's would. Ids are derived from the host's (for Aider,
+//! from the history file and positions in it), so a re-import adds nothing twice.
 
 use std::collections::HashSet;
 use std::io::IsTerminal;
@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use serde_json::{Value, json};
 use zuno_shared::transcript::import::{
-    self, Host, ImportedSession, LineIssue, Parsed, Position, project_for_cwd,
+    self, Host, ImportedSession, LineIssue, Parsed, Position, aider, project_for_cwd,
 };
 
 use super::client::{ApiClient, ClientError, ServerArgs};
@@ -22,6 +22,7 @@ use super::{CliError, GlobalArgs};
 pub enum HostArg {
     ClaudeCode,
     Codex,
+    Aider,
 }
 
 impl From<HostArg> for Host {
@@ -29,13 +30,15 @@ impl From<HostArg> for Host {
         match host {
             HostArg::ClaudeCode => Host::ClaudeCode,
             HostArg::Codex => Host::Codex,
+            HostArg::Aider => Host::Aider,
         }
     }
 }
 
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
-    /// A `.jsonl` transcript, or a directory searched recursively for them.
+    /// A transcript file, or a directory searched recursively for them (`*.jsonl`; for Aider
+    /// `*.aider.chat.history.md`).
     pub path: PathBuf,
     /// Import into this project instead of one derived from each session's working directory.
     #[arg(long)]
@@ -52,6 +55,9 @@ pub enum ImportCommand {
     ClaudeCode(ImportArgs),
     /// Codex rollout JSONL (~/.codex/sessions/…).
     Codex(ImportArgs),
+    /// Aider chat histories (`.aider.chat.history.md` in the directory aider ran in; that
+    /// directory is the project unless `--project` is given).
+    Aider(ImportArgs),
 }
 
 /// What an import did.
@@ -79,19 +85,26 @@ pub async fn run(global: &GlobalArgs, command: ImportCommand) -> Result<(), CliE
     let (host, args) = match command {
         ImportCommand::ClaudeCode(args) => (Host::ClaudeCode, args),
         ImportCommand::Codex(args) => (Host::Codex, args),
+        ImportCommand::Aider(args) => (Host::Aider, args),
     };
-    let files = discover(&args.path)?;
+    let files = discover(host, &args.path)?;
     if files.is_empty() {
+        let kind = match host {
+            Host::Aider => "Aider chat histories (*.aider.chat.history.md)",
+            Host::ClaudeCode | Host::Codex => ".jsonl transcripts",
+        };
         return Err(CliError::new(
             CliError::BAD_INPUT,
-            format!("no .jsonl transcripts under `{}`", args.path.display()),
+            format!("no {kind} under `{}`", args.path.display()),
         ));
     }
-    let client = ApiClient::connect(global, &args.server).await?;
+    // Every file is read before anything is sent: a file that is not a transcript stops the
+    // import before it touches the server or the local database.
     let mut parsed = Vec::new();
     for file in &files {
         parsed.push((file.clone(), parse_file(host, file, Position::default())?));
     }
+    let client = ApiClient::connect(global, &args.server).await?;
     let total: u64 = parsed
         .iter()
         .flat_map(|(_, p)| &p.sessions)
@@ -153,7 +166,8 @@ fn progress(total: u64) -> ProgressBar {
     bar
 }
 
-/// Parses one file from `start`.
+/// Parses one file from `start`. Aider sessions are scoped to the file, with its directory as
+/// their working directory; a file that is not a transcript of `host` at all is bad input.
 pub fn parse_file(host: Host, file: &Path, start: Position) -> Result<Parsed, CliError> {
     let unreadable = |error: std::io::Error| {
         CliError::new(
@@ -168,12 +182,25 @@ pub fn parse_file(host: Host, file: &Path, start: Position) -> Result<Parsed, Cl
             .seek(std::io::SeekFrom::Start(start.offset))
             .map_err(unreadable)?;
     }
-    import::parse(host, std::io::BufReader::new(handle), start).map_err(unreadable)
+    let mut parsed =
+        import::parse(host, std::io::BufReader::new(handle), start).map_err(unreadable)?;
+    if let Some(issue) = &parsed.unrecognized {
+        return Err(CliError::new(
+            CliError::BAD_INPUT,
+            format!("{}:{}: {}", file.display(), issue.line, issue.reason),
+        ));
+    }
+    if host == Host::Aider {
+        aider::locate(&mut parsed, file);
+    }
+    Ok(parsed)
 }
 
-/// The `.jsonl` files at `path`: the file itself, or every one below the directory (symlinks
-/// are not followed), main sessions before `subagents/` sidechains so parents exist first.
-pub fn discover(path: &Path) -> Result<Vec<PathBuf>, CliError> {
+/// The transcripts of `host` at `path`: the file itself (whatever its name), or every one below
+/// the directory (symlinks are not followed): `.jsonl` files, main sessions before `subagents/`
+/// sidechains so parents exist first; for Aider, files named `*.aider.chat.history.md`, outside
+/// `.git` and `node_modules`.
+pub fn discover(host: Host, path: &Path) -> Result<Vec<PathBuf>, CliError> {
     let meta = std::fs::symlink_metadata(path).map_err(|error| {
         CliError::new(
             CliError::BAD_INPUT,
@@ -207,8 +234,14 @@ pub fn discover(path: &Path) -> Result<Vec<PathBuf>, CliError> {
             };
             let entry_path = entry.path();
             if kind.is_dir() {
-                pending.push(entry_path);
-            } else if kind.is_file() && entry_path.extension().is_some_and(|ext| ext == "jsonl") {
+                let skipped = host == Host::Aider
+                    && entry_path
+                        .file_name()
+                        .is_some_and(|name| name == ".git" || name == "node_modules");
+                if !skipped {
+                    pending.push(entry_path);
+                }
+            } else if kind.is_file() && is_transcript_name(host, &entry_path) {
                 found.push(entry_path);
             }
         }
@@ -218,6 +251,17 @@ pub fn discover(path: &Path) -> Result<Vec<PathBuf>, CliError> {
         (sidechain, file.clone())
     });
     Ok(found)
+}
+
+/// Whether a file found in a directory walk is a transcript of `host`, by its name.
+fn is_transcript_name(host: Host, file: &Path) -> bool {
+    match host {
+        Host::ClaudeCode | Host::Codex => file.extension().is_some_and(|ext| ext == "jsonl"),
+        Host::Aider => file
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| name.ends_with(".aider.chat.history.md")),
+    }
 }
 
 /// Applies parsed sessions through the API.
@@ -260,7 +304,7 @@ impl Importer {
             if session.messages.is_empty() {
                 continue;
             }
-            self.session(session, bar).await?;
+            self.session(file, session, bar).await?;
         }
         Ok(())
     }
@@ -284,6 +328,7 @@ impl Importer {
 
     async fn session(
         &mut self,
+        file: &str,
         session: &ImportedSession,
         bar: Option<&ProgressBar>,
     ) -> Result<(), CliError> {
@@ -346,8 +391,8 @@ impl Importer {
                     // One unacceptable message (e.g. oversized) does not stop the import.
                     self.report.messages_rejected += 1;
                     self.report.issues.push(FileIssue {
-                        file: session.external_ref.clone(),
-                        line: 0,
+                        file: file.to_owned(),
+                        line: message.line,
                         reason: format!("message `{}` rejected: {detail}", message.key),
                     });
                 }

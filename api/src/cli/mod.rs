@@ -66,7 +66,7 @@ pub enum Command {
         #[command(subcommand)]
         command: tokens::TokensCommand,
     },
-    /// Import agent transcripts (Claude Code, Codex) through the ingestion path.
+    /// Import agent transcripts (Claude Code, Codex, Aider) through the ingestion path.
     Import {
         #[command(subcommand)]
         command: import::ImportCommand,

@@ -167,6 +167,75 @@ pub fn codex_lines() -> Vec<String> {
     ]
 }
 
+/// An Aider chat history as aider writes it: every `####` (input) and `>` (output) line ends
+/// with two spaces.
+pub fn aider_history(lines: &[&str]) -> String {
+    let mut text = String::new();
+    for line in lines {
+        text.push_str(line);
+        if line.starts_with("####") || line.starts_with('>') {
+            text.push_str("  ");
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// Two runs of aider in one history: a prompt with an edit and an `/undo`, a question, then a
+/// second run whose reply the user interrupts (7 messages, one eligible turn).
+pub fn aider_two_sessions() -> String {
+    aider_history(&[
+        "",
+        "# aider chat started at 2025-01-29 19:33:32",
+        "",
+        "> /usr/bin/aider --model sonnet",
+        "> Aider v0.72.3",
+        "",
+        "#### Use pnpm, not npm, in this repo.",
+        "",
+        "Switching the scripts to pnpm.",
+        "",
+        "> Tokens: 2.5k sent, 312 received.",
+        "> Applied edit to package.json",
+        "> Commit 1c0a157 build: use pnpm",
+        "",
+        "#### /undo",
+        "> Removed: 1c0a157 build: use pnpm",
+        "",
+        "#### what does the build script do?",
+        "",
+        "It runs tsc.",
+        "",
+        "# aider chat started at 2025-01-29 20:00:00",
+        "#### run the tests",
+        "",
+        "Running them now.",
+        "",
+        "> ",
+        "> ",
+        "> ^C again to exit",
+    ])
+}
+
+/// A third run appended later: an `/add` before the prompt and an edit (3 messages, one
+/// eligible turn).
+pub fn aider_appended_session() -> String {
+    aider_history(&[
+        "",
+        "# aider chat started at 2025-01-30 09:00:00",
+        "#### /add src/app.py",
+        "> Added src/app.py to the chat",
+        "",
+        "#### add a --verbose flag",
+        "",
+        "Added the flag.",
+        "",
+        "> Tokens: 1k sent, 10 received.",
+        "> Applied edit to src/app.py",
+        "> Commit 2b3c4d5 feat: add --verbose",
+    ])
+}
+
 pub fn write_lines(path: &Path, lines: &[String]) {
     let mut text = lines.join("\n");
     text.push('\n');

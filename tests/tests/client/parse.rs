@@ -57,6 +57,12 @@ fn claude_code_turns_tool_results_errors_and_a_malformed_line() {
             (Role::Assistant, MessageStatus::Completed),
         ]
     );
+    let starts: Vec<u64> = session.messages.iter().map(|m| m.line).collect();
+    assert_eq!(
+        starts,
+        [2, 4, 11, 12, 13],
+        "each message starts at the JSON line of the record that opened it"
+    );
     let first = &session.messages[1];
     assert_eq!(
         first.key, "a2",
@@ -159,6 +165,11 @@ fn a_partial_last_line_is_left_for_the_next_pass() {
     assert_eq!(messages.len(), 2);
     assert_eq!(messages[0].key, "u2");
     assert_eq!(messages[1].key, "a5");
+    assert_eq!(
+        (messages[0].line, messages[1].line),
+        (12, 13),
+        "lines count on from the watermark"
+    );
 }
 
 #[test]
@@ -187,6 +198,8 @@ fn codex_turns_exit_codes_custom_tools_aborts_and_a_malformed_line() {
             (Role::Assistant, MessageStatus::Failed),
         ]
     );
+    let starts: Vec<u64> = session.messages.iter().map(|m| m.line).collect();
+    assert_eq!(starts, [3, 6, 12, 13, 15, 16]);
     let calls = tool_calls(&session.messages[1].parts);
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[0].1, ToolStatus::Error, "Exit code: 101 is a failure");

@@ -90,8 +90,8 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
             .map_or_else(|| format!("line-{line}"), str::to_owned);
         let at = timestamp_ms(record.get("timestamp"));
         let result = match kind {
-            "user" => user_record(group, &record, &record_key, at),
-            "assistant" => assistant_record(group, &record, &record_key, at),
+            "user" => user_record(group, &record, &record_key, line, at),
+            "assistant" => assistant_record(group, &record, &record_key, line, at),
             _ => {
                 system_record(group, &record);
                 Ok(())
@@ -128,6 +128,7 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
         issues,
         lines,
         consumed_bytes: consumed,
+        unrecognized: None,
     })
 }
 
@@ -135,6 +136,7 @@ fn user_record(
     group: &mut Group,
     record: &Value,
     key: &str,
+    line: u64,
     at: Option<i64>,
 ) -> Result<(), String> {
     let content = record
@@ -175,7 +177,7 @@ fn user_record(
         // The user stopped the turn: it ended unfinished.
         group.turns.fail_turn();
         group.turns.close(MessageStatus::Failed);
-        group.turns.user(key, at, &text, true);
+        group.turns.user(key, line, at, &text, true);
         return Ok(());
     }
     let injected = meta
@@ -185,7 +187,7 @@ fn user_record(
     if !injected && group.title.is_none() {
         group.title = title_from(&text);
     }
-    group.turns.user(key, at, &text, injected);
+    group.turns.user(key, line, at, &text, injected);
     Ok(())
 }
 
@@ -224,6 +226,7 @@ fn assistant_record(
     group: &mut Group,
     record: &Value,
     key: &str,
+    line: u64,
     at: Option<i64>,
 ) -> Result<(), String> {
     let message = record
@@ -253,7 +256,7 @@ fn assistant_record(
                         injected: false,
                     }
                 };
-                group.turns.assistant_part(key, at, part);
+                group.turns.assistant_part(key, line, at, part);
             }
             Some("tool_use") => {
                 let name = block
@@ -271,6 +274,7 @@ fn assistant_record(
                 };
                 group.turns.assistant_part(
                     key,
+                    line,
                     at,
                     Part::ToolCall {
                         tool_name: name,

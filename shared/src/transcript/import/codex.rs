@@ -63,7 +63,7 @@ pub fn parse_with_session(
                 if !injected && title.is_none() {
                     title = title_from(text);
                 }
-                turns.user(&key, at, text, injected);
+                turns.user(&key, line, at, text, injected);
             }
             ("event_msg", "turn_aborted") => {
                 turns.fail_turn();
@@ -77,6 +77,7 @@ pub fn parse_with_session(
                     .unwrap_or("error");
                 turns.assistant_part(
                     &key,
+                    line,
                     at,
                     Part::Error {
                         text: bounded(text),
@@ -94,6 +95,7 @@ pub fn parse_with_session(
                 if !text.trim().is_empty() {
                     turns.assistant_part(
                         &key,
+                        line,
                         at,
                         Part::Text {
                             text: bounded(&text),
@@ -126,6 +128,7 @@ pub fn parse_with_session(
                     .map(str::to_owned);
                 turns.assistant_part(
                     &key,
+                    line,
                     at,
                     Part::ToolCall {
                         tool_name: name.chars().take(256).collect(),
@@ -154,6 +157,7 @@ pub fn parse_with_session(
                 let completed = payload.get("status").and_then(Value::as_str) == Some("completed");
                 turns.assistant_part(
                     &key,
+                    line,
                     at,
                     Part::ToolCall {
                         tool_name: String::from("web_search"),
@@ -202,6 +206,7 @@ pub fn parse_with_session(
         issues,
         lines,
         consumed_bytes: consumed,
+        unrecognized: None,
     })
 }
 

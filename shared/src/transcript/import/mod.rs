@@ -1,11 +1,12 @@
-//! Parsers for agent transcripts written by other hosts: Claude Code JSONL session logs and
-//! Codex rollout JSONL. They turn an append-only file into Zuno sessions and messages (one user
-//! message per prompt, one assistant message per turn with its tool calls and results), with a
-//! stable key per message so a re-import is idempotent.
+//! Parsers for agent transcripts written by other hosts: Claude Code JSONL session logs, Codex
+//! rollout JSONL and Aider chat histories (Markdown). They turn an append-only file into Zuno
+//! sessions and messages (one user message per prompt, one assistant message per turn with its
+//! tool calls and results), with a stable key per message so a re-import is idempotent.
 //!
 //! Everything read here is untrusted: it becomes message text and JSON values only, never
 //! query grammar, instructions or paths. Ids derived from it are hashed or validated.
 
+pub mod aider;
 pub mod claude_code;
 pub mod codex;
 
@@ -26,6 +27,7 @@ pub const MAX_PARTS_PER_MESSAGE: usize = 480;
 pub enum Host {
     ClaudeCode,
     Codex,
+    Aider,
 }
 
 impl Host {
@@ -34,6 +36,7 @@ impl Host {
         match self {
             Host::ClaudeCode => "cc",
             Host::Codex => "cx",
+            Host::Aider => "ad",
         }
     }
 
@@ -41,6 +44,7 @@ impl Host {
         match self {
             Host::ClaudeCode => "claude-code",
             Host::Codex => "codex",
+            Host::Aider => "aider",
         }
     }
 }
@@ -88,6 +92,10 @@ pub fn session_id_for(host: Host, external_ref: &str) -> String {
 pub struct ImportedMessage {
     /// The host's stable key for the message (a record uuid, or a line number).
     pub key: String,
+    /// The 1-based line of the transcript where the message starts: the JSON line of the record
+    /// that opened it (Claude Code, Codex), the first `#### ` line of a prompt or the first line
+    /// of a turn's output (Aider). Lets a reader map stored messages back to the file.
+    pub line: u64,
     pub role: Role,
     pub status: MessageStatus,
     pub parts: Vec<Part>,
@@ -121,6 +129,9 @@ pub struct Parsed {
     /// start offset plus this. A trailing line without a newline that does not parse yet (the
     /// host is still writing it) is not consumed.
     pub consumed_bytes: u64,
+    /// Set when the file as a whole is not a transcript of the host (the line says where that
+    /// shows): nothing in it was imported, and callers refuse it as bad input.
+    pub unrecognized: Option<LineIssue>,
 }
 
 /// Where parsing starts: a byte offset at a line boundary and the number of lines before it.
@@ -244,6 +255,7 @@ pub(crate) struct TurnBuilder {
 #[derive(Debug)]
 struct OpenTurn {
     key: String,
+    line: u64,
     created_at: Option<i64>,
     parts: Vec<Part>,
     failed: bool,
@@ -251,10 +263,17 @@ struct OpenTurn {
 }
 
 impl TurnBuilder {
-    /// Adds an assistant part, opening a turn keyed by `key` when none is open.
-    pub(crate) fn assistant_part(&mut self, key: &str, created_at: Option<i64>, part: Part) {
+    /// Adds an assistant part read at `line`, opening a turn keyed by `key` when none is open.
+    pub(crate) fn assistant_part(
+        &mut self,
+        key: &str,
+        line: u64,
+        created_at: Option<i64>,
+        part: Part,
+    ) {
         let turn = self.turn.get_or_insert_with(|| OpenTurn {
             key: key.to_owned(),
+            line,
             created_at,
             parts: Vec::new(),
             failed: false,
@@ -267,6 +286,7 @@ impl TurnBuilder {
             self.close(MessageStatus::Completed);
             self.turn = Some(OpenTurn {
                 key,
+                line,
                 created_at,
                 parts: Vec::new(),
                 failed: false,
@@ -343,6 +363,7 @@ impl TurnBuilder {
             };
             self.messages.push(ImportedMessage {
                 key: turn.key,
+                line: turn.line,
                 role: Role::Assistant,
                 status,
                 parts: turn.parts,
@@ -352,11 +373,19 @@ impl TurnBuilder {
         self.messages.append(&mut self.deferred);
     }
 
-    /// Adds a user message; a real prompt closes the open turn first, an injected one waits
-    /// for the turn to end.
-    pub(crate) fn user(&mut self, key: &str, created_at: Option<i64>, text: &str, injected: bool) {
+    /// Adds a user message read at `line`; a real prompt closes the open turn first, an
+    /// injected one waits for the turn to end.
+    pub(crate) fn user(
+        &mut self,
+        key: &str,
+        line: u64,
+        created_at: Option<i64>,
+        text: &str,
+        injected: bool,
+    ) {
         let message = ImportedMessage {
             key: key.to_owned(),
+            line,
             role: Role::User,
             status: MessageStatus::Completed,
             parts: vec![Part::Text {
@@ -394,6 +423,7 @@ pub fn parse(host: Host, reader: impl BufRead, start: Position) -> std::io::Resu
     match host {
         Host::ClaudeCode => claude_code::parse(reader, start),
         Host::Codex => codex::parse(reader, start),
+        Host::Aider => aider::parse(reader, start),
     }
 }
 
