@@ -23,8 +23,8 @@ use zuno_shared::db::Tx;
 use zuno_shared::learning::extraction::{MemoryAction, MemoryTarget};
 use zuno_shared::learning::{MODEL_EXTRACTOR_VERSION, extractor_version};
 use zuno_shared::ledger::{Job, JobKind};
-use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal, Staged};
 use zuno_shared::memory::dedupe::RuleSignature;
+use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal, Staged};
 use zuno_shared::memory::store::{self, Scope};
 use zuno_shared::memory::validate::WriteRefusal;
 use zuno_shared::provider::{LearningModelClient, LearningRequest, resolve_model};
@@ -247,7 +247,13 @@ impl JobHandler for MaintainHandler {
                 let content = change.content.as_deref().unwrap_or_default();
                 if let Some(entry) = self
                     .memory
-                    .reinforce_in(tx, scope, Some(&project_id), content, &change.experience_ids)
+                    .reinforce_in(
+                        tx,
+                        scope,
+                        Some(&project_id),
+                        content,
+                        &change.experience_ids,
+                    )
                     .await
                     .map_err(|e| JobError::retryable(e.to_string()))?
                 {

@@ -607,10 +607,24 @@ async fn eval(global: &GlobalArgs, common: &Common, args: EvalArgs) -> Result<()
     if common.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| CliError::new(CliError::FAILURE, e.to_string()))?
+            serde_json::to_string_pretty(&report)
+                .map_err(|e| CliError::new(CliError::FAILURE, e.to_string()))?
         );
     } else {
         print!("{}", crate::eval::print_text(&report));
+    }
+    let problems: usize = report
+        .files
+        .iter()
+        .map(|f| f.report.label_problems.len())
+        .sum();
+    if problems > 0 {
+        return Err(CliError::new(
+            CliError::BAD_INPUT,
+            format!(
+                "{problems} label(s) do not match their transcripts (LABEL PROBLEM lines above)"
+            ),
+        ));
     }
     Ok(())
 }

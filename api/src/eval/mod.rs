@@ -25,8 +25,8 @@ use zuno_shared::paths::Paths;
 use zuno_shared::runtime::process::{Settings, WorkerEnv, source_gate};
 use zuno_shared::runtime::{JobHandler, RunReport, Runner, RunnerConfig};
 
-pub use report::{print_text, Report};
-pub use score::{FileReport, Figures};
+pub use report::{Report, print_text};
+pub use score::{Figures, FileReport};
 
 use crate::cli::CliError;
 use crate::cli::client::{ApiClient, encode};
@@ -120,7 +120,15 @@ async fn run_file(options: &EvalOptions, labels_path: &Path) -> Result<FileRepor
             source,
         })?;
     let store = FreshStore::create(&options.store, home.path()).await?;
-    let result = evaluate(options, &labels, labels_path, &transcript, home.path(), &store).await;
+    let result = evaluate(
+        options,
+        &labels,
+        labels_path,
+        &transcript,
+        home.path(),
+        &store,
+    )
+    .await;
     store.drop_database().await;
     result
 }
@@ -138,7 +146,14 @@ async fn evaluate(
     let config = Arc::new(config);
     let paths = Paths::resolve(Some(home));
     let clock = system_clock();
-    let state = crate::http::AppState::new(config.clone(), store.db.clone(), clock.clone(), paths.clone(), None, None);
+    let state = crate::http::AppState::new(
+        config.clone(),
+        store.db.clone(),
+        clock.clone(),
+        paths.clone(),
+        None,
+        None,
+    );
     let client = ApiClient::in_process(state);
 
     let project = labels.project.clone();
@@ -173,7 +188,12 @@ async fn evaluate(
         .await
         .map_err(EvalError::store)?
         .into_iter()
-        .map(|count| (format!("{}:{}", count.kind.as_str(), count.state.as_str()), count.count))
+        .map(|count| {
+            (
+                format!("{}:{}", count.kind.as_str(), count.state.as_str()),
+                count.count,
+            )
+        })
         .collect();
 
     let (experiences, _) = zuno_shared::learning::experience::list(&store.db, &project, 0, 100_000)
@@ -253,7 +273,9 @@ impl FreshStore {
                         .await
                         .map(|_| ())
                         .map_err(EvalError::store),
-                    None => Err(EvalError::Store(String::from("--database-url must name a Postgres server"))),
+                    None => Err(EvalError::Store(String::from(
+                        "--database-url must name a Postgres server",
+                    ))),
                 };
                 admin.close().await;
                 created?;
@@ -277,7 +299,10 @@ impl FreshStore {
         {
             if let Some(pool) = admin.as_postgres() {
                 let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                if let Err(error) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).execute(pool).await {
+                if let Err(error) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                    .execute(pool)
+                    .await
+                {
                     tracing::warn!(%error, database = %name, "could not drop the evaluation database");
                 }
             }
@@ -309,7 +334,11 @@ pub(crate) struct Recalled {
 }
 
 /// Asks `context` for `prompt` in `session`.
-pub(crate) async fn ask(client: &ApiClient, session: &str, prompt: &str) -> Result<Recalled, EvalError> {
+pub(crate) async fn ask(
+    client: &ApiClient,
+    session: &str,
+    prompt: &str,
+) -> Result<Recalled, EvalError> {
     let answer = client
         .post(
             &format!("/api/session/{}/context", encode(session)),
@@ -321,7 +350,12 @@ pub(crate) async fn ask(client: &ApiClient, session: &str, prompt: &str) -> Resu
         answer
             .get(key)
             .and_then(|v| v.as_array())
-            .map(|items| items.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let memory_sections = answer
@@ -345,7 +379,10 @@ pub(crate) async fn ask(client: &ApiClient, session: &str, prompt: &str) -> Resu
 /// Creates a session in `project` and returns its id.
 pub(crate) async fn new_session(client: &ApiClient, project: &str) -> Result<String, EvalError> {
     let created = client
-        .post(&format!("/api/projects/{}/sessions", encode(project)), &json!({}))
+        .post(
+            &format!("/api/projects/{}/sessions", encode(project)),
+            &json!({}),
+        )
         .await
         .map_err(|e| EvalError::cli(e.into()))?;
     created

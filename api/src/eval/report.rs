@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::score::{FileReport, Figures};
+use super::score::{Figures, FileReport};
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -114,7 +114,11 @@ pub fn print_text(report: &Report) -> String {
                 if experience.precise { "+" } else { "-" },
                 experience.source,
                 label,
-                if experience.verified { "" } else { ", unverified" },
+                if experience.verified {
+                    ""
+                } else {
+                    ", unverified"
+                },
                 experience.summary
             );
         }
@@ -130,20 +134,35 @@ pub fn print_text(report: &Report) -> String {
                 entry.scope,
                 if entry.junk { " JUNK" } else { "" },
                 entry.content,
-                if from.is_empty() { String::from("unlabelled") } else { from.join(", ") }
+                if from.is_empty() {
+                    String::from("unlabelled")
+                } else {
+                    from.join(", ")
+                }
             );
         }
         if !r.missed_groups.is_empty() {
             let _ = writeln!(out, "   missed lessons: {}", r.missed_groups.join(", "));
         }
         for miss in &r.missed_follow_ups {
-            let _ = writeln!(out, "   not recalled ({}): {:?} → {:?}", miss.group, miss.prompt, miss.recalled);
+            let _ = writeln!(
+                out,
+                "   not recalled ({}): {:?} → {:?}",
+                miss.group, miss.prompt, miss.recalled
+            );
         }
         for miss in &r.false_recalls {
-            let _ = writeln!(out, "   false recall ({}): {:?} → {:?}", miss.group, miss.prompt, miss.recalled);
+            let _ = writeln!(
+                out,
+                "   false recall ({}): {:?} → {:?}",
+                miss.group, miss.prompt, miss.recalled
+            );
         }
         if !r.unlabelled.is_empty() {
             let _ = writeln!(out, "   unlabelled prompts at lines {:?}", r.unlabelled);
+        }
+        for problem in &r.label_problems {
+            let _ = writeln!(out, "   LABEL PROBLEM: {problem}");
         }
         for issue in &r.issues {
             let _ = writeln!(out, "   issue: {issue}");

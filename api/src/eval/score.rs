@@ -164,6 +164,9 @@ pub struct FileReport {
     pub false_recalls: Vec<Miss>,
     /// Human prompts the importer produced that no label covers.
     pub unlabelled: Vec<u64>,
+    /// Labels that do not match the transcript (a stale or mistyped label).
+    pub label_problems: Vec<String>,
+    /// Lines the importer could not use, and messages the API refused.
     pub issues: Vec<String>,
     /// Jobs per `kind:state` after the run.
     pub jobs: BTreeMap<String, i64>,
@@ -238,7 +241,10 @@ pub fn check_labels(labels: &LabelFile, loaded: &Loaded) -> Vec<String> {
                 Some(_) => {}
             },
             Source::Tool if !assistants.contains(&label.line) => {
-                problems.push(format!("line {}: no assistant message starts there", label.line));
+                problems.push(format!(
+                    "line {}: no assistant message starts there",
+                    label.line
+                ));
             }
             Source::Feedback if !feedback.contains(&label.line) => {
                 problems.push(format!("line {}: no feedback was given there", label.line));
@@ -267,7 +273,7 @@ pub fn score(
         issues: loaded.issues.clone(),
         ..FileReport::default()
     };
-    report.issues.extend(check_labels(labels, loaded));
+    report.label_problems = check_labels(labels, loaded);
 
     // Experiences and the label of their first citation.
     let mut group_of: HashMap<String, String> = HashMap::new();
@@ -276,7 +282,12 @@ pub fn score(
     for experience in experiences {
         let primary = experience.evidence.iter().min_by_key(|e| e.ordinal);
         let (source, label) = match primary {
-            Some(evidence) => locate(evidence.address.as_deref(), evidence.message_id.as_deref(), loaded, &by_source),
+            Some(evidence) => locate(
+                evidence.address.as_deref(),
+                evidence.message_id.as_deref(),
+                loaded,
+                &by_source,
+            ),
             None => (String::from("uncited"), None),
         };
         let precise = label.is_some_and(|l| l.is_lesson());
@@ -286,7 +297,9 @@ pub fn score(
                 group_of.insert(experience.id.clone(), label.group());
             }
         }
-        *summaries.entry(experience.summary.to_lowercase()).or_default() += 1;
+        *summaries
+            .entry(experience.summary.to_lowercase())
+            .or_default() += 1;
         report.figures.experiences += 1;
         report.figures.precise += usize::from(precise);
         report.experiences.push(ExperienceLine {
@@ -316,7 +329,11 @@ pub fn score(
     let found: HashSet<&String> = group_of.values().collect();
     report.figures.lesson_groups = groups.len();
     report.figures.groups_found = groups.iter().filter(|g| found.contains(g)).count();
-    report.missed_groups = groups.iter().filter(|g| !found.contains(g)).cloned().collect();
+    report.missed_groups = groups
+        .iter()
+        .filter(|g| !found.contains(g))
+        .cloned()
+        .collect();
 
     // Memory entries and the labels behind them.
     let mut memory_groups: Vec<(MemoryScope, HashSet<String>)> = Vec::new();
@@ -332,7 +349,11 @@ pub fn score(
         report.figures.junk_memory += usize::from(junk);
         memory_groups.push((
             supported.scope,
-            labels_behind.iter().filter(|l| l.is_lesson()).map(|l| l.group()).collect(),
+            labels_behind
+                .iter()
+                .filter(|l| l.is_lesson())
+                .map(|l| l.group())
+                .collect(),
         ));
         report.memory.push(MemoryLine {
             scope: supported.scope.as_str(),
@@ -346,7 +367,10 @@ pub fn score(
         memory_groups.iter().any(|(entry_scope, groups)| {
             groups.contains(group)
                 && scope.is_none_or(|s| s == *entry_scope)
-                && recalled.memory_sections.iter().any(|name| name == entry_scope.section())
+                && recalled
+                    .memory_sections
+                    .iter()
+                    .any(|name| name == entry_scope.section())
         })
     };
     let experiences_of = |group: &str, recalled: &Recalled| -> bool {
@@ -369,7 +393,9 @@ pub fn score(
             report.figures.follow_ups_extracted += 1;
             report.figures.follow_up_hits_extracted += usize::from(hit);
             if !hit {
-                report.missed_follow_ups.push(miss(label, prompt, recalled, experiences));
+                report
+                    .missed_follow_ups
+                    .push(miss(label, prompt, recalled, experiences));
             }
         }
     }
@@ -378,7 +404,9 @@ pub fn score(
         report.figures.negatives += 1;
         if experiences_of(&label.group(), recalled) {
             report.figures.false_recalls += 1;
-            report.false_recalls.push(miss(label, prompt, recalled, experiences));
+            report
+                .false_recalls
+                .push(miss(label, prompt, recalled, experiences));
         }
     }
     let mut user_wide_reached: HashSet<String> = HashSet::new();
@@ -391,10 +419,12 @@ pub fn score(
             .iter()
             .filter(|id| group_of.contains_key(*id))
             .count();
-        let project_lesson_in_global =
-            label.scope != Some(Scope::User) && in_memory(&group, Some(MemoryScope::Global), recalled);
+        let project_lesson_in_global = label.scope != Some(Scope::User)
+            && in_memory(&group, Some(MemoryScope::Global), recalled);
         report.figures.cross_project_items += leaked + usize::from(project_lesson_in_global);
-        if label.scope == Some(Scope::User) && in_memory(&group, Some(MemoryScope::Global), recalled) {
+        if label.scope == Some(Scope::User)
+            && in_memory(&group, Some(MemoryScope::Global), recalled)
+        {
             user_wide_reached.insert(group);
         }
     }
@@ -417,7 +447,9 @@ pub fn score(
     let mut unlabelled: Vec<u64> = loaded
         .messages
         .values()
-        .filter(|m| m.role == Role::User && !m.text.trim().is_empty() && !is_host_generated(&m.text))
+        .filter(|m| {
+            m.role == Role::User && !m.text.trim().is_empty() && !is_host_generated(&m.text)
+        })
         .map(|m| m.line)
         .filter(|line| !labelled.contains(line))
         .collect();
@@ -439,7 +471,10 @@ fn locate<'a>(
     };
     if address.is_some_and(|a| a.starts_with("feedback:")) {
         return match loaded.feedback.get(message_id) {
-            Some(&line) => (format!("feedback:{line}"), labels.get(&(Source::Feedback, line)).copied()),
+            Some(&line) => (
+                format!("feedback:{line}"),
+                labels.get(&(Source::Feedback, line)).copied(),
+            ),
             None => (String::from("feedback:?"), None),
         };
     }

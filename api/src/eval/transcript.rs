@@ -158,7 +158,10 @@ async fn load_zuno(client: &ApiClient, path: &Path, project: &str) -> Result<Loa
             Some("assistant") => Role::Assistant,
             other => return Err(bad(format!("unknown role {other:?}"))),
         };
-        let parts = match (record.get("parts"), record.get("text").and_then(Value::as_str)) {
+        let parts = match (
+            record.get("parts"),
+            record.get("text").and_then(Value::as_str),
+        ) {
             (Some(parts), _) => parts.clone(),
             (None, Some(text)) => json!([{ "type": "text", "text": text }]),
             (None, None) => return Err(bad(String::from("a message needs `text` or `parts`"))),
@@ -169,12 +172,17 @@ async fn load_zuno(client: &ApiClient, path: &Path, project: &str) -> Result<Loa
             body["status"] = status.clone();
         }
         match client
-            .post(&format!("/api/session/{}/messages", encode(&session_id)), &body)
+            .post(
+                &format!("/api/session/{}/messages", encode(&session_id)),
+                &body,
+            )
             .await
         {
             Ok(_) => {}
             Err(error) if error.status() == Some(409) => {}
-            Err(error) => loaded.issues.push(format!("{}:{line}: {error}", path.display())),
+            Err(error) => loaded
+                .issues
+                .push(format!("{}:{line}: {error}", path.display())),
         }
         if role == Role::Assistant {
             last_assistant.insert(session_id.clone(), id.clone());

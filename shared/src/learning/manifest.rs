@@ -157,7 +157,10 @@ pub fn build_with_context(
         index += 1;
         keep && matches!(
             draft.kind,
-            SourceKind::UserText | SourceKind::AssistantText | SourceKind::ToolCall | SourceKind::ToolResult
+            SourceKind::UserText
+                | SourceKind::AssistantText
+                | SourceKind::ToolCall
+                | SourceKind::ToolResult
         )
     });
     let mut drafts = drafts_of(window);
@@ -179,8 +182,10 @@ pub fn build_with_context(
         });
     }
 
-    let context_redacted: Vec<String> =
-        context_drafts.iter().map(|draft| redact(&draft.raw).text).collect();
+    let context_redacted: Vec<String> = context_drafts
+        .iter()
+        .map(|draft| redact(&draft.raw).text)
+        .collect();
     let context_limit = (max_input_bytes / CONTEXT_SHARE).min(MAX_CONTEXT_BYTES);
     let mut budgets = if context_drafts.is_empty() {
         Vec::new()
@@ -189,7 +194,10 @@ pub fn build_with_context(
     };
     let context_used: usize = budgets.iter().sum::<usize>() + context_drafts.len() * 160;
     let redacted: Vec<String> = drafts.iter().map(|draft| redact(&draft.raw).text).collect();
-    budgets.extend(allocate(&redacted, max_input_bytes.saturating_sub(context_used)));
+    budgets.extend(allocate(
+        &redacted,
+        max_input_bytes.saturating_sub(context_used),
+    ));
     let context_count = context_drafts.len();
     let records: Vec<SourceRecord> = context_drafts
         .into_iter()

@@ -94,6 +94,7 @@ async fn text_candidates(
     project_id: &str,
     terms: &QueryTerms,
     mode: MatchMode,
+    bigrams: &[String],
 ) -> Result<Vec<(String, f64)>, StoreError> {
     let mut found: HashMap<String, f64> = HashMap::new();
     let mut keep = |rows: Vec<RankRow>, scale: f64| {
@@ -157,8 +158,9 @@ async fn text_candidates(
                 let (Some(scope), Some(expression)) = (scope, expression) else {
                     continue;
                 };
-                let matcher =
-                    format!("scope:\"{scope}\" AND {{title summary resolution keywords}}: ({expression})");
+                let matcher = format!(
+                    "scope:\"{scope}\" AND {{title summary resolution keywords}}: ({expression})"
+                );
                 // Best first by bm25 with the ADR's column weights (scope 0, title 5, summary 2,
                 // resolution 1, keywords 1), ties by row; the id lookup only for the rows kept.
                 let sql = format!(
@@ -175,7 +177,8 @@ async fn text_candidates(
                     .await?;
                 keep(rows, scale);
             }
-            let short = terms.short_cjk_terms();
+            let mut short = terms.short_cjk_terms();
+            short.extend(bigrams.iter().map(String::as_str));
             if !short.is_empty() {
                 // The bounded fallback reads the project's most recent records once and tests
                 // every short term against them here: per term, the first `CANDIDATES` records
@@ -227,7 +230,8 @@ async fn text_candidates(
                     .collect();
                 // Inflections through prefix queries; a prefix is lower-case ASCII letters only.
                 query_sql.extend(
-                    (0..prefixes.len()).map(|i| format!("to_tsquery('simple', ${})", texts.len() + i + 3)),
+                    (0..prefixes.len())
+                        .map(|i| format!("to_tsquery('simple', ${})", texts.len() + i + 3)),
                 );
                 let sql = format!(
                     "SELECT id, ts_rank_cd(search_vector, q)::DOUBLE PRECISION AS relevance \
@@ -251,11 +255,12 @@ async fn text_candidates(
                     .terms
                     .iter()
                     .filter(|t| t.cjk)
-                    .map(|t| {
+                    .map(|t| t.text.as_str())
+                    .chain(bigrams.iter().map(String::as_str))
+                    .map(|text| {
                         format!(
                             "%{}%",
-                            t.text
-                                .replace('\\', "\\\\")
+                            text.replace('\\', "\\\\")
                                 .replace('%', "\\%")
                                 .replace('_', "\\_")
                         )
@@ -331,7 +336,11 @@ async fn ranked(
     if terms.is_empty() {
         return Ok(Vec::new());
     }
-    let candidates = text_candidates(db, project_id, terms, mode).await?;
+    // Automatic recall also looks for the prompt's CJK character bigrams: Chinese words are
+    // mostly two characters, shorter than a trigram window, and a prompt and a lesson that
+    // share a word rarely share a three-character window.
+    let bigrams = floor.map_or(&[][..], Floor::bigrams);
+    let candidates = text_candidates(db, project_id, terms, mode, bigrams).await?;
     if candidates.is_empty() {
         return Ok(Vec::new());
     }

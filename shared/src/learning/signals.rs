@@ -302,8 +302,9 @@ fn word_boundary(text: &str, at: usize, len: usize) -> bool {
 /// environment context. They are never corrections and never learning sources.
 pub fn is_host_generated(text: &str) -> bool {
     let trimmed = text.trim_start();
-    const PREFIXES: [&str; 12] = [
+    const PREFIXES: [&str; 13] = [
         "<command-name>",
+        "<local-command-caveat>",
         "<command-message>",
         "<local-command-stdout>",
         "<local-command-stderr>",

@@ -357,7 +357,10 @@ pub struct SupportedEntry {
 
 /// The current entries of the global document and of `project_id`'s document, each with its
 /// supporting experiences (for audits and the learning-quality harness).
-pub async fn supported_entries(db: &Db, project_id: &str) -> Result<Vec<SupportedEntry>, StoreError> {
+pub async fn supported_entries(
+    db: &Db,
+    project_id: &str,
+) -> Result<Vec<SupportedEntry>, StoreError> {
     let mut tx = db.begin_read().await?;
     let mut found = Vec::new();
     for scope in [Scope::Global, Scope::Project] {
@@ -368,7 +371,11 @@ pub async fn supported_entries(db: &Db, project_id: &str) -> Result<Vec<Supporte
             let experience_ids: Vec<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
                     "SELECT experience_id FROM memory_provenance WHERE entry_id = $1 ORDER BY experience_id")
                 .bind(&entry.id).fetch_all(conn).await)?;
-            found.push(SupportedEntry { scope, entry, experience_ids });
+            found.push(SupportedEntry {
+                scope,
+                entry,
+                experience_ids,
+            });
         }
     }
     tx.rollback().await?;

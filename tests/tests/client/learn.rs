@@ -88,7 +88,7 @@ async fn learn_and_memory_commands_round_trip(db: TestDb) {
     );
     let status = zuno_at(&server, &["learn", "--project", "p", "status"]).await;
     assert_eq!(status.code, 0, "{}", status.stderr);
-    assert!(status.stdout.contains("rules-1"), "{}", status.stdout);
+    assert!(status.stdout.contains("rules-2"), "{}", status.stdout);
 
     let issue = json_of(
         &zuno_at(

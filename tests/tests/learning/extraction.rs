@@ -58,9 +58,10 @@ async fn the_rules_extractor_turns_a_correction_into_a_verified_cited_experience
     let experience = &view.session_experiences[0];
     assert_eq!(experience.verification, "verified");
     assert_eq!(experience.kind.as_str(), "correction");
+    // The citation is the exact user text, with the reason sentence that follows the rule.
     assert_eq!(
         experience.evidence[0].excerpt,
-        "No, don't use npm here; use pnpm."
+        "No, never use npm here; always use pnpm. It keeps the lockfile consistent."
     );
     assert!(experience.evidence[0].verified);
     assert!(
@@ -71,7 +72,12 @@ async fn the_rules_extractor_turns_a_correction_into_a_verified_cited_experience
             .starts_with("message:")
     );
     let job = only_job(&world).await;
-    assert_eq!(job.extractor_version.as_deref(), Some("rules-1"));
+    assert_eq!(job.extractor_version.as_deref(), Some("rules-2"));
+    assert_eq!(
+        experience.summary,
+        "Never use npm here; always use pnpm. It keeps the lockfile consistent."
+    );
+    // "never"/"always" make it a durable instruction: one memory hint for maintenance.
     assert_eq!(job.result.as_ref().unwrap()["memoryHints"], 1);
     let kinds: Vec<String> = events::for_job(&world.db.db, &job.id)
         .await
@@ -346,10 +352,7 @@ async fn injected_sections_are_never_sources(db: TestDb) {
     assert!(!texts.iter().any(|t| t.contains("yarn")), "{texts:?}");
     let summaries: Vec<String> = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar("SELECT summary FROM experience_record")
         .fetch_all(pool).await).unwrap();
-    assert_eq!(
-        summaries,
-        ["Please fix the build; always run the tests with nextest."]
-    );
+    assert_eq!(summaries, ["Always run the tests with nextest."]);
 }
 
 async fn the_daily_token_cap_pauses_automatic_extraction_only(db: TestDb) {

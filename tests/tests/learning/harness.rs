@@ -98,11 +98,12 @@ impl World {
             .unwrap()
     }
 
-    /// A correction followed by a completed tool call: the canonical eligible turn.
+    /// A durable correction ("never … always …", so it also becomes a project rule) followed by a
+    /// completed tool call: the canonical eligible turn.
     pub async fn corrected_turn(&self, session: &str) -> TurnOutcome {
         self.user(
             session,
-            "No, don't use npm here; use pnpm. It keeps the lockfile consistent.",
+            "No, never use npm here; always use pnpm. It keeps the lockfile consistent.",
         )
         .await;
         self.assistant(

@@ -76,30 +76,44 @@ async fn reflection_is_keyed_by_its_exact_input_and_revokes_older_input(db: Test
         "existing",
         "identical input stays idempotent"
     );
-    // New feedback changes the input: a new job, and the older one is revoked.
-    world
+    // New feedback changes the input: a new job for the turn as it now reads.
+    let (_, feedback) = world
         .ingestion
         .set_feedback(&turn.message.id, FeedbackValue::Positive, None, 0, None)
         .await
         .unwrap()
         .unwrap();
+    let with_feedback = feedback.admission.expect("feedback admits the new input");
+    assert_eq!(with_feedback.outcome(), "queued");
+    assert_ne!(with_feedback.job().id, first.admission.job().id);
+    // A session reflection over the same (one-turn) input is that job.
     let widened = world
         .ingestion
         .reflect(&session, ReflectScope::Session, None)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(widened.admission.outcome(), "queued");
-    assert_eq!(widened.revoked, [first.admission.job().id.clone()]);
+    assert_eq!(widened.admission.outcome(), "existing");
+    assert_eq!(widened.admission.job().id, with_feedback.job().id);
     assert_eq!(
         world.ledger.get(&automatic).await.unwrap().state,
         JobState::Skipped
     );
     world.run_extract().await;
+    // The earlier explicit input no longer matches the turn: skipped, never run on stale input.
     assert_eq!(
         world
             .ledger
-            .get(&widened.admission.job().id)
+            .get(&first.admission.job().id)
+            .await
+            .unwrap()
+            .state,
+        JobState::Skipped
+    );
+    assert_eq!(
+        world
+            .ledger
+            .get(&with_feedback.job().id)
             .await
             .unwrap()
             .state,

@@ -290,11 +290,13 @@ async fn feedback_is_revisioned_and_makes_a_turn_eligible(db: TestDb) {
             .await,
         2
     );
+    // Each feedback revision is a new input of the closed turn: its own job, keyed by the input
+    // digest (the stale write above changed nothing and admitted nothing).
     assert_eq!(
         world
             .scalar("SELECT COUNT(*) FROM learning_job WHERE kind = 'extract'")
             .await,
-        1
+        2
     );
 }
 

@@ -21,25 +21,51 @@ use super::stem::stem;
 
 /// The score an experience needs to be recalled automatically.
 pub const FLOOR: f64 = 1.0;
-const KEYWORD_ONLY: f64 = 0.5;
+const KEYWORD_ONLY: f64 = 1.0;
 const BIGRAM: f64 = 0.5;
+/// Bigrams a prompt contributes to the candidate search.
+pub const MAX_BIGRAMS: usize = 12;
 
 /// Generic words of coding prompts: they may rank, but never carry a match alone.
 const GENERIC_WORDS: &[&str] = &[
     "add", "use", "make", "fix", "change", "update", "create", "remove", "delete", "run", "get",
     "set", "new", "file", "code", "help", "want", "need", "like", "now", "still", "issue",
     "problem", "error", "work", "thing", "way", "one", "all", "look", "check", "write", "show",
-    "try", "again", "project", "app", "function", "method", "value", "data", "line", "bug",
-    "also", "don't", "doesn't", "isn't", "can't", "instead", "not", "never", "always", "only",
-    "more", "less", "some", "same", "other", "thank", "thanks", "ok", "okay", "yes", "let",
-    "let's", "go", "do", "done", "sure", "good", "right", "wrong", "just", "there", "here",
-    "missing", "put", "take", "give", "keep", "call", "start", "stop", "well", "first", "last",
-    "next", "before", "after", "every", "each", "any", "much", "many", "lot", "bit", "part",
+    "try", "again", "project", "app", "function", "method", "value", "data", "line", "bug", "also",
+    "don't", "doesn't", "isn't", "can't", "instead", "not", "never", "always", "only", "more",
+    "less", "some", "same", "other", "thank", "thanks", "ok", "okay", "yes", "let", "let's", "go",
+    "do", "done", "sure", "good", "right", "wrong", "just", "there", "here", "missing", "put",
+    "take", "give", "keep", "call", "start", "stop", "well", "first", "last", "next", "before",
+    "after", "every", "each", "any", "much", "many", "lot", "bit", "part",
 ];
 const GENERIC_CJK: &[&str] = &[
-    "一下", "帮我", "看看", "需要", "可以", "问题", "修改", "添加", "文件", "代码", "这里", "那里",
-    "现在", "一个", "功能", "怎么", "什么", "为什么", "不要", "应该", "一定", "以后", "每次",
+    "一下",
+    "帮我",
+    "看看",
+    "需要",
+    "可以",
+    "问题",
+    "修改",
+    "添加",
+    "文件",
+    "代码",
+    "这里",
+    "那里",
+    "现在",
+    "一个",
+    "功能",
+    "怎么",
+    "什么",
+    "为什么",
+    "不要",
+    "应该",
+    "一定",
+    "以后",
+    "每次",
 ];
+
+/// Chinese particles and pronouns: a bigram with one of them is grammar, not a word.
+const PARTICLES: &str = "的了是在和与及或我你他她它们这那就也都吗呢吧啊把被着个给请要有";
 
 /// The prompt side of the floor, computed once per prompt.
 #[derive(Debug, Clone, Default)]
@@ -86,12 +112,21 @@ impl Floor {
             let chars: Vec<char> = run.chars().collect();
             for pair in chars.windows(2) {
                 let bigram: String = pair.iter().collect();
-                if !GENERIC_CJK.contains(&bigram.as_str()) && seen.insert(bigram.clone()) {
+                let particle = pair.iter().any(|c| PARTICLES.contains(*c));
+                if !particle
+                    && !GENERIC_CJK.contains(&bigram.as_str())
+                    && seen.insert(bigram.clone())
+                {
                     floor.bigrams.push(bigram);
                 }
             }
         }
         floor
+    }
+
+    /// The prompt's CJK character bigrams (generic ones left out), at most [`MAX_BIGRAMS`].
+    pub fn bigrams(&self) -> &[String] {
+        &self.bigrams[..self.bigrams.len().min(MAX_BIGRAMS)]
     }
 
     /// The score of an experience whose own text is `text` and retrieval keywords `keywords`.
@@ -118,7 +153,9 @@ impl Floor {
         let shared = self
             .bigrams
             .iter()
-            .filter(|bigram| own_lower.contains(bigram.as_str()) || keywords_lower.contains(bigram.as_str()))
+            .filter(|bigram| {
+                own_lower.contains(bigram.as_str()) || keywords_lower.contains(bigram.as_str())
+            })
             .count();
         score + BIGRAM * shared as f64
     }
@@ -163,7 +200,10 @@ mod tests {
     fn one_specific_word_of_the_lesson_is_enough_one_generic_word_is_not() {
         let lesson = "Use uv, not pip, because the lockfile is uv.lock.";
         assert!(Floor::of("install httpx with pip").admits(lesson, ""));
-        assert!(!Floor::of("fix the missing file").admits("Run make check before you say a file is done.", ""));
+        assert!(
+            !Floor::of("fix the missing file")
+                .admits("Run make check before you say a file is done.", "")
+        );
         assert!(Floor::of("run the tests").admits("Run the tests with cargo nextest.", ""));
     }
 

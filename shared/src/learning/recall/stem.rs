@@ -22,7 +22,9 @@ pub fn stem(word: &str) -> String {
     {
         stem.pop();
     }
-    if stem.len() >= 5 && stem.ends_with("ing") {
+    if stem.len() >= 7 && stem.ends_with("er") {
+        stem.truncate(stem.len() - 2);
+    } else if stem.len() >= 5 && stem.ends_with("ing") {
         stem.truncate(stem.len() - 3);
     } else if stem.len() >= 4 && stem.ends_with("ed") {
         stem.truncate(stem.len() - 2);
@@ -60,9 +62,17 @@ mod tests {
 
     #[test]
     fn inflections_share_a_search_prefix() {
-        for (a, b) in [("dependency", "dependencies"), ("tests", "testing"), ("update", "updated"), ("commits", "committing")] {
+        for (a, b) in [
+            ("dependency", "dependencies"),
+            ("tests", "testing"),
+            ("update", "updated"),
+            ("commits", "committing"),
+        ] {
             let prefix = search_prefix(a).or_else(|| Some(a.to_owned())).unwrap();
-            assert!(b.starts_with(&prefix) || stem(b).starts_with(&prefix), "{a} {b} {prefix}");
+            assert!(
+                b.starts_with(&prefix) || stem(b).starts_with(&prefix),
+                "{a} {b} {prefix}"
+            );
         }
         assert_eq!(search_prefix("npm"), None);
         assert_eq!(search_prefix("v1_2"), None);

@@ -283,9 +283,6 @@ fn recovered_errors<'a>(
     out
 }
 
-
-
-
 /// The first informative line of a tool output, trimmed and bounded. A bare exit-code banner
 /// ("Error: Exit code 1", formats.md §2.3) is skipped when a line follows: the next line says
 /// what failed.
@@ -302,7 +299,6 @@ fn first_line(text: &str) -> Option<&str> {
     };
     Some(prefix(line, LINE_BYTES).trim_end())
 }
-
 
 /// The exact sentence (or line) of `text` containing the phrase at `at..at + len`, extended
 /// to a neighbour when too short to verify, and windowed around the phrase when huge. Always a
@@ -407,11 +403,6 @@ fn title(sentence: &str) -> String {
     };
     cut(core, TITLE_BYTES)
 }
-
-
-
-
-
 
 #[cfg(test)]
 mod tests {

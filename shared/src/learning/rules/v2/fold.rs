@@ -75,13 +75,14 @@ pub fn is_cjk(c: char) -> bool {
         0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF)
 }
 
-/// Sentence terminators after folding (full-width `！？` are ASCII by then; `。` stays).
+/// Sentence terminators after folding (full-width `！？` are ASCII by then; `。` stays). A `;`
+/// joins clauses of one sentence ("don't use npm here; use pnpm").
 fn is_terminator(c: char) -> bool {
-    matches!(c, '.' | '!' | '?' | '。' | ';')
+    matches!(c, '.' | '!' | '?' | '。')
 }
 
 /// Trimmed, non-empty sentence ranges of `text` within `range`. A line always ends a sentence;
-/// `。` and `;` always do; `!`, `?` and `.` do before whitespace, a CJK character or the end, so
+/// `。` always does; `!`, `?` and `.` do before whitespace, a CJK character or the end, so
 /// `src/main.rs`, `v1.2` and `example.com` stay whole.
 pub fn sentences(text: &str, range: Range<usize>) -> Vec<Range<usize>> {
     let mut spans = Vec::new();
@@ -108,7 +109,7 @@ pub fn sentences(text: &str, range: Range<usize>) -> Vec<Range<usize>> {
         }
         let after = chars.peek().map(|&(_, d)| d);
         let ends = match c {
-            '。' | ';' => true,
+            '。' => true,
             _ => after.is_none_or(|d| d.is_whitespace() || is_cjk(d)),
         };
         if ends {
@@ -149,7 +150,11 @@ mod tests {
 
     #[test]
     fn lower_casing_that_changes_lengths_keeps_the_map() {
-        for original in ["İİ that's wrong.\u{212A}", "\u{212A}elvin: never use npm", "ǅ 不要"] {
+        for original in [
+            "İİ that's wrong.\u{212A}",
+            "\u{212A}elvin: never use npm",
+            "ǅ 不要",
+        ] {
             let folded = Folded::new(original);
             for (at, _) in folded.text.char_indices() {
                 let range = folded.original(at..at + 1);
@@ -165,7 +170,10 @@ mod tests {
 
     #[test]
     fn sentences_split_in_both_languages() {
-        let text = Folded::new("Use src/main.rs (v1.2) instead. Really?! 好的。不要用npm！以后都这样\nnext").text;
+        let text = Folded::new(
+            "Use src/main.rs (v1.2) instead. Really?! 好的。不要用npm！以后都这样\nnext",
+        )
+        .text;
         let spans: Vec<&str> = sentences(&text, 0..text.len())
             .into_iter()
             .map(|r| &text[r])

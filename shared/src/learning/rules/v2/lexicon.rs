@@ -82,6 +82,12 @@ pub fn instructions(text: &str) -> Vec<Instruction> {
     found
 }
 
+/// Whether `text` states a preference for all the user's work or a personal communication
+/// preference (reply language, tone).
+pub fn is_user_wide(text: &str) -> bool {
+    user_wide(&Folded::new(text).text)
+}
+
 /// Whether `text` carries an instruction in the user's own words (used for turn eligibility).
 pub fn has_instruction(text: &str) -> bool {
     !instructions(text).is_empty()
@@ -97,7 +103,7 @@ struct Reader<'a> {
 static CORRECTION_MARKER: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?x)^(?:
-            no(?:pe|ah)? | wrong | incorrect | not\ quite
+            no(?:pe|ah)? | wrong | incorrect | not\ quite | stop,
           | (?:that's|that\ is|this\ is|it's|it\ is)\ (?:wrong|incorrect|not\ right|not\ correct|not\ what\ i\ (?:asked|meant|wanted)(?:\ for)?)
           | (?:that's\ |that\ is\ )?not\ what\ i\ (?:asked|meant|wanted)(?:\ for)?
           | you're\ wrong | you\ are\ wrong
@@ -148,21 +154,38 @@ static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
     .expect("a valid pattern")
 });
 
-static USER_WIDE: LazyLock<Regex> = LazyLock::new(|| {
+/// Explicit all-work phrasing ("in all my projects", 所有项目). A bare "everywhere" is not: "rename
+/// it everywhere" means this code base.
+static ALL_WORK: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?x)
-            \b(?:in|for|across|on)\ (?:all|every|each|any)\ (?:of\ )?(?:my\ |our\ )?(?:projects?|repos?|repositories|work|sessions?|codebases?|conversations?|chats?)\b
-          | \beverywhere\b | \bglobally\b | \bregardless\ of\ (?:the\ )?(?:project|repo)\b | \ball\ my\ (?:projects|repos|work)\b
-          | \b(?:answer|reply|respond|talk|write|speak|communicate)s?\ (?:to\ me\ )?(?:only\ )?in\ (?:english|chinese|mandarin|german|french|spanish|japanese|korean|russian|portuguese)\b
-          | \b(?:be|keep\ (?:it|answers|replies))\ (?:more\ )?(?:concise|brief|terse|short)\b | \bno\ emojis?\b | \bdon't\ apologi[sz]e\b
-          | 所有项目 | 所有的项目 | 任何项目 | 每个项目 | 全局 | 所有仓库 | 无论哪个项目 | 不管哪个项目
-          | 用(?:中文|英文|英语|汉语|日语)(?:来)?(?:回答|回复|交流|说|写|沟通|对话)
-          | (?:回答|回复|对话|交流)(?:都|一律|请)?(?:用|使用)(?:中文|英文|英语|汉语|日语)
-          | 语气
+            \b(?:in|for|across|on)\ (?:all|every|each|any)\ (?:of\ )?(?:my\ |our\ )?(?:projects?|repos?|repositories|codebases?|conversations?|chats?)\b
+          | \bregardless\ of\ (?:the\ )?(?:project|repo)\b | \ball\ my\ (?:projects|repos|work)\b | \bwhatever\ the\ project\b
+          | 所有项目 | 所有的项目 | 任何项目 | 每个项目 | 所有仓库 | 无论哪个项目 | 不管哪个项目
         ",
     )
     .expect("a valid pattern")
 });
+
+/// Personal communication preferences: reply language and tone.
+static COMMUNICATION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?x)
+            \b(?:answer|reply|respond|talk|write|speak|communicate)s?\ (?:to\ me\ )?(?:only\ )?in\ (?:english|chinese|mandarin|german|french|spanish|japanese|korean|russian|portuguese)\b
+          | \b(?:be|keep\ (?:it|answers|replies|explanations|responses))\ (?:more\ )?(?:concise|brief|terse|short)\b | \bno\ emojis?\b | \bdon't\ apologi[sz]e\b
+          | \b(?:too|way\ too|so)\ (?:verbose|long-winded|wordy)\b | \bless\ verbose\b | \bno\ preamble\b
+          | 用(?:中文|英文|英语|汉语|日语)(?:来)?(?:回答|回复|交流|说|写|沟通|对话)
+          | (?:回答|回复|对话|交流)(?:都|一律|请)?(?:用|使用)(?:中文|英文|英语|汉语|日语)
+          | 语气 | 回答简短 | 回复简短 | 简短点 | 简短一点 | 别啰嗦 | 不要啰嗦 | 少废话
+        ",
+    )
+    .expect("a valid pattern")
+});
+
+/// Either of the above: a user-wide lesson.
+fn user_wide(folded: &str) -> bool {
+    ALL_WORK.is_match(folded) || COMMUNICATION.is_match(folded)
+}
 
 /// One pattern: a regex anchored at the start of a clause, what it means, and how to write its
 /// lesson from the named groups.
@@ -216,37 +239,226 @@ static PATTERNS: LazyLock<Vec<(Pattern, Durability)>> = LazyLock::new(|| {
         )
     };
     use Action::*;
-    const ALWAYS: &[&str] = &["always", "never", "from now on", "going forward", "in the future", "remember", "以后", "今后", "从现在", "记住", "记得", "统一", "一律", "永远", "每次", "总是", "务必", "绝对"];
+    const ALWAYS: &[&str] = &[
+        "always",
+        "never",
+        "from now on",
+        "going forward",
+        "in the future",
+        "remember",
+        "以后",
+        "今后",
+        "从现在",
+        "记住",
+        "记得",
+        "统一",
+        "一律",
+        "永远",
+        "每次",
+        "总是",
+        "务必",
+        "绝对",
+    ];
     vec![
         // English.
-        p(r"^(?:please |just )?(?P<rule>(?:always |only )?use (?P<x>.+?),? (?P<conn>instead of|rather than|in place of|over|not) (?P<y>.+))$", Correction, Lesson::UseInsteadOf, false, ALWAYS),
-        p(r"^(?:please |just )?(?P<rule>(?:always |only )?use (?P<x>.+?),? (?:instead|rather))$", Correction, Lesson::UseInstead, false, ALWAYS),
-        p(r"^(?P<rule>instead of (?P<y>.+?),? (?:please )?use (?P<x>.+))$", Correction, Lesson::UseInsteadOf, false, ALWAYS),
-        p(r"^(?:please |just )?(?P<rule>(?:don't|do not|dont|never|stop|avoid|quit) (?P<rest>.+))$", Correction, Lesson::Clause, false, ALWAYS),
-        p(r"^(?:please |just )?(?P<rule>always (?P<rest>.+))$", Preference, Lesson::Clause, false, ALWAYS),
-        p(r"^(?:from now on|going forward|in the future|in future|henceforth|from here on)[,: ]+(?P<rest>.+)$", Preference, Lesson::Rest, false, ALWAYS),
-        p(r"^(?P<rest>.+?),? (?:from now on|going forward|in the future|in future)$", Preference, Lesson::Rest, false, &["from now on", "going forward", "in the future", "in future"]),
-        p(r"^(?:please )?remember(?: that| to|:|,)? (?P<rest>.+)$", Preference, Lesson::Rest, false, &["remember"]),
-        p(r"^(?:i|we) (?:prefer|would rather|'d rather|'d prefer|would prefer) (?:to )?(?P<rest>.+)$", Preference, Lesson::Prefer, false, ALWAYS),
-        p(r"^(?:please )?prefer (?P<rest>.+)$", Preference, Lesson::Prefer, false, ALWAYS),
-        p(r"^(?:i|we) (?P<rule>always (?P<rest>.+))$", Preference, Lesson::Clause, false, ALWAYS),
-        p(r"^(?:i|we) use (?P<x>.+)$", Preference, Lesson::UseX, false, &[]),
-        p(r"^(?:please )?(?:undo|revert|roll back|rollback|back out)\b(?P<rest>.*)$", Rejection, Lesson::Undo, false, &[]),
-        p(r"^(?:you|it|that|this|the last change|your (?:last )?change|that change|this change) (?:just )?(?:broke|breaks|has broken|have broken|messed up|ruined|destroyed) (?P<x>.+)$", Rejection, Lesson::Broke, false, &[]),
-        p(r"^(?:you should have|you should've|you were supposed to|you needed to|you had to) (?P<rest>.+)$", Correction, Lesson::ShouldHave, false, &[]),
-        p(r"^(?:it's|it is|it should be|should be|that should be|the right one is|the correct (?:one|answer|command|way) is|we use|use) (?P<x>.+)$", Correction, Lesson::UseX, true, &[]),
-        p(r"^(?P<rule>(?P<x>[^,]+?), not (?P<y>[^,]+))$", Correction, Lesson::XNotY, false, &[]),
+        p(
+            r"^(?:please |just )?(?P<rule>(?:always |only )?use (?P<x>.+?),? (?P<conn>instead of|rather than|in place of|over|not) (?P<y>.+))$",
+            Correction,
+            Lesson::UseInsteadOf,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?:please |just )?(?P<rule>(?:always |only )?use (?P<x>.+?),? (?:instead|rather))$",
+            Correction,
+            Lesson::UseInstead,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?P<rule>instead of (?P<y>.+?),? (?:please )?use (?P<x>.+))$",
+            Correction,
+            Lesson::UseInsteadOf,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?:please |just )?(?P<rule>(?:don't|do not|dont|never|stop|avoid|quit) (?P<rest>.+))$",
+            Correction,
+            Lesson::Clause,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?:please |just )?(?P<rule>always (?P<rest>.+))$",
+            Preference,
+            Lesson::Clause,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?:from now on|going forward|in the future|in future|henceforth|from here on)[,: ]+(?P<rest>.+)$",
+            Preference,
+            Lesson::Rest,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?P<rest>.+?),? (?:from now on|going forward|in the future|in future)$",
+            Preference,
+            Lesson::Rest,
+            false,
+            &["from now on", "going forward", "in the future", "in future"],
+        ),
+        p(
+            r"^(?:please )?remember(?: that| to|:|,)? (?P<rest>.+)$",
+            Preference,
+            Lesson::Rest,
+            false,
+            &["remember"],
+        ),
+        p(
+            r"^(?:i|we) (?:prefer|would rather|'d rather|'d prefer|would prefer) (?:to )?(?P<rest>.+)$",
+            Preference,
+            Lesson::Prefer,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?:please )?prefer (?P<rest>.+)$",
+            Preference,
+            Lesson::Prefer,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?:i|we) (?P<rule>always (?P<rest>.+))$",
+            Preference,
+            Lesson::Clause,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?:i|we) use (?P<x>.+)$",
+            Preference,
+            Lesson::UseX,
+            false,
+            &[],
+        ),
+        p(
+            r"^(?:please )?(?:undo|revert|roll back|rollback|back out)\b(?P<rest>.*)$",
+            Rejection,
+            Lesson::Undo,
+            false,
+            &[],
+        ),
+        p(
+            r"^(?:you|it|that|this|the last change|your (?:last )?change|that change|this change) (?:just )?(?:broke|breaks|has broken|have broken|messed up|ruined|destroyed) (?P<x>.+)$",
+            Rejection,
+            Lesson::Broke,
+            false,
+            &[],
+        ),
+        p(
+            r"^(?:you should have|you should've|you were supposed to|you needed to|you had to) (?P<rest>.+)$",
+            Correction,
+            Lesson::ShouldHave,
+            false,
+            &[],
+        ),
+        p(
+            r"^(?:it's|it is|it should be|should be|that should be|the right one is|the correct (?:one|answer|command|way) is|we use|use) (?P<x>.+)$",
+            Correction,
+            Lesson::UseX,
+            true,
+            &[],
+        ),
+        p(
+            r"^(?P<rule>(?P<x>[^,]+?), not (?P<y>[^,]+?)(?:,? (?:because|since|as|so that) .+)?)$",
+            Correction,
+            Lesson::XNotY,
+            false,
+            &[],
+        ),
         // Chinese (punctuation is folded to ASCII by now).
-        p(r"^(?:以后|今后|从现在开始|从现在起|从今以后|往后)(?P<rest>.+)$", Preference, Lesson::Clause, false, ALWAYS),
-        p(r"^(?:请)?(?:记住|记得|请记住)[,:\s]*(?P<rest>.+)$", Preference, Lesson::Rest, false, ALWAYS),
-        p(r"^(?P<rule>(?:你|请|千万|以后|永远|绝对)?(?:不要|别|不许|禁止|切勿|不准)(?P<rest>.+))$", Correction, Lesson::Clause, false, ALWAYS),
-        p(r"^(?P<rule>(?:请)?(?:用|使用|改用|换用)(?P<x>.+?)(?:代替|替代|替换)(?P<y>.+))$", Correction, Lesson::Clause, false, ALWAYS),
-        p(r"^(?P<rule>.+?而不是.+)$", Correction, Lesson::Clause, false, ALWAYS),
-        p(r"^(?P<rule>(?:应该用|应该使用|应该是|改成|改为|换成|换用|改用|统一用|统一使用|统一|一律用|一律|要用|请用|请使用)(?P<rest>.+))$", Correction, Lesson::Clause, false, ALWAYS),
-        p(r"^(?P<rule>(?:每次都|每次|一定先|一定要|务必|总是|永远)(?P<rest>.+))$", Preference, Lesson::Clause, false, ALWAYS),
-        p(r"^(?:请)?(?:撤销|撤回|回滚|还原|退回|恢复)(?P<rest>.*)$", Rejection, Lesson::Undo, false, &[]),
-        p(r"^(?:你)?(?:把)?(?P<x>.*?)(?:改坏了|弄坏了|搞坏了|搞乱了|弄乱了|改乱了)(?P<rest>.*)$", Rejection, Lesson::Broke, false, &[]),
-        p(r"^(?:应该是|应该用)(?P<x>.+)$", Correction, Lesson::Clause, true, &[]),
+        p(
+            r"^(?:以后|今后|从现在开始|从现在起|从今以后|往后)(?P<rest>.+)$",
+            Preference,
+            Lesson::Clause,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?:请)?(?:记住|记得|请记住)[,:\s]*(?P<rest>.+)$",
+            Preference,
+            Lesson::Rest,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?P<rule>(?:你|请|千万|以后|永远|绝对)?(?:不要|别|不许|禁止|切勿|不准)(?P<rest>.+))$",
+            Correction,
+            Lesson::Clause,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?P<rule>(?:请)?(?:用|使用|改用|换用)(?P<x>.+?)(?:代替|替代|替换)(?P<y>.+))$",
+            Correction,
+            Lesson::Clause,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?P<rule>.+?而不是.+)$",
+            Correction,
+            Lesson::Clause,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?P<rule>(?:应该用|应该使用|应该是|统一用|统一使用|统一|一律用|一律|要用|请用|请使用)(?P<rest>.+))$",
+            Correction,
+            Lesson::Clause,
+            false,
+            ALWAYS,
+        ),
+        // "改成 X" alone is usually a task ("把按钮改成蓝色"); after "不对，" it corrects.
+        p(
+            r"^(?P<rule>(?:改成|改为|换成|换用|改用)(?P<rest>.+))$",
+            Correction,
+            Lesson::Clause,
+            true,
+            ALWAYS,
+        ),
+        p(
+            r"^(?P<rule>(?:每次都|每次|一定先|一定要|务必|总是|永远)(?P<rest>.+))$",
+            Preference,
+            Lesson::Clause,
+            false,
+            ALWAYS,
+        ),
+        p(
+            r"^(?:请)?(?:撤销|撤回|回滚|还原|退回|恢复)(?P<rest>.*)$",
+            Rejection,
+            Lesson::Undo,
+            false,
+            &[],
+        ),
+        p(
+            r"^(?:你)?(?:把)?(?P<x>.*?)(?:改坏了|弄坏了|搞坏了|搞乱了|弄乱了|改乱了)(?P<rest>.*)$",
+            Rejection,
+            Lesson::Broke,
+            false,
+            &[],
+        ),
+        p(
+            r"^(?:应该是|应该用)(?P<x>.+)$",
+            Correction,
+            Lesson::Clause,
+            true,
+            &[],
+        ),
     ]
 });
 
@@ -267,6 +479,26 @@ static NOT_ARGUMENT: LazyLock<Regex> = LazyLock::new(|| {
         .expect("a valid pattern")
 });
 
+/// Chinese markers that make a sentence an instruction wherever they stand (after the topic).
+static ZH_INNER_MARKER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"应该用|应该使用|统一用|统一使用|一律用|一定先|一定要|每次都|以后都|务必|而不是|不要再|别再")
+        .expect("a valid pattern")
+});
+
+/// Chinese markers that open a later comma clause ("分页要走后端，别在前端切片").
+static ZH_CLAUSE_MARKER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(?:千万)?(?:不要|别|不许|禁止|切勿|不准)").expect("a valid pattern")
+});
+
+/// Chinese words that make an instruction durable.
+static ZH_DURABLE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"以后|今后|记住|统一|一律|永远|每次|总是|务必").expect("a valid pattern")
+});
+
+/// English markers that open a later clause of a sentence.
+static EN_CLAUSE_MARKER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^(?:always|never|don't|do not)\b").expect("a valid pattern"));
+
 /// "X, not Y" idioms that are not corrections ("not sure", "not yet").
 static NOT_IDIOM: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^(?:sure|yet|now|really|quite|exactly|much|bad|only|just|always|working|work|all|even|that|this|too|so)\b")
@@ -284,7 +516,10 @@ impl Reader<'_> {
     ) -> Option<(Instruction, bool)> {
         let text = &self.folded.text;
         let whole = &text[range.clone()];
-        if DISMISSAL.find_iter(whole).any(|m| self.own(range.start + m.start())) {
+        if DISMISSAL
+            .find_iter(whole)
+            .any(|m| self.own(range.start + m.start()))
+        {
             return None;
         }
         let mut clause = range.clone();
@@ -321,8 +556,11 @@ impl Reader<'_> {
         if QUESTION.is_match(&text[range.clone()]) || QUESTION.is_match(&text[core.clone()]) {
             return None;
         }
-        let (mut instruction, _) = self.clause(core, corrected, &range)?;
-        instruction.user_wide = USER_WIDE.is_match(whole);
+        let (mut instruction, _) = self
+            .clause(core.clone(), corrected, &range)
+            .or_else(|| self.inner_clause(core.clone(), corrected, &range))
+            .or_else(|| self.communication_preference(core.clone(), &range))?;
+        instruction.user_wide = user_wide(whole);
         // A reason in the next sentence stays with the rule ("Use pnpm. It keeps the lockfile
         // consistent.").
         if let Some(next) = next
@@ -334,6 +572,93 @@ impl Reader<'_> {
             return Some((instruction, true));
         }
         Some((instruction, false))
+    }
+
+    /// An instruction that does not open the sentence: Chinese puts the topic first ("日志统一用
+    /// slog，别再引入 zap"), so a strong Chinese marker anywhere, or a marker opening a later
+    /// comma clause, makes the whole sentence the lesson; in English a later clause (after `,`
+    /// or `;`) that opens with "always", "never" or "don't" is the lesson ("complete the commit,
+    /// always run the hooks").
+    fn inner_clause(
+        &self,
+        core: Range<usize>,
+        corrected: bool,
+        sentence: &Range<usize>,
+    ) -> Option<(Instruction, bool)> {
+        let text = &self.folded.text;
+        let clause = &text[core.clone()];
+        let chinese = clause.chars().any(fold::is_cjk);
+        if chinese {
+            let marked = ZH_INNER_MARKER
+                .find_iter(clause)
+                .any(|m| self.own(core.start + m.start()))
+                || clause
+                    .match_indices(',')
+                    .map(|(at, _)| core.start + at + 1)
+                    .any(|start| {
+                        let rest = text[start..core.end].trim_start();
+                        let at = core.end - rest.len();
+                        self.own(at)
+                            && (ZH_CLAUSE_MARKER.is_match(rest)
+                                || (corrected && rest.starts_with("不是")))
+                            && !NOT_IMPERATIVE.is_match(rest)
+                    });
+            if !marked {
+                return None;
+            }
+            let durable = ZH_DURABLE.is_match(clause);
+            return Some((
+                Instruction {
+                    action: Action::Correction,
+                    lesson: finish(&self.display(core)),
+                    cite: self.folded.original(sentence.clone()),
+                    durable,
+                    user_wide: false,
+                    reference: None,
+                },
+                false,
+            ));
+        }
+        let separators = clause
+            .match_indices(", ")
+            .chain(clause.match_indices("; "))
+            .map(|(at, _)| at);
+        for at in separators {
+            let start = core.start + at + 2;
+            let rest = &text[start..core.end];
+            if EN_CLAUSE_MARKER.is_match(rest)
+                && rest.split_whitespace().count() >= 3
+                && self.own(start)
+                && let Some(found) = self.clause(start..core.end, corrected, sentence)
+            {
+                return Some(found);
+            }
+        }
+        None
+    }
+
+    /// A personal communication preference stated without a marker ("Keep explanations short:
+    /// bullet points, no preamble."): reply language and tone hold for all the user's work.
+    fn communication_preference(
+        &self,
+        core: Range<usize>,
+        sentence: &Range<usize>,
+    ) -> Option<(Instruction, bool)> {
+        let found = COMMUNICATION.find(&self.folded.text[core.clone()])?;
+        if !self.own(core.start + found.start()) {
+            return None;
+        }
+        Some((
+            Instruction {
+                action: Action::Preference,
+                lesson: finish(&capitalize(&self.display(core))),
+                cite: self.folded.original(sentence.clone()),
+                durable: true,
+                user_wide: true,
+                reference: None,
+            },
+            false,
+        ))
     }
 
     /// Matches the patterns against `core` (folded, without markers and terminators).
@@ -364,17 +689,27 @@ impl Reader<'_> {
                     .name(name)
                     .map(|m| core.start + m.start()..core.start + m.end())
             };
-            let trigger = &text[core.start..group("x").or(group("rest")).map_or(core.end, |r| r.start)];
-            let durable = durability
-                .words
-                .iter()
-                .any(|word| trigger.contains(word) || clause.starts_with(word) || clause.ends_with(word));
+            let trigger =
+                &text[core.start..group("x").or(group("rest")).map_or(core.end, |r| r.start)];
+            let durable = durability.words.iter().any(|word| {
+                trigger.contains(word) || clause.starts_with(word) || clause.ends_with(word)
+            });
             let lesson = match pattern.lesson {
                 Lesson::UseInsteadOf => {
                     let (x, y) = (group("x")?, group("y")?);
                     let connector = captures.name("conn").map_or("instead of", |m| m.as_str());
-                    let connector = if connector == "not" { ", not" } else if connector == "over" { "instead of" } else { connector };
-                    let connector = if connector == ", not" { String::from(", not") } else { format!(" {connector}") };
+                    let connector = if connector == "not" {
+                        ", not"
+                    } else if connector == "over" {
+                        "instead of"
+                    } else {
+                        connector
+                    };
+                    let connector = if connector == ", not" {
+                        String::from(", not")
+                    } else {
+                        format!(" {connector}")
+                    };
                     format!("Use {}{connector} {}", self.display(x), self.display(y))
                 }
                 Lesson::UseInstead => format!("Use {} instead", self.display(group("x")?)),
@@ -416,7 +751,8 @@ impl Reader<'_> {
             };
             let reference = match pattern.lesson {
                 Lesson::Undo => {
-                    let reason = group("rest").and_then(|rest| undo_reason(text, rest))
+                    let reason = group("rest")
+                        .and_then(|rest| undo_reason(text, rest))
                         .map(|reason| self.display(reason));
                     Some(Reference::Undo { reason })
                 }
@@ -425,7 +761,9 @@ impl Reader<'_> {
                     if what.is_empty() {
                         return None;
                     }
-                    Some(Reference::Broke { what: self.display(what) })
+                    Some(Reference::Broke {
+                        what: self.display(what),
+                    })
                 }
                 Lesson::UseInstead => Some(Reference::Instead {
                     replacement: self.display(group("x")?),
@@ -435,7 +773,11 @@ impl Reader<'_> {
             return Some((
                 Instruction {
                     action: pattern.action,
-                    lesson: if lesson.is_empty() { lesson } else { finish(&capitalize(&lesson)) },
+                    lesson: if lesson.is_empty() {
+                        lesson
+                    } else {
+                        finish(&capitalize(&lesson))
+                    },
                     cite: self.folded.original(sentence.clone()),
                     durable,
                     user_wide: false,
@@ -488,7 +830,15 @@ impl Reader<'_> {
 /// Whether a sentence gives the reason for the one before it.
 fn is_reason(sentence: &str) -> bool {
     const STARTS: [&str; 9] = [
-        "because", "since ", "it keeps", "otherwise", "that way", "that's why", "因为", "否则", "这样",
+        "because",
+        "since ",
+        "it keeps",
+        "otherwise",
+        "that way",
+        "that's why",
+        "因为",
+        "否则",
+        "这样",
     ];
     STARTS.iter().any(|start| sentence.starts_with(start))
 }
@@ -496,9 +846,22 @@ fn is_reason(sentence: &str) -> bool {
 /// The reason after "undo that": what follows `that`/`the last change`/… and a connector.
 fn undo_reason(text: &str, rest: Range<usize>) -> Option<Range<usize>> {
     const OBJECTS: [&str; 16] = [
-        "the last change", "your last change", "the last edit", "the last commit", "the change",
-        "those changes", "these changes", "your changes", "what you did", "that", "this", "it",
-        "刚才的修改", "上次的修改", "刚才的改动", "上一次修改",
+        "the last change",
+        "your last change",
+        "the last edit",
+        "the last commit",
+        "the change",
+        "those changes",
+        "these changes",
+        "your changes",
+        "what you did",
+        "that",
+        "this",
+        "it",
+        "刚才的修改",
+        "上次的修改",
+        "刚才的改动",
+        "上一次修改",
     ];
     const CONNECTORS: [&str; 9] = [
         "because", "since", "as", "it", "that", "因为", "它", "这", "-",
@@ -514,10 +877,10 @@ fn undo_reason(text: &str, rest: Range<usize>) -> Option<Range<usize>> {
         range.start += object.len();
     }
     skip_space(&mut range);
-    if let Some(connector) = CONNECTORS
-        .iter()
-        .find(|c| text[range.clone()].starts_with(&format!("{c} ")) || (!c.is_ascii() && text[range.clone()].starts_with(*c)))
-        && !matches!(*connector, "it" | "that" | "它" | "这")
+    if let Some(connector) = CONNECTORS.iter().find(|c| {
+        text[range.clone()].starts_with(&format!("{c} "))
+            || (!c.is_ascii() && text[range.clone()].starts_with(*c))
+    }) && !matches!(*connector, "it" | "that" | "它" | "这")
     {
         range.start += connector.len();
     }
@@ -539,9 +902,18 @@ fn strip_words(text: &str, mut range: Range<usize>, words: &[&str]) -> Range<usi
 /// "used pnpm" → "Use pnpm"; other participles keep "You should have".
 fn should_have(rest: &str) -> String {
     const VERBS: [(&str, &str); 12] = [
-        ("used ", "Use "), ("run ", "Run "), ("asked ", "Ask "), ("checked ", "Check "),
-        ("added ", "Add "), ("written ", "Write "), ("kept ", "Keep "), ("read ", "Read "),
-        ("tested ", "Test "), ("called ", "Call "), ("created ", "Create "), ("installed ", "Install "),
+        ("used ", "Use "),
+        ("run ", "Run "),
+        ("asked ", "Ask "),
+        ("checked ", "Check "),
+        ("added ", "Add "),
+        ("written ", "Write "),
+        ("kept ", "Keep "),
+        ("read ", "Read "),
+        ("tested ", "Test "),
+        ("called ", "Call "),
+        ("created ", "Create "),
+        ("installed ", "Install "),
     ];
     let lower = rest.to_lowercase();
     for (participle, verb) in VERBS {
@@ -603,7 +975,12 @@ mod tests {
         }
         let yarn = one("Use yarn instead.");
         assert_eq!(yarn.lesson, "Use yarn instead.");
-        assert_eq!(yarn.reference, Some(Reference::Instead { replacement: "yarn".into() }));
+        assert_eq!(
+            yarn.reference,
+            Some(Reference::Instead {
+                replacement: "yarn".into()
+            })
+        );
         let pnpm = one("That\u{2019}s wrong \u{2014} it's pnpm.");
         assert_eq!(pnpm.lesson, "Use pnpm.");
         assert_eq!(pnpm.action, Action::Correction);
@@ -615,19 +992,54 @@ mod tests {
     #[test]
     fn english_imperatives_with_arguments() {
         assert_eq!(lessons("No, use pnpm, not npm"), ["Use pnpm, not npm."]);
-        assert_eq!(lessons("use pnpm instead of npm because the lockfile is pnpm-lock.yaml"),
-            ["Use pnpm instead of npm because the lockfile is pnpm-lock.yaml."]);
-        assert_eq!(lessons("Instead of curl, use the http client in lib/net."), ["Use the http client in lib/net instead of curl."]);
-        assert_eq!(lessons("Actually, always run cargo fmt before committing."), ["Always run cargo fmt before committing."]);
-        assert_eq!(lessons("From now on, run the tests with nextest"), ["Run the tests with nextest."]);
-        assert_eq!(lessons("Remember to bump the version in Cargo.toml"), ["Bump the version in Cargo.toml."]);
-        assert_eq!(lessons("I prefer tabs over spaces"), ["Prefer tabs over spaces."]);
-        assert_eq!(lessons("Stop adding comments to every line."), ["Stop adding comments to every line."]);
-        assert_eq!(lessons("You should have used the staging database."), ["Use the staging database."]);
-        assert_eq!(lessons("Thanks! But that's wrong: use the staging DB"), ["Use the staging DB."]);
-        assert_eq!(lessons("That's wrong. It should be the v2 endpoint."), ["Use the v2 endpoint."]);
-        assert_eq!(lessons("Use pnpm. It keeps the lockfile consistent."), Vec::<String>::new());
-        assert_eq!(lessons("No, use pnpm. It keeps the lockfile consistent."), ["Use pnpm. It keeps the lockfile consistent."]);
+        assert_eq!(
+            lessons("use pnpm instead of npm because the lockfile is pnpm-lock.yaml"),
+            ["Use pnpm instead of npm because the lockfile is pnpm-lock.yaml."]
+        );
+        assert_eq!(
+            lessons("Instead of curl, use the http client in lib/net."),
+            ["Use the http client in lib/net instead of curl."]
+        );
+        assert_eq!(
+            lessons("Actually, always run cargo fmt before committing."),
+            ["Always run cargo fmt before committing."]
+        );
+        assert_eq!(
+            lessons("From now on, run the tests with nextest"),
+            ["Run the tests with nextest."]
+        );
+        assert_eq!(
+            lessons("Remember to bump the version in Cargo.toml"),
+            ["Bump the version in Cargo.toml."]
+        );
+        assert_eq!(
+            lessons("I prefer tabs over spaces"),
+            ["Prefer tabs over spaces."]
+        );
+        assert_eq!(
+            lessons("Stop adding comments to every line."),
+            ["Stop adding comments to every line."]
+        );
+        assert_eq!(
+            lessons("You should have used the staging database."),
+            ["Use the staging database."]
+        );
+        assert_eq!(
+            lessons("Thanks! But that's wrong: use the staging DB"),
+            ["Use the staging DB."]
+        );
+        assert_eq!(
+            lessons("That's wrong. It should be the v2 endpoint."),
+            ["Use the v2 endpoint."]
+        );
+        assert_eq!(
+            lessons("Use pnpm. It keeps the lockfile consistent."),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            lessons("No, use pnpm. It keeps the lockfile consistent."),
+            ["Use pnpm. It keeps the lockfile consistent."]
+        );
         assert!(one("always answer in English, in all my projects").user_wide);
         assert!(!one("Always run the linter").user_wide);
     }
@@ -636,21 +1048,45 @@ mod tests {
     fn previous_turn_references() {
         let undo = one("undo the last change it messed up the dark highlight");
         assert_eq!(undo.action, Action::Rejection);
-        assert_eq!(undo.reference, Some(Reference::Undo { reason: Some("it messed up the dark highlight".into()) }));
+        assert_eq!(
+            undo.reference,
+            Some(Reference::Undo {
+                reason: Some("it messed up the dark highlight".into())
+            })
+        );
         let broke = one("You broke the login page.");
-        assert_eq!(broke.reference, Some(Reference::Broke { what: "the login page".into() }));
-        assert_eq!(one("revert that").reference, Some(Reference::Undo { reason: None }));
+        assert_eq!(
+            broke.reference,
+            Some(Reference::Broke {
+                what: "the login page".into()
+            })
+        );
+        assert_eq!(
+            one("revert that").reference,
+            Some(Reference::Undo { reason: None })
+        );
     }
 
     #[test]
     fn chinese_markers_are_words() {
         assert_eq!(lessons("不对，应该用 pnpm 安装。"), ["应该用 pnpm 安装。"]);
-        assert_eq!(lessons("以后都用中文回答，代码注释和 commit message 还是用英文"),
-            ["以后都用中文回答,代码注释和 commit message 还是用英文。"]);
+        assert_eq!(
+            lessons("以后都用中文回答，代码注释和 commit message 还是用英文"),
+            ["以后都用中文回答,代码注释和 commit message 还是用英文。"]
+        );
         assert!(one("以后都用中文回答，代码注释和 commit message 还是用英文").user_wide);
         assert!(one("记住：提交前先运行 cargo fmt").durable);
         assert_eq!(lessons("别用 npm，用 pnpm"), ["别用 npm,用 pnpm。"]);
-        for nothing in ["这个布局不对称", "我计算了一下，结果是 42", "要不要加个缓存？", "没关系，先这样吧", "不用了，谢谢", "程序出错了", "是不是错了？", "别人的代码不要动吗"] {
+        for nothing in [
+            "这个布局不对称",
+            "我计算了一下，结果是 42",
+            "要不要加个缓存？",
+            "没关系，先这样吧",
+            "不用了，谢谢",
+            "程序出错了",
+            "是不是错了？",
+            "别人的代码不要动吗",
+        ] {
             assert_eq!(instructions(nothing), [], "{nothing}");
         }
         assert_eq!(lessons("错了，应该用 yarn"), ["应该用 yarn。"]);

@@ -202,32 +202,46 @@ const COMMANDS: usize = 4;
 /// same kind of task finds it: the request the user made in the turn before (or the rest of the
 /// correcting message), and the programs, subcommands and files the turns worked with. They are
 /// searched, never shown.
-fn situation(records: &[SourceRecord], correcting: Option<(&SourceRecord, &std::ops::Range<usize>)>) -> Vec<String> {
+fn situation(
+    records: &[SourceRecord],
+    correcting: Option<(&SourceRecord, &std::ops::Range<usize>)>,
+) -> Vec<String> {
     use crate::learning::recall::query;
     let mut keywords: Vec<String> = Vec::new();
     let mut add = |keyword: String| {
-        if !keyword.is_empty() && !keywords.contains(&keyword) {
+        // Bare numbers and one-letter words describe nothing (list numbering, "a").
+        let useful = keyword.chars().count() >= 2 && !keyword.chars().all(|c| c.is_ascii_digit());
+        if useful && !keywords.contains(&keyword) {
             keywords.push(keyword);
         }
+    };
+    let request_terms = |text: &str| {
+        query::parse(&prose::own_text(text))
+            .terms
+            .into_iter()
+            .take(REQUEST_TERMS)
     };
     match correcting {
         Some((record, cite)) => {
             let before = record.text.get(..cite.start).unwrap_or("");
             let after = record.text.get(cite.end..).unwrap_or("");
-            for term in query::parse(&format!("{before} {after}")).terms.into_iter().take(REQUEST_TERMS) {
+            for term in request_terms(&format!("{before}\n{after}")) {
                 add(term.text);
             }
         }
         None => {
             for record in records.iter().filter(|r| is_user_text(r)) {
-                for term in query::parse(&record.text).terms.into_iter().take(REQUEST_TERMS) {
+                for term in request_terms(&record.text) {
                     add(term.text);
                 }
             }
         }
     }
-    for record in records.iter().filter(|r| r.context && r.kind == SourceKind::UserText) {
-        for term in query::parse(&record.text).terms.into_iter().take(REQUEST_TERMS) {
+    for record in records
+        .iter()
+        .filter(|r| r.context && r.kind == SourceKind::UserText)
+    {
+        for term in request_terms(&record.text) {
             add(term.text);
         }
     }
@@ -241,7 +255,11 @@ fn situation(records: &[SourceRecord], correcting: Option<(&SourceRecord, &std::
             match change.program {
                 Some(_) => {
                     let command = recovery::command(&call.text).unwrap_or_default();
-                    for word in command.split_whitespace().take(2).filter(|w| !w.starts_with('-')) {
+                    for word in command
+                        .split_whitespace()
+                        .take(2)
+                        .filter(|w| !w.starts_with('-'))
+                    {
                         add(word.to_lowercase());
                     }
                 }
@@ -258,8 +276,16 @@ fn situation(records: &[SourceRecord], correcting: Option<(&SourceRecord, &std::
 }
 
 /// A thumbs-down with a note: the note's instructions, or the note itself as the lesson.
-fn from_feedback(records: &[SourceRecord], position: usize, record: &SourceRecord) -> Vec<Candidate> {
-    let Some(note_at) = record.text.strip_prefix("negative feedback: ").map(|_| "negative feedback: ".len()) else {
+fn from_feedback(
+    records: &[SourceRecord],
+    position: usize,
+    record: &SourceRecord,
+) -> Vec<Candidate> {
+    let Some(note_at) = record
+        .text
+        .strip_prefix("negative feedback: ")
+        .map(|_| "negative feedback: ".len())
+    else {
         return Vec::new();
     };
     let note = &record.text[note_at..];
@@ -267,20 +293,33 @@ fn from_feedback(records: &[SourceRecord], position: usize, record: &SourceRecor
         return Vec::new();
     }
     let found = lexicon::instructions(note);
-    let lessons: Vec<(String, std::ops::Range<usize>, bool)> = if found.is_empty() {
+    let lessons: Vec<(String, std::ops::Range<usize>, bool, bool)> = if found.is_empty() {
         let core = note.trim();
         let start = note_at + (note.len() - note.trim_start().len());
-        vec![(lexicon::finish(&lexicon::capitalize(core)), start..start + core.len(), false)]
+        let user_wide = lexicon::is_user_wide(core);
+        vec![(
+            lexicon::finish(&lexicon::capitalize(core)),
+            start..start + core.len(),
+            user_wide,
+            user_wide,
+        )]
     } else {
         found
             .into_iter()
             .filter(|i| i.reference.is_none())
-            .map(|i| (i.lesson, note_at + i.cite.start..note_at + i.cite.end, i.durable))
+            .map(|i| {
+                (
+                    i.lesson,
+                    note_at + i.cite.start..note_at + i.cite.end,
+                    i.durable || i.user_wide,
+                    i.user_wide,
+                )
+            })
             .collect()
     };
     lessons
         .into_iter()
-        .filter_map(|(lesson, cite, durable)| {
+        .filter_map(|(lesson, cite, durable, user_wide)| {
             Some(Candidate {
                 position,
                 experience: ProposedExperience {
@@ -292,10 +331,18 @@ fn from_feedback(records: &[SourceRecord], position: usize, record: &SourceRecor
                         source_id: record.source_id.clone(),
                         excerpt: excerpt(&record.text, cite)?,
                     }],
-                    confidence: if durable { DURABLE_CONFIDENCE } else { INSTRUCTION_CONFIDENCE },
+                    confidence: if durable {
+                        DURABLE_CONFIDENCE
+                    } else {
+                        INSTRUCTION_CONFIDENCE
+                    },
                     keywords: situation(records, None),
                 },
-                hint: durable.then_some((MemoryTarget::Project, "explicit durable instruction")),
+                hint: durable.then_some(if user_wide {
+                    (MemoryTarget::Global, "explicit user-wide preference")
+                } else {
+                    (MemoryTarget::Project, "explicit durable instruction")
+                }),
             })
         })
         .collect()
@@ -319,7 +366,12 @@ fn previous_change(records: &[SourceRecord]) -> Option<Change> {
         .rev()
         .filter(|r| r.context && r.kind == SourceKind::ToolCall)
         .filter_map(change_of)
-        .find(|change| change.program.as_deref().is_none_or(|_| !reads_only(&change.description)))
+        .find(|change| {
+            change
+                .program
+                .as_deref()
+                .is_none_or(|_| !reads_only(&change.description))
+        })
 }
 
 /// Shell commands that only look (list, read, search, diff, type-check): undoing a turn never
@@ -331,7 +383,19 @@ fn reads_only(description: &str) -> bool {
     let subcommand = words.next().unwrap_or_default();
     matches!(
         program,
-        "ls" | "cat" | "head" | "tail" | "grep" | "rg" | "find" | "pwd" | "echo" | "which" | "wc" | "less" | "tree" | "stat"
+        "ls" | "cat"
+            | "head"
+            | "tail"
+            | "grep"
+            | "rg"
+            | "find"
+            | "pwd"
+            | "echo"
+            | "which"
+            | "wc"
+            | "less"
+            | "tree"
+            | "stat"
     ) || (program == "git" && matches!(subcommand, "status" | "diff" | "log" | "show" | "blame"))
         || command.contains("--noEmit")
         || command.contains("--dry-run")
@@ -348,7 +412,14 @@ fn change_of(call: &SourceRecord) -> Option<Change> {
         return Some(Change {
             source_id: call.source_id.clone(),
             excerpt: path.to_owned(),
-            description: format!("the {} to {path}", if tool.contains("write") { "write" } else { "edit" }),
+            description: format!(
+                "the {} to {path}",
+                if tool.contains("write") {
+                    "write"
+                } else {
+                    "edit"
+                }
+            ),
             program: None,
         });
     }
@@ -356,7 +427,11 @@ fn change_of(call: &SourceRecord) -> Option<Change> {
     let excerpt = if call.text.contains(&command) {
         command.clone()
     } else {
-        command.split_whitespace().next().filter(|w| call.text.contains(*w))?.to_owned()
+        command
+            .split_whitespace()
+            .next()
+            .filter(|w| call.text.contains(*w))?
+            .to_owned()
     };
     Some(Change {
         source_id: call.source_id.clone(),
@@ -388,13 +463,27 @@ fn resolve(
             None => format!("Keep {what} working: the last change broke it"),
         })),
         Reference::Instead { replacement } => {
-            let program = replacement.split_whitespace().next().unwrap_or_default().to_lowercase();
+            let program = replacement
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_lowercase();
             let replaced = change
                 .and_then(|c| c.program.clone())
-                .or_else(|| records.iter().filter(|r| r.context && r.kind == SourceKind::ToolCall).find_map(|r| recovery::command(&r.text)).and_then(|c| c.split_whitespace().next().map(str::to_owned)))
-                .filter(|previous| previous.to_lowercase() != program && alternatives(previous, &program));
+                .or_else(|| {
+                    records
+                        .iter()
+                        .filter(|r| r.context && r.kind == SourceKind::ToolCall)
+                        .find_map(|r| recovery::command(&r.text))
+                        .and_then(|c| c.split_whitespace().next().map(str::to_owned))
+                })
+                .filter(|previous| {
+                    previous.to_lowercase() != program && alternatives(previous, &program)
+                });
             Some(match replaced {
-                Some(previous) => lexicon::finish(&format!("Use {replacement} instead of {previous}")),
+                Some(previous) => {
+                    lexicon::finish(&format!("Use {replacement} instead of {previous}"))
+                }
                 None => lesson.to_owned(),
             })
         }
@@ -420,7 +509,8 @@ fn alternatives(a: &str, b: &str) -> bool {
 fn praised_later(records: &[SourceRecord], index: usize) -> bool {
     records[index + 1..].iter().any(|record| {
         is_user_text(record)
-            && signals::strongest(&record.text).is_some_and(|s| s.kind == signals::SignalKind::Praise)
+            && signals::strongest(&record.text)
+                .is_some_and(|s| s.kind == signals::SignalKind::Praise)
             && lexicon::instructions(&record.text).is_empty()
     })
 }

@@ -63,6 +63,19 @@ impl Prose {
     }
 }
 
+/// The user's own words of `text` (its prose lines, in the original spelling), joined by
+/// newlines: what describes a situation, without the logs and documents pasted with it.
+pub fn own_text(text: &str) -> String {
+    let folded = super::fold::Folded::new(text);
+    let prose = Prose::new(&folded.text);
+    prose
+        .lines
+        .iter()
+        .filter_map(|line| text.get(folded.original(line.clone())))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `Some(Ok(range))` a prose line, `Some(Err(()))` a non-prose line, `None` blank (or inside a
 /// fence). A long prompt keeps only the prose of its first and last paragraphs.
 fn edges(lines: Vec<Option<Result<Range<usize>, ()>>>) -> Vec<Range<usize>> {
@@ -289,7 +302,8 @@ mod tests {
 
     #[test]
     fn fences_quotes_and_indented_code_are_excluded() {
-        let text = "Please fix it.\n```\nnever use this\n```\n> always quote\n    don't indent\nthanks";
+        let text =
+            "Please fix it.\n```\nnever use this\n```\n> always quote\n    don't indent\nthanks";
         assert_eq!(own_lines(text), ["please fix it.", "thanks"]);
     }
 
@@ -301,7 +315,10 @@ mod tests {
         }
         text.push_str("\nand keep it short");
         let lines = own_lines(&text);
-        assert_eq!(lines.first().unwrap(), "use this guide to build the crawler");
+        assert_eq!(
+            lines.first().unwrap(),
+            "use this guide to build the crawler"
+        );
         assert_eq!(lines.last().unwrap(), "and keep it short");
         assert!(lines.len() <= 2 * EDGE_LINES);
     }

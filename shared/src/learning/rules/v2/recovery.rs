@@ -60,7 +60,11 @@ pub fn recoveries(records: &[SourceRecord]) -> Vec<Recovery> {
         let Some((success_call, success_command)) = recovered else {
             continue;
         };
-        if found.iter().any(|r| r.experience.summary.contains(&format!("`{success_command}`"))) {
+        if found.iter().any(|r| {
+            r.experience
+                .summary
+                .contains(&format!("`{success_command}`"))
+        }) {
             continue;
         }
         let (Some(failed_excerpt), Some(success_excerpt)) = (
@@ -70,7 +74,10 @@ pub fn recoveries(records: &[SourceRecord]) -> Vec<Recovery> {
             continue;
         };
         let error_text = &failed.text[error.clone()];
-        let (from, to) = (cut(&failed_command, COMMAND_BYTES), cut(&success_command, COMMAND_BYTES));
+        let (from, to) = (
+            cut(&failed_command, COMMAND_BYTES),
+            cut(&success_command, COMMAND_BYTES),
+        );
         found.push(Recovery {
             position: index,
             experience: ProposedExperience {
@@ -82,9 +89,18 @@ pub fn recoveries(records: &[SourceRecord]) -> Vec<Recovery> {
                 ),
                 resolution: Some(format!("`{to}` succeeded.")),
                 citations: vec![
-                    Citation { source_id: failed_call.source_id.clone(), excerpt: failed_excerpt },
-                    Citation { source_id: failed.source_id.clone(), excerpt: error_text.to_owned() },
-                    Citation { source_id: success_call.source_id.clone(), excerpt: success_excerpt },
+                    Citation {
+                        source_id: failed_call.source_id.clone(),
+                        excerpt: failed_excerpt,
+                    },
+                    Citation {
+                        source_id: failed.source_id.clone(),
+                        excerpt: error_text.to_owned(),
+                    },
+                    Citation {
+                        source_id: success_call.source_id.clone(),
+                        excerpt: success_excerpt,
+                    },
                 ],
                 confidence: CONFIDENCE,
                 keywords: [&failed_command, &success_command]
@@ -169,13 +185,12 @@ fn same_intent(failed: &str, succeeded: &str) -> bool {
         return false;
     }
     if a[0] != b[0] {
-        return a[1..] == b[1..];
+        return a.len() > 1 && a[1..] == b[1..];
     }
     let only_a: Vec<&str> = a.iter().filter(|w| !b.contains(w)).copied().collect();
     let only_b: Vec<&str> = b.iter().filter(|w| !a.contains(w)).copied().collect();
-    let related = |x: &str, y: &str| {
-        x.len() >= 3 && y.len() >= 3 && (x.contains(y) || y.contains(x))
-    };
+    let related =
+        |x: &str, y: &str| x.len() >= 3 && y.len() >= 3 && (x.contains(y) || y.contains(x));
     only_a.len() <= 1
         && only_b.len() <= 2
         && word_distance(&a, &b) <= 2
@@ -201,7 +216,13 @@ fn word_distance(a: &[&str], b: &[&str]) -> usize {
 /// Failures of the environment, not of the command: nothing to learn about the command.
 fn transient(error: &str) -> bool {
     const MARKERS: [&str; 8] = [
-        "cygheap", "child_copy", "Win32 error", "cygpath", "timed out", "Timeout", "ECONNRESET",
+        "cygheap",
+        "child_copy",
+        "Win32 error",
+        "cygpath",
+        "timed out",
+        "Timeout",
+        "ECONNRESET",
         "Connection reset",
     ];
     MARKERS.iter().any(|marker| error.contains(marker))
@@ -227,8 +248,14 @@ fn error_line(text: &str) -> Option<Range<usize>> {
 
 fn is_header(line: &str) -> bool {
     const HEADERS: [&str; 8] = [
-        "Wall time:", "Output:", "Chunk ID:", "Original token count:", "Process exited with code",
-        "Exit code:", "Command:", "Total output lines:",
+        "Wall time:",
+        "Output:",
+        "Chunk ID:",
+        "Original token count:",
+        "Process exited with code",
+        "Exit code:",
+        "Command:",
+        "Total output lines:",
     ];
     is_exit_banner(line) || HEADERS.iter().any(|header| line.starts_with(header))
 }
@@ -259,13 +286,22 @@ mod tests {
         assert_eq!(&text[range], "bash: python: command not found");
         assert_eq!(error_line("Wall time: 0.1 seconds\nOutput:\n"), None);
         let banner = "Error: Exit code 1\nnpm ERR! Missing script: \"test\"";
-        assert_eq!(&banner[error_line(banner).unwrap()], "npm ERR! Missing script: \"test\"");
+        assert_eq!(
+            &banner[error_line(banner).unwrap()],
+            "npm ERR! Missing script: \"test\""
+        );
     }
 
     #[test]
     fn commands_from_call_records() {
-        assert_eq!(command(r#"bash {"command":"python3  x.py"}"#).as_deref(), Some("python3 x.py"));
-        assert_eq!(command(r#"shell {"command":["bash","-lc","ls"]}"#).as_deref(), Some("bash -lc ls"));
+        assert_eq!(
+            command(r#"bash {"command":"python3  x.py"}"#).as_deref(),
+            Some("python3 x.py")
+        );
+        assert_eq!(
+            command(r#"shell {"command":["bash","-lc","ls"]}"#).as_deref(),
+            Some("bash -lc ls")
+        );
         assert_eq!(command(r#"edit {"path":"a.rs"}"#), None);
     }
 }

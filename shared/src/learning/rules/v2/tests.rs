@@ -26,7 +26,15 @@ fn message(id: &str, role: Role, status: MessageStatus, parts: Vec<Part>) -> Mes
 }
 
 fn user(id: &str, text: &str) -> Message {
-    message(id, Role::User, MessageStatus::Completed, vec![Part::Text { text: text.into(), injected: false }])
+    message(
+        id,
+        Role::User,
+        MessageStatus::Completed,
+        vec![Part::Text {
+            text: text.into(),
+            injected: false,
+        }],
+    )
 }
 
 fn assistant(id: &str, parts: Vec<Part>) -> Message {
@@ -46,20 +54,32 @@ fn tool(name: &str, arguments: serde_json::Value, result: &str, status: ToolStat
 }
 
 fn bash(command: &str, result: &str, status: ToolStatus) -> Part {
-    tool("bash", serde_json::json!({ "command": command }), result, status)
+    tool(
+        "bash",
+        serde_json::json!({ "command": command }),
+        result,
+        status,
+    )
 }
 
 /// A user message followed by a completed assistant turn with one tool call.
 fn probe(text: &str) -> SourceManifest {
     build(
-        &[user("u1", text), assistant("a1", vec![bash("ls", "README.md", ToolStatus::Completed)])],
+        &[
+            user("u1", text),
+            assistant("a1", vec![bash("ls", "README.md", ToolStatus::Completed)]),
+        ],
         None,
         131_072,
     )
 }
 
 fn summaries(output: &ExtractionOutput) -> Vec<&str> {
-    output.experiences.iter().map(|e| e.summary.as_str()).collect()
+    output
+        .experiences
+        .iter()
+        .map(|e| e.summary.as_str())
+        .collect()
 }
 
 #[test]
@@ -70,28 +90,43 @@ fn the_seven_probes_of_the_issue() {
         "Should we always use pnpm here?",
         "程序出错了，帮我看看",
     ] {
-        assert_eq!(extract(&probe(nothing)), ExtractionOutput::default(), "{nothing}");
+        assert_eq!(
+            extract(&probe(nothing)),
+            ExtractionOutput::default(),
+            "{nothing}"
+        );
     }
     let yarn = extract(&probe("Use yarn instead."));
     assert_eq!(summaries(&yarn), ["Use yarn instead."]);
     assert_eq!(yarn.experiences[0].kind, ExperienceKind::Correction);
-    assert!(yarn.memories.is_empty(), "a correction without a durable marker stays Experience");
+    assert!(
+        yarn.memories.is_empty(),
+        "a correction without a durable marker stays Experience"
+    );
 
     let pnpm = extract(&probe("That\u{2019}s wrong \u{2014} it's pnpm."));
     assert_eq!(summaries(&pnpm), ["Use pnpm."]);
-    assert_eq!(pnpm.experiences[0].citations[0].excerpt, "That\u{2019}s wrong \u{2014} it's pnpm.");
+    assert_eq!(
+        pnpm.experiences[0].citations[0].excerpt,
+        "That\u{2019}s wrong \u{2014} it's pnpm."
+    );
     assert!(pnpm.memories.is_empty());
 
     let never = extract(&probe("Never run migrations on prod."));
     assert_eq!(summaries(&never), ["Never run migrations on prod."]);
     assert_eq!(never.memories.len(), 1);
     assert_eq!(never.memories[0].target, MemoryTarget::Project);
-    assert_eq!(never.memories[0].content.as_deref(), Some("Never run migrations on prod."));
+    assert_eq!(
+        never.memories[0].content.as_deref(),
+        Some("Never run migrations on prod.")
+    );
 }
 
 #[test]
 fn a_user_wide_preference_goes_to_global_memory() {
-    let output = extract(&probe("以后都用中文回答，代码注释和 commit message 还是用英文"));
+    let output = extract(&probe(
+        "以后都用中文回答，代码注释和 commit message 还是用英文",
+    ));
     assert_eq!(output.memories.len(), 1);
     assert_eq!(output.memories[0].target, MemoryTarget::Global);
     assert_eq!(output.experiences[0].kind, ExperienceKind::Feedback);
@@ -107,32 +142,60 @@ fn an_undo_names_what_the_previous_turn_changed() {
         assistant(
             "a0",
             vec![
-                tool("edit", serde_json::json!({"file_path": "src/theme.css", "old": "a", "new": "b"}), "ok", ToolStatus::Completed),
-                Part::Text { text: "Softened it.".into(), injected: false },
+                tool(
+                    "edit",
+                    serde_json::json!({"file_path": "src/theme.css", "old": "a", "new": "b"}),
+                    "ok",
+                    ToolStatus::Completed,
+                ),
+                Part::Text {
+                    text: "Softened it.".into(),
+                    injected: false,
+                },
             ],
         ),
     ];
     let window = [
         user("u1", "undo the last change it messed up the dark highlight"),
-        assistant("a1", vec![bash("git checkout src/theme.css", "", ToolStatus::Completed)]),
+        assistant(
+            "a1",
+            vec![bash(
+                "git checkout src/theme.css",
+                "",
+                ToolStatus::Completed,
+            )],
+        ),
     ];
     let manifest = build_with_context(&context, &window, None, 131_072);
     assert!(manifest.records.iter().take_while(|r| r.context).count() >= 3);
     let output = extract(&manifest);
-    assert_eq!(summaries(&output), ["Don't repeat the edit to src/theme.css: it messed up the dark highlight."]);
+    assert_eq!(
+        summaries(&output),
+        ["Don't repeat the edit to src/theme.css: it messed up the dark highlight."]
+    );
     let cited: Vec<bool> = output.experiences[0]
         .citations
         .iter()
         .map(|c| manifest.record(&c.source_id).unwrap().context)
         .collect();
-    assert_eq!(cited, [false, true], "the user's words, then the change they undo");
+    assert_eq!(
+        cited,
+        [false, true],
+        "the user's words, then the change they undo"
+    );
     let valid = validate(&output, &manifest).unwrap();
     assert!(valid.experiences.iter().all(|e| e.verified));
 
     // Context is never a source of lessons by itself.
     let quiet = build_with_context(
-        &[user("u0", "Never use npm."), assistant("a0", vec![bash("ls", "x", ToolStatus::Completed)])],
-        &[user("u1", "list the files"), assistant("a1", vec![bash("ls", "x", ToolStatus::Completed)])],
+        &[
+            user("u0", "Never use npm."),
+            assistant("a0", vec![bash("ls", "x", ToolStatus::Completed)]),
+        ],
+        &[
+            user("u1", "list the files"),
+            assistant("a1", vec![bash("ls", "x", ToolStatus::Completed)]),
+        ],
         None,
         131_072,
     );
@@ -146,11 +209,21 @@ fn an_undo_names_what_the_previous_turn_changed() {
 fn use_instead_names_the_replaced_tool_from_the_previous_turn() {
     let context = [
         user("u0", "install the dependencies"),
-        assistant("a0", vec![bash("npm install", "added 120 packages", ToolStatus::Completed)]),
+        assistant(
+            "a0",
+            vec![bash(
+                "npm install",
+                "added 120 packages",
+                ToolStatus::Completed,
+            )],
+        ),
     ];
     let window = [
         user("u1", "Use yarn instead."),
-        assistant("a1", vec![bash("yarn install", "Done in 3.2s", ToolStatus::Completed)]),
+        assistant(
+            "a1",
+            vec![bash("yarn install", "Done in 3.2s", ToolStatus::Completed)],
+        ),
     ];
     let output = extract(&build_with_context(&context, &window, None, 131_072));
     assert_eq!(summaries(&output), ["Use yarn instead of npm."]);
@@ -163,7 +236,11 @@ fn recovered_errors_need_a_real_failure_and_a_different_command() {
         assistant(
             "a1",
             vec![
-                bash("python fetch.py", "Wall time: 0.1 seconds\nOutput:\nbash: python: command not found", ToolStatus::Error),
+                bash(
+                    "python fetch.py",
+                    "Wall time: 0.1 seconds\nOutput:\nbash: python: command not found",
+                    ToolStatus::Error,
+                ),
                 bash("python3 fetch.py", "fetched 12 rows", ToolStatus::Completed),
             ],
         ),
@@ -172,9 +249,14 @@ fn recovered_errors_need_a_real_failure_and_a_different_command() {
     let output = extract(&manifest);
     assert_eq!(
         summaries(&output),
-        ["Use `python3 fetch.py` instead of `python fetch.py`: `python fetch.py` failed with \"bash: python: command not found\"."]
+        [
+            "Use `python3 fetch.py` instead of `python fetch.py`: `python fetch.py` failed with \"bash: python: command not found\"."
+        ]
     );
-    assert!(output.memories.is_empty(), "recoveries are evidence, not instructions");
+    assert!(
+        output.memories.is_empty(),
+        "recoveries are evidence, not instructions"
+    );
     assert!(validate(&output, &manifest).unwrap().experiences[0].verified);
 
     // A successful command with a header line is not an error; a retry of the same command
@@ -185,8 +267,16 @@ fn recovered_errors_need_a_real_failure_and_a_different_command() {
             assistant(
                 "a1",
                 vec![
-                    bash("cargo test", "Wall time: 0.1 seconds\nOutput:\nok", ToolStatus::Completed),
-                    bash("cargo build", "error[E0382]: borrow of moved value", ToolStatus::Error),
+                    bash(
+                        "cargo test",
+                        "Wall time: 0.1 seconds\nOutput:\nok",
+                        ToolStatus::Completed,
+                    ),
+                    bash(
+                        "cargo build",
+                        "error[E0382]: borrow of moved value",
+                        ToolStatus::Error,
+                    ),
                     bash("cargo build", "Finished", ToolStatus::Completed),
                 ],
             ),
@@ -199,7 +289,16 @@ fn recovered_errors_need_a_real_failure_and_a_different_command() {
 
 #[test]
 fn a_thumbs_down_note_is_a_learning_source() {
-    let window = [user("u1", "summarize the release"), assistant("a1", vec![Part::Text { text: "Here it is.".into(), injected: false }])];
+    let window = [
+        user("u1", "summarize the release"),
+        assistant(
+            "a1",
+            vec![Part::Text {
+                text: "Here it is.".into(),
+                injected: false,
+            }],
+        ),
+    ];
     let feedback = FeedbackSource {
         message_id: "a1".into(),
         value: "negative".into(),
@@ -208,26 +307,72 @@ fn a_thumbs_down_note_is_a_learning_source() {
     };
     let manifest = build(&window, Some(&feedback), 131_072);
     let output = extract(&manifest);
-    assert_eq!(summaries(&output), ["The summary dropped the migration step."]);
+    assert_eq!(
+        summaries(&output),
+        ["The summary dropped the migration step."]
+    );
     assert_eq!(output.experiences[0].kind, ExperienceKind::Feedback);
     assert!(validate(&output, &manifest).unwrap().experiences[0].verified);
 
-    let positive = FeedbackSource { value: "positive".into(), ..feedback };
-    assert_eq!(extract(&build(&window, Some(&positive), 131_072)), ExtractionOutput::default());
+    let positive = FeedbackSource {
+        value: "positive".into(),
+        ..feedback
+    };
+    assert_eq!(
+        extract(&build(&window, Some(&positive), 131_072)),
+        ExtractionOutput::default()
+    );
 }
 
 #[test]
 fn the_reason_is_kept_and_markers_stripped() {
-    let output = extract(&probe("No, use pnpm instead of npm, because the lockfile is pnpm-lock.yaml."));
-    assert_eq!(summaries(&output), ["Use pnpm instead of npm, because the lockfile is pnpm-lock.yaml."]);
-    assert_eq!(output.experiences[0].citations[0].excerpt, "No, use pnpm instead of npm, because the lockfile is pnpm-lock.yaml.");
+    let output = extract(&probe(
+        "No, use pnpm instead of npm, because the lockfile is pnpm-lock.yaml.",
+    ));
+    assert_eq!(
+        summaries(&output),
+        ["Use pnpm instead of npm, because the lockfile is pnpm-lock.yaml."]
+    );
+    assert_eq!(
+        output.experiences[0].citations[0].excerpt,
+        "No, use pnpm instead of npm, because the lockfile is pnpm-lock.yaml."
+    );
 }
 
 fn varied_manifests() -> Vec<SourceManifest> {
     let pieces = [
-        "No, use yarn", "不对", "记住", "from now on", "thanks", "why did you", "src/lib.rs", "。", "！", ".",
-        "?", "\n", " ", "🦀", "e.g.", "don't use", "以后都", "“", "’", "```", "> ", "    ", "warning:", "never",
-        "always", "instead of", ", not ", "undo that", "错了", "ＰＮＰＭ", "İ", "\u{212A}",
+        "No, use yarn",
+        "不对",
+        "记住",
+        "from now on",
+        "thanks",
+        "why did you",
+        "src/lib.rs",
+        "。",
+        "！",
+        ".",
+        "?",
+        "\n",
+        " ",
+        "🦀",
+        "e.g.",
+        "don't use",
+        "以后都",
+        "“",
+        "’",
+        "```",
+        "> ",
+        "    ",
+        "warning:",
+        "never",
+        "always",
+        "instead of",
+        ", not ",
+        "undo that",
+        "错了",
+        "ＰＮＰＭ",
+        "İ",
+        "\u{212A}",
     ];
     let mut manifests = Vec::new();
     let mut seed: u64 = 0x853c_49e6_748f_ea9b;
@@ -240,10 +385,19 @@ fn varied_manifests() -> Vec<SourceManifest> {
             body.push_str(pieces[(seed % pieces.len() as u64) as usize]);
         }
         manifests.push(build_with_context(
-            &[user("u0", &body), assistant("a0", vec![bash(&body, &body, ToolStatus::Completed)])],
+            &[
+                user("u0", &body),
+                assistant("a0", vec![bash(&body, &body, ToolStatus::Completed)]),
+            ],
             &[
                 user("u1", &body),
-                assistant("a1", vec![bash(&body, &body, ToolStatus::Error), bash("x y", &body, ToolStatus::Completed)]),
+                assistant(
+                    "a1",
+                    vec![
+                        bash(&body, &body, ToolStatus::Error),
+                        bash("x y", &body, ToolStatus::Completed),
+                    ],
+                ),
                 user("u2", &body),
             ],
             None,
@@ -265,8 +419,15 @@ fn every_citation_is_exact_and_every_answer_validates() {
             assert!(!experience.summary.trim().is_empty());
             assert!(experience.title.len() <= TITLE_BYTES + 3);
             for citation in &experience.citations {
-                let record = manifest.record(&citation.source_id).expect("cites a supplied record");
-                assert!(record.text.contains(&citation.excerpt), "{:?} not in {:?}", citation.excerpt, record.text);
+                let record = manifest
+                    .record(&citation.source_id)
+                    .expect("cites a supplied record");
+                assert!(
+                    record.text.contains(&citation.excerpt),
+                    "{:?} not in {:?}",
+                    citation.excerpt,
+                    record.text
+                );
             }
         }
         let valid = validate(&output, &manifest).expect("a rules answer never fails the whole job");
@@ -277,5 +438,8 @@ fn every_citation_is_exact_and_every_answer_validates() {
             assert_eq!(hint.content.as_deref(), Some(experience.summary.as_str()));
         }
     }
-    assert!(experiences > 50, "the property ran on {experiences} experiences");
+    assert!(
+        experiences > 50,
+        "the property ran on {experiences} experiences"
+    );
 }
