@@ -16,9 +16,48 @@ pub struct ServerArgs {
     /// A running Zuno server (default: the local database directly).
     #[arg(long, global = true, env = "ZUNO_SERVER_URL")]
     pub server: Option<String>,
-    /// Bearer token for the server.
+    /// Bearer token for the server (default: for a server on this machine, the local token in
+    /// the data directory).
     #[arg(long, global = true, env = "ZUNO_API_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+}
+
+/// Whether a server URL names this machine's loopback interface.
+pub fn is_loopback_url(base: &str) -> bool {
+    let rest = base
+        .strip_prefix("http://")
+        .or_else(|| base.strip_prefix("https://"))
+        .unwrap_or(base);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The token to send to `server`: the one given (`--token`, `ZUNO_API_TOKEN`), else, for a
+/// server on this machine, the local token the server generated in the data directory. The
+/// local token is never sent anywhere else.
+pub fn token_for(
+    global: &GlobalArgs,
+    server: &str,
+    given: Option<&str>,
+) -> Result<Option<String>, CliError> {
+    if let Some(token) = given.map(str::trim).filter(|token| !token.is_empty()) {
+        return Ok(Some(token.to_owned()));
+    }
+    if !is_loopback_url(server) {
+        return Ok(None);
+    }
+    let settings = global.settings()?;
+    zuno_shared::tokens::local::read(&settings.paths)
+        .map_err(|error| CliError::new(CliError::BAD_INPUT, error.to_string()))
 }
 
 /// A failed API call, classified for exit codes.
@@ -44,7 +83,7 @@ impl ClientError {
         match self {
             ClientError::Unavailable(_) => CliError::UNAVAILABLE,
             ClientError::Problem { status, .. } => match status {
-                400 | 413 | 422 => CliError::BAD_INPUT,
+                400 | 413 | 415 | 422 | 431 => CliError::BAD_INPUT,
                 404 => CliError::NOT_FOUND,
                 409 | 412 => CliError::CONFLICT,
                 502..=504 => CliError::UNAVAILABLE,
@@ -91,10 +130,18 @@ impl ApiClient {
         match &server.server {
             Some(base) => Ok(ApiClient::remote(
                 base,
-                server.token.clone(),
+                token_for(global, base, server.token.as_deref())?,
                 Duration::from_secs(30),
             )?),
             None => ApiClient::local(global).await,
+        }
+    }
+
+    /// A client of a router served in-process (authenticated as its state allows: a state built
+    /// without a server token treats every caller as the local user).
+    pub fn in_process(router: axum::Router) -> ApiClient {
+        ApiClient {
+            transport: Transport::Local(router),
         }
     }
 
@@ -120,6 +167,9 @@ impl ApiClient {
         })
     }
 
+    /// The router over the local database, in this process. It is the local user's own
+    /// process, so it runs without a token (the `Host`, `Origin` and content-type rules still
+    /// apply, and its requests satisfy them).
     pub async fn local(global: &GlobalArgs) -> Result<ApiClient, CliError> {
         let settings = global.settings()?;
         let db = open_local(&settings).await?;
