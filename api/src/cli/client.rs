@@ -298,3 +298,60 @@ pub fn encode(value: &str) -> String {
     }
     out
 }
+
+/// Creates a project (a 409 means it already exists: `Ok(false)`), binding `worktree` when the
+/// server accepts the claim. A worktree the server refuses (outside its worktree roots, say, or
+/// a token that may not bind one) leaves the project without one rather than failing the
+/// caller: the project still works, without a rules file. The refusal is reported on stderr.
+pub async fn ensure_project(
+    client: &ApiClient,
+    id: &str,
+    name: &str,
+    worktree: Option<&str>,
+) -> Result<bool, ClientError> {
+    let created = |result: Result<Value, ClientError>| match result {
+        Ok(_) => Ok(true),
+        Err(error) if error.status() == Some(409) => Ok(false),
+        Err(error) => Err(error),
+    };
+    let Some(worktree) = worktree else {
+        return created(
+            client
+                .post(
+                    "/api/projects",
+                    &serde_json::json!({ "id": id, "name": name }),
+                )
+                .await,
+        );
+    };
+    let body = serde_json::json!({ "id": id, "name": name, "worktree": worktree });
+    match client.post("/api/projects", &body).await {
+        Err(ClientError::Problem {
+            status: 400 | 403,
+            body: problem,
+            ..
+        }) if problem.get("field").and_then(Value::as_str) == Some("worktree")
+            || problem
+                .get("detail")
+                .and_then(Value::as_str)
+                .is_some_and(|detail| detail.contains("worktree")) =>
+        {
+            eprintln!(
+                "zuno: {worktree} was not bound as project `{id}`'s worktree ({}); continuing without it",
+                problem
+                    .get("detail")
+                    .and_then(Value::as_str)
+                    .unwrap_or("refused")
+            );
+            created(
+                client
+                    .post(
+                        "/api/projects",
+                        &serde_json::json!({ "id": id, "name": name }),
+                    )
+                    .await,
+            )
+        }
+        other => created(other),
+    }
+}

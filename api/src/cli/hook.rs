@@ -143,32 +143,7 @@ async fn ensure_session(client: &ApiClient, input: &HookInput) -> Result<String,
     let cwd = input.cwd.as_deref().unwrap_or("unknown");
     let (project, name) = project_for_cwd(cwd);
     let session = session_id_for(Host::ClaudeCode, &input.session_id);
-    let worktree = local_worktree(cwd);
-    let body = json!({ "id": project, "name": name, "worktree": worktree });
-    match client.post("/api/projects", &body).await {
-        // The server does not accept this directory as a worktree (outside its worktree
-        // roots, say): the project still works, without a project rules file.
-        Err(ClientError::Problem {
-            status: 400 | 403,
-            body: problem,
-            ..
-        }) if worktree.is_some()
-            && problem.get("field").and_then(Value::as_str) == Some("worktree")
-            || worktree.is_some()
-                && problem.get("code").and_then(Value::as_str) == Some("forbidden") =>
-        {
-            eprintln!(
-                "zuno hook: the server did not bind {cwd} as the project's worktree ({}); continuing without it",
-                problem
-                    .get("detail")
-                    .and_then(Value::as_str)
-                    .unwrap_or("refused")
-            );
-            let body = json!({ "id": project, "name": name });
-            tolerate_conflict(client.post("/api/projects", &body).await)?;
-        }
-        other => tolerate_conflict(other)?,
-    }
+    super::client::ensure_project(client, &project, &name, local_worktree(cwd).as_deref()).await?;
     let body = json!({ "id": session, "externalRef": input.session_id });
     tolerate_conflict(
         client

@@ -276,8 +276,8 @@ impl Importer {
         let cwd = session.cwd.as_deref().unwrap_or("unknown");
         let (id, name) = project_for_cwd(cwd);
         if self.projects.insert(id.clone()) {
-            let body = json!({ "id": id, "name": name, "worktree": local_worktree(cwd) });
-            tolerate_conflict(self.client.post("/api/projects", &body).await)?;
+            super::client::ensure_project(&self.client, &id, &name, local_worktree(cwd).as_deref())
+                .await?;
         }
         Ok(id)
     }
