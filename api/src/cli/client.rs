@@ -198,6 +198,12 @@ impl ApiClient {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// A POST whose success status matters (201 created versus 200 already there).
+    pub async fn post_status(&self, path: &str, body: &Value) -> Result<(u16, Value), ClientError> {
+        self.call_status(reqwest::Method::POST, path, Some(body))
+            .await
+    }
+
     pub async fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
         self.call(reqwest::Method::PUT, path, Some(body)).await
     }
@@ -213,6 +219,18 @@ impl ApiClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ClientError> {
+        self.call_status(method, path, body)
+            .await
+            .map(|(_, value)| value)
+    }
+
+    /// One request, with the success status; a non-2xx answer becomes [`ClientError::Problem`].
+    pub async fn call_status(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), ClientError> {
         let (status, text) = match &self.transport {
             Transport::Remote { base, token, http } => {
                 let mut request = http.request(method, format!("{base}{path}"));
@@ -265,7 +283,7 @@ impl ApiClient {
             serde_json::from_str(&text).unwrap_or(Value::String(text))
         };
         if (200..300).contains(&status) {
-            return Ok(value);
+            return Ok((status, value));
         }
         if status == 503 && value.get("code").is_none() {
             return Err(ClientError::Unavailable(format!("HTTP {status}")));

@@ -326,8 +326,10 @@ impl Importer {
                 "parts": message.parts,
                 "createdAt": message.created_at,
             });
-            match self.client.post(&path, &body).await {
-                Ok(outcome) => {
+            match self.client.post_status(&path, &body).await {
+                // The same message was already stored (a re-import): 200, not 201.
+                Ok((200, _)) => self.report.messages_existing += 1,
+                Ok((_, outcome)) => {
                     self.report.messages_added += 1;
                     if outcome
                         .pointer("/admission/outcome")
