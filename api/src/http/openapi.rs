@@ -12,7 +12,7 @@ use super::routes::{jobs, learning, live, memory, projects, sessions, skills};
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Zuno Learning API", description = "Durable learning memory for coding agents."),
-    components(schemas(super::error::Problem)),
+    components(schemas(super::error::Problem, super::routes::live::LearningStateChanged)),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]

@@ -229,6 +229,18 @@ async fn poll_changes(hub: Arc<HubInner>) {
     }
 }
 
+/// One server-sent event of the stream, as the OpenAPI document describes it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LearningStateEvent {
+    /// Always `learning.state.changed`.
+    pub event: String,
+    /// The projection's revision.
+    pub id: String,
+    /// A `LearningStateChanged` document, as JSON text.
+    #[schema(content_media_type = "application/json")]
+    pub data: String,
+}
+
 /// The data of a `learning.state.changed` event.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -249,7 +261,7 @@ pub struct LearningStateChanged {
         ("Last-Event-ID" = Option<String>, Header, description = "The revision the client last received; the current state is not resent while it is unchanged."),
     ),
     responses(
-        (status = 200, content_type = "text/event-stream", body = LearningStateChanged,
+        (status = 200, content_type = "text/event-stream", body = LearningStateEvent,
             description = "A stream of `learning.state.changed` events; each event's `id` is the projection revision and its `data` a LearningStateChanged document."),
         (status = 404, body = Problem),
         (status = 429, body = Problem, description = "The token already holds `server.max_streams_per_token` streams open")))]
