@@ -36,10 +36,10 @@ pub enum TokensCommand {
     Create {
         #[arg(long)]
         name: String,
-        /// A project the token may reach (repeatable; at least one, or --global).
-        #[arg(long = "project")]
+        /// A project the token may reach (repeatable; at least one).
+        #[arg(long = "project", required = true)]
         projects: Vec<String>,
-        /// Access to global Memory.
+        /// Access to global Memory (`--global` alone means `write`).
         #[arg(long, value_enum, default_value_t = GlobalArg::None, num_args = 0..=1, default_missing_value = "write")]
         global: GlobalArg,
         /// The token acts for the user: it may state `origin: "user"` on Memory changes and bind
@@ -69,10 +69,12 @@ pub async fn run(global: &GlobalArgs, command: TokensCommand) -> Result<(), CliE
             allow_create,
         } => {
             let global_access = GlobalAccess::from(global_access);
-            if projects.is_empty() && global_access == GlobalAccess::None {
+            // Global Memory is reached through a project's routes, so even a token for global
+            // Memory names the projects it works from.
+            if projects.is_empty() {
                 return Err(CliError::new(
                     CliError::BAD_INPUT,
-                    "a token needs at least one --project or --global",
+                    "a token needs at least one --project (global Memory is reached through a project's routes)",
                 ));
             }
             if let Some(bad) = projects

@@ -345,8 +345,17 @@ fn tokens_name_existing_projects_and_say_what_they_reach() {
     ]));
     assert_eq!(code, 0, "{stderr}");
     assert!(secret.trim().starts_with("zuno_"), "{secret}");
-    let (code, _, stderr) =
-        run(zuno(home.path()).args(["tokens", "create", "--name", "me", "--global", "--user"]));
+    let (code, _, stderr) = run(zuno(home.path()).args([
+        "tokens",
+        "create",
+        "--name",
+        "me",
+        "--project",
+        "ghost",
+        "--allow-create",
+        "--global",
+        "--user",
+    ]));
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stderr.contains("global Memory: write") && stderr.contains("acts for the user"),
