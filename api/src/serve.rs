@@ -27,6 +27,38 @@ pub struct ServeArgs {
     /// Jobs each in-process worker runs at once (all-in-one mode).
     #[arg(long, default_value_t = 4)]
     pub worker_concurrency: usize,
+    /// Serve without any token (loopback addresses only): every local process and every web page
+    /// the user visits can then use the API. The `Host`, `Origin` and JSON content-type checks
+    /// still apply.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+}
+
+/// How the server authenticates, decided at start.
+enum ServerToken {
+    /// The operator's `ZUNO_API_TOKEN`.
+    Operator(String),
+    /// The local token from the data directory (generated on first start).
+    Local(String),
+    /// `--insecure-no-auth`.
+    None,
+}
+
+/// `ZUNO_API_TOKEN`: absent is fine, blank is a mistake worth stopping for (a token that
+/// is only whitespace would otherwise be accepted, or silently turned into "no token").
+pub fn operator_token() -> Result<Option<String>, CliError> {
+    match std::env::var("ZUNO_API_TOKEN") {
+        Ok(value) if value.trim().is_empty() => Err(CliError::new(
+            CliError::BAD_INPUT,
+            "ZUNO_API_TOKEN is set but blank: set a real token or unset it",
+        )),
+        Ok(value) => Ok(Some(value.trim().to_owned())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(CliError::new(
+            CliError::BAD_INPUT,
+            "ZUNO_API_TOKEN is not valid UTF-8",
+        )),
+    }
 }
 
 /// True for loopback addresses and `localhost`.
@@ -41,22 +73,34 @@ pub fn is_loopback(bind: &str) -> bool {
 }
 
 pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError> {
-    let settings = global.settings()?;
+    let mut settings = global.settings()?;
     let bind = args
         .bind
         .clone()
         .unwrap_or_else(|| settings.config.server.bind.clone());
-    let token = std::env::var("ZUNO_API_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
-    if token.is_none() && !is_loopback(&bind) {
-        return Err(CliError::new(
-            CliError::BAD_INPUT,
-            format!(
-                "refusing to listen on {bind} without ZUNO_API_TOKEN: set a token or bind a loopback address"
-            ),
-        ));
-    }
+    settings.config.server.bind.clone_from(&bind);
+    let server_token = match (operator_token()?, args.insecure_no_auth) {
+        (Some(_), true) => {
+            return Err(CliError::new(
+                CliError::BAD_INPUT,
+                "--insecure-no-auth contradicts ZUNO_API_TOKEN: unset one of them",
+            ));
+        }
+        (Some(token), false) => ServerToken::Operator(token),
+        (None, _) if !is_loopback(&bind) => {
+            return Err(CliError::new(
+                CliError::BAD_INPUT,
+                format!(
+                    "refusing to listen on {bind} without ZUNO_API_TOKEN: set a token or bind a loopback address"
+                ),
+            ));
+        }
+        (None, true) => ServerToken::None,
+        (None, false) => ServerToken::Local(
+            zuno_shared::tokens::local::load_or_create(&settings.paths)
+                .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?,
+        ),
+    };
     let telemetry = init_telemetry("zuno-api", &settings.config)?;
     let shutdown = zuno_shared::runtime::shutdown::on_signal();
     let options = settings.connect_options();
@@ -65,12 +109,16 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         _ = shutdown.cancelled() => return Ok(()),
     };
     let config = Arc::new(settings.config.clone());
+    let token = match &server_token {
+        ServerToken::Operator(token) | ServerToken::Local(token) => Some(token.as_str()),
+        ServerToken::None => None,
+    };
     let state = AppState::new(
         config,
         db.clone(),
         system_clock(),
         settings.paths.clone(),
-        token.as_deref(),
+        token,
         Some(telemetry.registry().clone()),
     );
     let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
@@ -118,7 +166,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
             });
         }
     }
-    // Stdout carries one line a supervisor or test can wait for.
+    // Stdout's first line is one a supervisor or test can wait for.
     println!(
         "zuno listening on http://{address} ({} database{}, auth {})",
         db.backend().as_str(),
@@ -127,12 +175,32 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         } else {
             ""
         },
-        if state.auth.enabled() {
-            "on"
-        } else {
-            "off (loopback)"
+        match &server_token {
+            ServerToken::Operator(_) => String::from("on: ZUNO_API_TOKEN"),
+            ServerToken::Local(_) => format!(
+                "on: local token in {}",
+                zuno_shared::tokens::local::path(&settings.paths).display()
+            ),
+            ServerToken::None => String::from("OFF (--insecure-no-auth)"),
         },
     );
+    match &server_token {
+        ServerToken::Local(_) => {
+            if let Some(code) = state.dashboard.new_code() {
+                println!("dashboard (one-time sign-in link): http://{address}/ui#code={code}");
+            }
+        }
+        ServerToken::None => {
+            tracing::warn!(
+                %address,
+                "authentication is OFF (--insecure-no-auth): any local process can read and change everything"
+            );
+            eprintln!(
+                "zuno: WARNING: authentication is off (--insecure-no-auth); any local process can read and change everything"
+            );
+        }
+        ServerToken::Operator(_) => {}
+    }
     tracing::info!(%address, all_in_one = args.all_in_one, "server started");
     let server_shutdown = shutdown.clone();
     axum::serve(listener, router(state))

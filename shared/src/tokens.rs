@@ -1,11 +1,63 @@
-//! API tokens scoped to projects. Only SHA-256 digests are stored; the token itself is shown
-//! once, when it is created.
+//! API tokens. Only SHA-256 digests are stored; a token itself is shown once, when it is created.
+//!
+//! A token reaches the projects it names and, separately, global Memory at the access its
+//! `global` scope grants (none, read or write). A token marked as the user's may state
+//! `origin: "user"` on Memory changes and bind project worktrees; other tokens act as automatic
+//! callers.
+//!
+//! The server's own token (the operator's `ZUNO_API_TOKEN`, or the local token generated in the
+//! data directory on first start) is none of these rows: it reaches everything and is the user's.
 
-use serde::Serialize;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::clock::SharedClock;
 use crate::db::{Db, StoreError};
+use crate::paths::Paths;
+
+/// What a token may do with global Memory.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum GlobalAccess {
+    #[default]
+    None,
+    Read,
+    Write,
+}
+
+impl GlobalAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GlobalAccess::None => "none",
+            GlobalAccess::Read => "read",
+            GlobalAccess::Write => "write",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<GlobalAccess> {
+        match value {
+            "none" => Some(GlobalAccess::None),
+            "read" => Some(GlobalAccess::Read),
+            "write" => Some(GlobalAccess::Write),
+            _ => None,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -13,8 +65,29 @@ pub struct TokenInfo {
     pub id: String,
     pub name: String,
     pub projects: Vec<String>,
+    pub global: GlobalAccess,
+    /// May state `origin: "user"` and bind worktrees.
+    pub user: bool,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+}
+
+/// What a new token may reach.
+#[derive(Debug, Clone, Default)]
+pub struct NewToken {
+    pub name: String,
+    pub projects: Vec<String>,
+    pub global: GlobalAccess,
+    pub user: bool,
+}
+
+/// The scope of a live token, as authentication needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub id: String,
+    pub projects: Vec<String>,
+    pub global: GlobalAccess,
+    pub user: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -23,38 +96,80 @@ pub struct TokenStore {
     clock: SharedClock,
 }
 
+/// A new random secret: `zuno_` and 64 hex digits (244 random bits).
+pub fn new_secret() -> String {
+    format!(
+        "zuno_{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// The hex SHA-256 a token is stored and looked up by.
+pub fn digest_hex(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+type TokenRow = (String, String, String, String, bool, i64, Option<i64>);
+
+fn info(row: TokenRow) -> Result<TokenInfo, StoreError> {
+    let (id, name, projects, global, user, created_at, revoked_at) = row;
+    Ok(TokenInfo {
+        id,
+        name,
+        projects: serde_json::from_str(&projects)
+            .map_err(|_| StoreError::Corrupt(String::from("api_token.projects")))?,
+        global: GlobalAccess::parse(&global)
+            .ok_or_else(|| StoreError::Corrupt(String::from("api_token.global_scope")))?,
+        user,
+        created_at,
+        revoked_at,
+    })
+}
+
 impl TokenStore {
     pub fn new(db: Db, clock: SharedClock) -> TokenStore {
         TokenStore { db, clock }
     }
 
-    /// Creates a token for `projects`; returns its info and the secret (shown once).
+    /// Creates a token for `projects` only (no global Memory, not the user's); returns its info
+    /// and the secret (shown once).
     pub async fn create(
         &self,
         name: &str,
         projects: &[String],
     ) -> Result<(TokenInfo, String), StoreError> {
-        let secret = format!(
-            "zuno_{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        );
-        let digest = hex::encode(Sha256::digest(secret.as_bytes()));
-        let info = TokenInfo {
-            id: crate::ids::new_id("tok"),
+        self.create_with(&NewToken {
             name: name.to_owned(),
             projects: projects.to_vec(),
+            ..NewToken::default()
+        })
+        .await
+    }
+
+    /// Creates a token with the given scope; returns its info and the secret (shown once).
+    pub async fn create_with(&self, new: &NewToken) -> Result<(TokenInfo, String), StoreError> {
+        let secret = new_secret();
+        let info = TokenInfo {
+            id: crate::ids::new_id("tok"),
+            name: new.name.clone(),
+            projects: new.projects.clone(),
+            global: new.global,
+            user: new.user,
             created_at: self.clock.now_ms(),
             revoked_at: None,
         };
-        let sql = "INSERT INTO api_token (id, name, token_sha256, projects, created_at) VALUES ($1, $2, $3, $4, $5)";
+        let sql = "INSERT INTO api_token (id, name, token_sha256, projects, global_scope, is_user, created_at) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7)";
         let projects_json =
             serde_json::to_string(&info.projects).unwrap_or_else(|_| String::from("[]"));
         crate::on_db!(self.db, pool => sqlx::query(sql)
             .bind(&info.id)
             .bind(&info.name)
-            .bind(&digest)
+            .bind(digest_hex(&secret))
             .bind(&projects_json)
+            .bind(info.global.as_str())
+            .bind(info.user)
             .bind(info.created_at)
             .execute(pool)
             .await
@@ -62,36 +177,32 @@ impl TokenStore {
         Ok((info, secret))
     }
 
-    /// The projects a live token (given by its hex SHA-256) may access.
-    pub async fn projects_for(&self, digest_hex: &str) -> Result<Option<Vec<String>>, StoreError> {
-        let sql = "SELECT projects FROM api_token WHERE token_sha256 = $1 AND revoked_at IS NULL";
-        let projects: Option<String> = crate::on_db!(self.db, pool =>
-            sqlx::query_scalar(sql).bind(digest_hex).fetch_optional(pool).await)?;
-        projects
-            .map(|text| {
-                serde_json::from_str(&text)
-                    .map_err(|_| StoreError::Corrupt(String::from("api_token.projects")))
+    /// The scope of a live token given by its hex SHA-256, or `None` for an unknown or revoked
+    /// token.
+    pub async fn grant_for(&self, digest_hex: &str) -> Result<Option<Grant>, StoreError> {
+        let sql = "SELECT id, projects, global_scope, is_user FROM api_token \
+                   WHERE token_sha256 = $1 AND revoked_at IS NULL";
+        let row: Option<(String, String, String, bool)> = crate::on_db!(self.db, pool =>
+            sqlx::query_as(sql).bind(digest_hex).fetch_optional(pool).await)?;
+        row.map(|(id, projects, global, user)| {
+            Ok(Grant {
+                id,
+                projects: serde_json::from_str(&projects)
+                    .map_err(|_| StoreError::Corrupt(String::from("api_token.projects")))?,
+                global: GlobalAccess::parse(&global)
+                    .ok_or_else(|| StoreError::Corrupt(String::from("api_token.global_scope")))?,
+                user,
             })
-            .transpose()
+        })
+        .transpose()
     }
 
     pub async fn list(&self) -> Result<Vec<TokenInfo>, StoreError> {
-        let sql =
-            "SELECT id, name, projects, created_at, revoked_at FROM api_token ORDER BY created_at";
-        let rows: Vec<(String, String, String, i64, Option<i64>)> =
+        let sql = "SELECT id, name, projects, global_scope, is_user, created_at, revoked_at \
+                   FROM api_token ORDER BY created_at, id";
+        let rows: Vec<TokenRow> =
             crate::on_db!(self.db, pool => sqlx::query_as(sql).fetch_all(pool).await)?;
-        rows.into_iter()
-            .map(|(id, name, projects, created_at, revoked_at)| {
-                Ok(TokenInfo {
-                    id,
-                    name,
-                    projects: serde_json::from_str(&projects)
-                        .map_err(|_| StoreError::Corrupt(String::from("api_token.projects")))?,
-                    created_at,
-                    revoked_at,
-                })
-            })
-            .collect()
+        rows.into_iter().map(info).collect()
     }
 
     pub async fn revoke(&self, id: &str) -> Result<bool, StoreError> {
@@ -103,5 +214,145 @@ impl TokenStore {
             .await
             .map(|done| done.rows_affected()))?;
         Ok(changed == 1)
+    }
+}
+
+/// The local token: generated in the data directory on the server's first start without
+/// `ZUNO_API_TOKEN`, readable only by its owner, and read from there by every client of the same
+/// user (CLI, hooks, MCP), so a local server needs no typing and no web page can drive it.
+pub mod local {
+    use super::*;
+
+    /// `$DATA/local-token`.
+    pub fn path(paths: &Paths) -> PathBuf {
+        paths.data_dir.join("local-token")
+    }
+
+    /// Why the local token could not be read or created.
+    #[derive(Debug, thiserror::Error)]
+    pub enum LocalTokenError {
+        #[error("cannot use the local token file {path}: {reason}")]
+        Io { path: String, reason: String },
+        #[error(
+            "the local token file {path} is readable by other users (mode {mode:o}); make it private (chmod 600) or remove it"
+        )]
+        Exposed { path: String, mode: u32 },
+        #[error("the local token file {path} holds no token; remove it to generate a new one")]
+        Empty { path: String },
+    }
+
+    fn io(path: &Path, error: &std::io::Error) -> LocalTokenError {
+        LocalTokenError::Io {
+            path: path.display().to_string(),
+            reason: error.to_string(),
+        }
+    }
+
+    /// Reads the local token, if the file exists.
+    pub fn read(paths: &Paths) -> Result<Option<String>, LocalTokenError> {
+        read_file(&path(paths))
+    }
+
+    fn read_file(file: &Path) -> Result<Option<String>, LocalTokenError> {
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(io(file, &error)),
+        };
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(file)
+                .map_err(|error| io(file, &error))?
+                .permissions()
+                .mode()
+                & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(LocalTokenError::Exposed {
+                    path: file.display().to_string(),
+                    mode,
+                });
+            }
+        }
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(LocalTokenError::Empty {
+                path: file.display().to_string(),
+            });
+        }
+        Ok(Some(token.to_owned()))
+    }
+
+    /// The local token, generated (mode 0600, created exclusively so two servers starting
+    /// together agree on one) when the file does not exist yet.
+    pub fn load_or_create(paths: &Paths) -> Result<String, LocalTokenError> {
+        let file = path(paths);
+        if let Some(token) = read_file(&file)? {
+            return Ok(token);
+        }
+        std::fs::create_dir_all(&paths.data_dir).map_err(|error| io(&paths.data_dir, &error))?;
+        let secret = new_secret();
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options.mode(0o600);
+        }
+        match options.open(&file) {
+            Ok(mut handle) => {
+                handle
+                    .write_all(format!("{secret}\n").as_bytes())
+                    .and_then(|()| handle.sync_all())
+                    .map_err(|error| io(&file, &error))?;
+                Ok(secret)
+            }
+            // Another process created it first: use theirs.
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => read_file(&file)?
+                .ok_or_else(|| LocalTokenError::Empty {
+                    path: file.display().to_string(),
+                }),
+            Err(error) => Err(io(&file, &error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_token_is_created_once_private_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::resolve(Some(dir.path()));
+        assert_eq!(local::read(&paths).unwrap(), None, "absent until created");
+        let first = local::load_or_create(&paths).unwrap();
+        assert!(first.starts_with("zuno_") && first.len() == 69, "{first}");
+        assert_eq!(local::load_or_create(&paths).unwrap(), first);
+        assert_eq!(
+            local::read(&paths).unwrap().as_deref(),
+            Some(first.as_str())
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let file = local::path(&paths);
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+            assert!(matches!(
+                local::read(&paths),
+                Err(local::LocalTokenError::Exposed { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn global_access_orders_none_read_write() {
+        assert!(GlobalAccess::None < GlobalAccess::Read);
+        assert!(GlobalAccess::Read < GlobalAccess::Write);
+        for access in [GlobalAccess::None, GlobalAccess::Read, GlobalAccess::Write] {
+            assert_eq!(GlobalAccess::parse(access.as_str()), Some(access));
+        }
     }
 }

@@ -1,4 +1,10 @@
 //! The API served in-process on a free port, over a [`TestDb`](crate::TestDb).
+//!
+//! Like `zuno serve`, the server always has a token: the `operator_token` a test passes (the
+//! `ZUNO_API_TOKEN` case), else a local token generated in the server's home directory (the
+//! default case), which [`TestServer::client`] then sends on every request, as the local CLI
+//! would. Worktrees are accepted under the system's temporary directory unless the test's
+//! configuration names `server.worktree_roots` itself.
 
 use std::sync::Arc;
 
@@ -10,8 +16,11 @@ use crate::TestDb;
 
 pub struct TestServer {
     pub base: String,
+    /// An HTTP client; when the server runs on its generated local token, it sends that token.
     pub client: reqwest::Client,
     pub state: AppState,
+    /// The server's own token: the operator token given, or the generated local token.
+    token: String,
     /// The server's ZUNO_HOME (global memory lives here).
     pub home: tempfile::TempDir,
     shutdown: CancellationToken,
@@ -19,14 +28,32 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    pub async fn start(db: &TestDb, config: Config, operator_token: Option<&str>) -> TestServer {
+    pub async fn start(
+        db: &TestDb,
+        mut config: Config,
+        operator_token: Option<&str>,
+    ) -> TestServer {
         let home = tempfile::tempdir().expect("temp home");
+        let paths = zuno_shared::paths::Paths::resolve(Some(home.path()));
+        if config.server.worktree_roots.is_empty() {
+            let temp = std::env::temp_dir()
+                .canonicalize()
+                .expect("temporary directory");
+            config.server.worktree_roots = vec![temp.display().to_string()];
+        }
+        let (token, local) = match operator_token {
+            Some(token) => (token.to_owned(), false),
+            None => (
+                zuno_shared::tokens::local::load_or_create(&paths).expect("local token"),
+                true,
+            ),
+        };
         let state = AppState::new(
             Arc::new(config),
             db.db.clone(),
             zuno_shared::clock::system_clock(),
-            zuno_shared::paths::Paths::resolve(Some(home.path())),
-            operator_token,
+            paths,
+            Some(&token),
             None,
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -42,14 +69,35 @@ impl TestServer {
                 .await
                 .expect("serve");
         });
+        let mut headers = reqwest::header::HeaderMap::new();
+        if local {
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {token}").parse().expect("header"),
+            );
+        }
         TestServer {
             base,
-            client: reqwest::Client::new(),
+            client: reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .expect("client"),
             state,
+            token,
             home,
             shutdown,
             task: Some(task),
         }
+    }
+
+    /// The server's own token (what a local client finds in the data directory).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The server's home: its data directory, where the local token lives.
+    pub fn home(&self) -> &std::path::Path {
+        self.home.path()
     }
 
     pub fn url(&self, path: &str) -> String {

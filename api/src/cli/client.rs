@@ -16,9 +16,48 @@ pub struct ServerArgs {
     /// A running Zuno server (default: the local database directly).
     #[arg(long, global = true, env = "ZUNO_SERVER_URL")]
     pub server: Option<String>,
-    /// Bearer token for the server.
+    /// Bearer token for the server (default: for a server on this machine, the local token in
+    /// the data directory).
     #[arg(long, global = true, env = "ZUNO_API_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+}
+
+/// Whether a server URL names this machine's loopback interface.
+pub fn is_loopback_url(base: &str) -> bool {
+    let rest = base
+        .strip_prefix("http://")
+        .or_else(|| base.strip_prefix("https://"))
+        .unwrap_or(base);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The token to send to `server`: the one given (`--token`, `ZUNO_API_TOKEN`), else, for a
+/// server on this machine, the local token the server generated in the data directory. The
+/// local token is never sent anywhere else.
+pub fn token_for(
+    global: &GlobalArgs,
+    server: &str,
+    given: Option<&str>,
+) -> Result<Option<String>, CliError> {
+    if let Some(token) = given.map(str::trim).filter(|token| !token.is_empty()) {
+        return Ok(Some(token.to_owned()));
+    }
+    if !is_loopback_url(server) {
+        return Ok(None);
+    }
+    let settings = global.settings()?;
+    zuno_shared::tokens::local::read(&settings.paths)
+        .map_err(|error| CliError::new(CliError::BAD_INPUT, error.to_string()))
 }
 
 /// A failed API call, classified for exit codes.
@@ -44,7 +83,7 @@ impl ClientError {
         match self {
             ClientError::Unavailable(_) => CliError::UNAVAILABLE,
             ClientError::Problem { status, .. } => match status {
-                400 | 413 | 422 => CliError::BAD_INPUT,
+                400 | 413 | 415 | 422 | 431 => CliError::BAD_INPUT,
                 404 => CliError::NOT_FOUND,
                 409 | 412 => CliError::CONFLICT,
                 502..=504 => CliError::UNAVAILABLE,
@@ -91,10 +130,18 @@ impl ApiClient {
         match &server.server {
             Some(base) => Ok(ApiClient::remote(
                 base,
-                server.token.clone(),
+                token_for(global, base, server.token.as_deref())?,
                 Duration::from_secs(30),
             )?),
             None => ApiClient::local(global).await,
+        }
+    }
+
+    /// A client of a router served in-process (authenticated as its state allows: a state built
+    /// without a server token treats every caller as the local user).
+    pub fn in_process(router: axum::Router) -> ApiClient {
+        ApiClient {
+            transport: Transport::Local(router),
         }
     }
 
@@ -120,6 +167,9 @@ impl ApiClient {
         })
     }
 
+    /// The router over the local database, in this process. It is the local user's own
+    /// process, so it runs without a token (the `Host`, `Origin` and content-type rules still
+    /// apply, and its requests satisfy them).
     pub async fn local(global: &GlobalArgs) -> Result<ApiClient, CliError> {
         let settings = global.settings()?;
         let db = open_local(&settings).await?;
@@ -155,6 +205,12 @@ impl ApiClient {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// A POST whose success status matters (201 created versus 200 already there).
+    pub async fn post_status(&self, path: &str, body: &Value) -> Result<(u16, Value), ClientError> {
+        self.call_status(reqwest::Method::POST, path, Some(body))
+            .await
+    }
+
     pub async fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
         self.call(reqwest::Method::PUT, path, Some(body)).await
     }
@@ -170,6 +226,18 @@ impl ApiClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ClientError> {
+        self.call_status(method, path, body)
+            .await
+            .map(|(_, value)| value)
+    }
+
+    /// One request, with the success status; a non-2xx answer becomes [`ClientError::Problem`].
+    pub async fn call_status(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), ClientError> {
         let (status, text) = match &self.transport {
             Transport::Remote { base, token, http } => {
                 let mut request = http.request(method, format!("{base}{path}"));
@@ -222,7 +290,7 @@ impl ApiClient {
             serde_json::from_str(&text).unwrap_or(Value::String(text))
         };
         if (200..300).contains(&status) {
-            return Ok(value);
+            return Ok((status, value));
         }
         if status == 503 && value.get("code").is_none() {
             return Err(ClientError::Unavailable(format!("HTTP {status}")));
@@ -254,4 +322,61 @@ pub fn encode(value: &str) -> String {
         }
     }
     out
+}
+
+/// Creates a project (a 409 means it already exists: `Ok(false)`), binding `worktree` when the
+/// server accepts the claim. A worktree the server refuses (outside its worktree roots, say, or
+/// a token that may not bind one) leaves the project without one rather than failing the
+/// caller: the project still works, without a rules file. The refusal is reported on stderr.
+pub async fn ensure_project(
+    client: &ApiClient,
+    id: &str,
+    name: &str,
+    worktree: Option<&str>,
+) -> Result<bool, ClientError> {
+    let created = |result: Result<Value, ClientError>| match result {
+        Ok(_) => Ok(true),
+        Err(error) if error.status() == Some(409) => Ok(false),
+        Err(error) => Err(error),
+    };
+    let Some(worktree) = worktree else {
+        return created(
+            client
+                .post(
+                    "/api/projects",
+                    &serde_json::json!({ "id": id, "name": name }),
+                )
+                .await,
+        );
+    };
+    let body = serde_json::json!({ "id": id, "name": name, "worktree": worktree });
+    match client.post("/api/projects", &body).await {
+        Err(ClientError::Problem {
+            status: 400 | 403,
+            body: problem,
+            ..
+        }) if problem.get("field").and_then(Value::as_str) == Some("worktree")
+            || problem
+                .get("detail")
+                .and_then(Value::as_str)
+                .is_some_and(|detail| detail.contains("worktree")) =>
+        {
+            eprintln!(
+                "zuno: {worktree} was not bound as project `{id}`'s worktree ({}); continuing without it",
+                problem
+                    .get("detail")
+                    .and_then(Value::as_str)
+                    .unwrap_or("refused")
+            );
+            created(
+                client
+                    .post(
+                        "/api/projects",
+                        &serde_json::json!({ "id": id, "name": name }),
+                    )
+                    .await,
+            )
+        }
+        other => created(other),
+    }
 }

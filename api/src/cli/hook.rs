@@ -41,6 +41,8 @@ pub struct HookArgs {
     /// The Zuno server (default: http://127.0.0.1:7878).
     #[arg(long, env = "ZUNO_SERVER_URL")]
     pub server: Option<String>,
+    /// Bearer token (default: for a server on this machine, the local token in the data
+    /// directory).
     #[arg(long, env = "ZUNO_API_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Time budget for the whole hook, in milliseconds (default 4000; 20000 for Stop).
@@ -107,7 +109,8 @@ async fn handle(
     let input: HookInput =
         serde_json::from_slice(input).map_err(|error| HookError::Input(error.to_string()))?;
     let server = args.server.as_deref().unwrap_or(DEFAULT_SERVER);
-    let client = ApiClient::remote(server, args.token.clone(), budget)?;
+    let token = super::client::token_for(global, server, args.token.as_deref())?;
+    let client = ApiClient::remote(server, token, budget)?;
     match args.event.as_str() {
         "SessionStart" => {
             let session = ensure_session(&client, &input).await?;
@@ -140,8 +143,7 @@ async fn ensure_session(client: &ApiClient, input: &HookInput) -> Result<String,
     let cwd = input.cwd.as_deref().unwrap_or("unknown");
     let (project, name) = project_for_cwd(cwd);
     let session = session_id_for(Host::ClaudeCode, &input.session_id);
-    let body = json!({ "id": project, "name": name, "worktree": local_worktree(cwd) });
-    tolerate_conflict(client.post("/api/projects", &body).await)?;
+    super::client::ensure_project(client, &project, &name, local_worktree(cwd).as_deref()).await?;
     let body = json!({ "id": session, "externalRef": input.session_id });
     tolerate_conflict(
         client

@@ -320,8 +320,8 @@ impl Importer {
         let cwd = session.cwd.as_deref().unwrap_or("unknown");
         let (id, name) = project_for_cwd(cwd);
         if self.projects.insert(id.clone()) {
-            let body = json!({ "id": id, "name": name, "worktree": local_worktree(cwd) });
-            tolerate_conflict(self.client.post("/api/projects", &body).await)?;
+            super::client::ensure_project(&self.client, &id, &name, local_worktree(cwd).as_deref())
+                .await?;
         }
         Ok(id)
     }
@@ -371,8 +371,10 @@ impl Importer {
                 "parts": message.parts,
                 "createdAt": message.created_at,
             });
-            match self.client.post(&path, &body).await {
-                Ok(outcome) => {
+            match self.client.post_status(&path, &body).await {
+                // The same message was already stored (a re-import): 200, not 201.
+                Ok((200, _)) => self.report.messages_existing += 1,
+                Ok((_, outcome)) => {
                     self.report.messages_added += 1;
                     if outcome
                         .pointer("/admission/outcome")

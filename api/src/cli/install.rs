@@ -1,13 +1,18 @@
 //! `zuno install claude-code`: adds Zuno's hooks to Claude Code's settings and its MCP server
 //! to Claude Code's MCP configuration. It shows the diff first and writes only with `--yes`;
 //! running it again changes nothing (entries are recognised and updated in place).
+//!
+//! No token is ever written into these files (a project-scope `.mcp.json` is often committed):
+//! the installed commands read the local token from Zuno's data directory when they run, and a
+//! non-default data directory (`--home`/`ZUNO_HOME` at install time) is written into them so they
+//! look in the same place.
 
 use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
 use serde_json::{Map, Value, json};
 
-use super::CliError;
+use super::{CliError, GlobalArgs};
 
 /// Hook events Zuno handles, with the timeout (seconds) written for each.
 const HOOKS: [(&str, u64); 3] = [("SessionStart", 10), ("UserPromptSubmit", 10), ("Stop", 30)];
@@ -47,22 +52,34 @@ pub enum InstallCommand {
     ClaudeCode(InstallArgs),
 }
 
-pub fn run(command: InstallCommand) -> Result<(), CliError> {
+pub fn run(global: &GlobalArgs, command: InstallCommand) -> Result<(), CliError> {
     let InstallCommand::ClaudeCode(args) = command;
     let (settings_path, mcp_path) = targets(&args)?;
     let exe = std::env::current_exe()
         .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
     let exe = exe.to_string_lossy().into_owned();
+    let home = match &global.home {
+        Some(home) => Some(
+            std::path::absolute(home)
+                .map_err(|error| CliError::new(CliError::BAD_INPUT, error.to_string()))?
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        None => None,
+    };
+    let home = home.as_deref();
     let mut changed = false;
     for (path, update) in [
         (
             &settings_path,
-            Box::new(|v: &mut Value| add_hooks(v, &exe, args.server.as_deref()))
+            Box::new(|v: &mut Value| add_hooks(v, &exe, home, args.server.as_deref()))
                 as Box<dyn Fn(&mut Value)>,
         ),
         (
             &mcp_path,
-            Box::new(|v: &mut Value| add_mcp(v, &exe, args.server.as_deref(), args.read_only)),
+            Box::new(|v: &mut Value| {
+                add_mcp(v, &exe, home, args.server.as_deref(), args.read_only)
+            }),
         ),
     ] {
         let before_text = match std::fs::read_to_string(path) {
@@ -117,6 +134,21 @@ pub fn run(command: InstallCommand) -> Result<(), CliError> {
     }
     if changed && !args.yes {
         println!("nothing written: run again with --yes to apply");
+    }
+    let server = args
+        .server
+        .as_deref()
+        .unwrap_or(super::hook::DEFAULT_SERVER);
+    if super::client::is_loopback_url(server) {
+        let settings = global.settings()?;
+        println!(
+            "the hooks and the MCP server authenticate with the local token in {} (created by the server's first start)",
+            zuno_shared::tokens::local::path(&settings.paths).display()
+        );
+    } else {
+        println!(
+            "the hooks and the MCP server call {server}: give them its token in ZUNO_API_TOKEN (it is not written into these files)"
+        );
     }
     Ok(())
 }
@@ -181,7 +213,7 @@ fn shell_quote(value: &str) -> String {
 
 /// Adds (or updates) one command hook per event; an existing Zuno hook for the event is
 /// recognised by its `hook claude-code <Event>` command and replaced in place.
-pub fn add_hooks(settings: &mut Value, exe: &str, server: Option<&str>) {
+pub fn add_hooks(settings: &mut Value, exe: &str, home: Option<&str>, server: Option<&str>) {
     let Some(root) = settings.as_object_mut() else {
         return;
     };
@@ -195,7 +227,11 @@ pub fn add_hooks(settings: &mut Value, exe: &str, server: Option<&str>) {
         return;
     };
     for (event, timeout) in HOOKS {
-        let mut command = format!("{} hook claude-code {event}", shell_quote(exe));
+        let mut command = shell_quote(exe);
+        if let Some(home) = home {
+            command.push_str(&format!(" --home {}", shell_quote(home)));
+        }
+        command.push_str(&format!(" hook claude-code {event}"));
         if let Some(server) = server {
             command.push_str(&format!(" --server {}", shell_quote(server)));
         }
@@ -233,7 +269,13 @@ pub fn add_hooks(settings: &mut Value, exe: &str, server: Option<&str>) {
 }
 
 /// Adds (or updates) the `zuno` stdio MCP server.
-pub fn add_mcp(config: &mut Value, exe: &str, server: Option<&str>, read_only: bool) {
+pub fn add_mcp(
+    config: &mut Value,
+    exe: &str,
+    home: Option<&str>,
+    server: Option<&str>,
+    read_only: bool,
+) {
     let Some(root) = config.as_object_mut() else {
         return;
     };
@@ -243,7 +285,12 @@ pub fn add_mcp(config: &mut Value, exe: &str, server: Option<&str>, read_only: b
     if !servers.is_object() {
         *servers = Value::Object(Map::new());
     }
-    let mut args = vec![Value::from("mcp")];
+    let mut args = Vec::new();
+    if let Some(home) = home {
+        args.push(Value::from("--home"));
+        args.push(Value::from(home));
+    }
+    args.push(Value::from("mcp"));
     if let Some(server) = server {
         args.push(Value::from("--server"));
         args.push(Value::from(server));

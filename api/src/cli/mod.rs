@@ -226,7 +226,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Tokens { command } => tokens::run(&cli.global, command).await,
         Command::Import { command } => import::run(&cli.global, command).await,
         Command::Hook(args) => hook::run(&cli.global, args).await,
-        Command::Install { command } => install::run(command),
+        Command::Install { command } => install::run(&cli.global, command),
         Command::Mcp(args) => mcp::run(&cli.global, args).await,
         Command::Learn { common, action } => learn::learn(&cli.global, common, action).await,
         Command::Reflect(args) => learn::reflect(&cli.global, args).await,

@@ -1,40 +1,70 @@
-//! Bearer-token authentication and project scoping.
+//! Bearer-token authentication and scoping.
 //!
-//! `ZUNO_API_TOKEN` is the operator token (every project). Scoped tokens, created with
-//! `zuno tokens create --project …`, are stored as SHA-256 digests and can reach only the
-//! projects they name; another project's resources answer 404, so a scoped caller cannot even
-//! learn that they exist. Without `ZUNO_API_TOKEN` authentication is off, which the server
-//! allows only on a loopback address.
+//! The server's own token reaches everything and is the user's: the operator's
+//! `ZUNO_API_TOKEN`, or the local token the server generates in its data directory on first
+//! start (which every local client reads from there). Tokens created with `zuno tokens create`
+//! are stored as SHA-256 digests and carry a scope: the projects they name (another project's
+//! resources answer 404, so a scoped caller cannot even learn that they exist), separately the
+//! access they have to global Memory (none, read, write), and whether they are the user's
+//! (may state `origin: "user"` and bind worktrees).
+//!
+//! Authentication is off only in-process (the CLI's own router) and with
+//! `--insecure-no-auth` on a loopback address; every caller is then the local user.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use sha2::{Digest, Sha256};
+use zuno_shared::tokens::{GlobalAccess, Grant};
 
 use super::AppState;
 use super::error::ApiError;
 
-/// Who is calling.
+/// Who is calling, and what they may reach.
 #[derive(Debug, Clone)]
-pub enum Caller {
-    /// Authentication is disabled (loopback without a token).
-    Local,
-    /// The operator token.
-    Operator,
-    /// A token scoped to these projects.
-    Scoped(Arc<HashSet<String>>),
+pub struct Caller {
+    /// The key per-caller limits count under: `local` for the server's own token (and when
+    /// authentication is off), else the token's id.
+    id: Arc<str>,
+    /// `None`: every project.
+    projects: Option<Arc<HashSet<String>>>,
+    global: GlobalAccess,
+    user: bool,
 }
 
 impl Caller {
-    pub fn can_access(&self, project_id: &str) -> bool {
-        match self {
-            Caller::Local | Caller::Operator => true,
-            Caller::Scoped(projects) => projects.contains(project_id),
+    /// The local user: every project, global Memory, user-owned changes.
+    pub fn local() -> Caller {
+        Caller {
+            id: Arc::from("local"),
+            projects: None,
+            global: GlobalAccess::Write,
+            user: true,
         }
+    }
+
+    /// The holder of a created token.
+    pub fn scoped(grant: Grant) -> Caller {
+        Caller {
+            id: Arc::from(grant.id.as_str()),
+            projects: Some(Arc::new(grant.projects.into_iter().collect())),
+            global: grant.global,
+            user: grant.user,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn can_access(&self, project_id: &str) -> bool {
+        self.projects
+            .as_ref()
+            .is_none_or(|projects| projects.contains(project_id))
     }
 
     /// 404 for projects outside the caller's scope (existence is not revealed).
@@ -48,17 +78,50 @@ impl Caller {
 
     /// The projects a listing may include; `None` = all.
     pub fn project_filter(&self) -> Option<Vec<String>> {
-        match self {
-            Caller::Local | Caller::Operator => None,
-            Caller::Scoped(projects) => Some(projects.iter().cloned().collect()),
+        self.projects
+            .as_ref()
+            .map(|projects| projects.iter().cloned().collect())
+    }
+
+    /// Whether the caller reaches every project (the server's token, or no authentication).
+    pub fn is_unscoped(&self) -> bool {
+        self.projects.is_none()
+    }
+
+    pub fn global(&self) -> GlobalAccess {
+        self.global
+    }
+
+    pub fn can_read_global(&self) -> bool {
+        self.global >= GlobalAccess::Read
+    }
+
+    /// 403 unless the caller's global-Memory scope includes `needed`.
+    pub fn require_global(&self, needed: GlobalAccess) -> Result<(), ApiError> {
+        if self.global >= needed {
+            return Ok(());
         }
+        let verb = if needed == GlobalAccess::Write {
+            "change"
+        } else {
+            "read"
+        };
+        Err(ApiError::Forbidden(format!(
+            "this token may not {verb} global Memory; a token created with `zuno tokens create --global {}` may",
+            needed.as_str()
+        )))
+    }
+
+    /// Whether the caller acts for the user: may state `origin: "user"` and bind worktrees.
+    pub fn is_user(&self) -> bool {
+        self.user
     }
 }
 
-/// Authentication settings.
+/// Authentication settings: the digest of the server's own token, when authentication is on.
 #[derive(Clone)]
 pub struct Auth {
-    operator_digest: Option<[u8; 32]>,
+    server_digest: Option<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -70,14 +133,16 @@ impl std::fmt::Debug for Auth {
 }
 
 impl Auth {
-    pub fn new(operator_token: Option<&str>) -> Auth {
+    /// `None` turns authentication off: every caller is the local user (the in-process router,
+    /// `--insecure-no-auth`).
+    pub fn new(server_token: Option<&str>) -> Auth {
         Auth {
-            operator_digest: operator_token.map(digest),
+            server_digest: server_token.map(digest),
         }
     }
 
     pub fn enabled(&self) -> bool {
-        self.operator_digest.is_some()
+        self.server_digest.is_some()
     }
 }
 
@@ -90,37 +155,73 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The credential of an `Authorization: Bearer …` header; the scheme is case-insensitive.
+pub fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The caller a request authenticates as.
+pub async fn caller_of(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let Some(server) = &state.auth.server_digest else {
+        return Ok(Caller::local());
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(bearer)
+        .map(digest)
+        .ok_or(ApiError::Unauthorized)?;
+    if same(&presented, server) {
+        return Ok(Caller::local());
+    }
+    let grant = state
+        .tokens
+        .grant_for(&hex::encode(presented))
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    Ok(Caller::scoped(grant))
+}
+
 pub async fn authenticate(
     State(state): State<AppState>,
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let auth = &state.auth;
-    let caller = match &auth.operator_digest {
-        None => Caller::Local,
-        Some(operator) => {
-            let token = request
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|value| value.to_str().ok())
-                .and_then(|value| value.strip_prefix("Bearer "))
-                .map(str::trim)
-                .filter(|token| !token.is_empty())
-                .ok_or(ApiError::Unauthorized)?;
-            let presented = digest(token);
-            if same(&presented, operator) {
-                Caller::Operator
-            } else {
-                let projects = state.tokens.projects_for(&hex::encode(presented)).await?;
-                Caller::Scoped(Arc::new(
-                    projects
-                        .ok_or(ApiError::Unauthorized)?
-                        .into_iter()
-                        .collect(),
-                ))
-            }
-        }
-    };
+    let caller = caller_of(&state, request.headers()).await?;
     request.extensions_mut().insert(caller);
     Ok(next.run(request).await)
+}
+
+/// `/metrics` with `server.metrics_auth`: only the server's own token may read it.
+pub async fn metrics_gate(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if state.metrics_auth {
+        let caller = caller_of(&state, request.headers()).await?;
+        if !caller.is_unscoped() {
+            return Err(ApiError::Forbidden(String::from(
+                "metrics are readable with the server's own token only",
+            )));
+        }
+    }
+    Ok(next.run(request).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer abc"), Some("abc"));
+        assert_eq!(bearer("BEARER   abc  "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer "), None);
+        assert_eq!(bearer("Bearerabc"), None);
+    }
 }

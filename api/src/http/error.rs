@@ -28,6 +28,14 @@ pub enum ApiError {
     #[error("the request body is larger than the {limit}-byte limit")]
     PayloadTooLarge { limit: u64 },
     #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    TooManyRequests(String),
+    /// Any other status, for responses produced outside the routes (a method the path does not
+    /// allow, an extractor's own rejection) that must still be problem documents.
+    #[error("{detail}")]
+    Status { status: StatusCode, detail: String },
+    #[error("{0}")]
     Unavailable(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -69,6 +77,17 @@ impl ApiError {
                 "payload_too_large",
                 "Payload too large",
             ),
+            ApiError::UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "Unsupported media type",
+            ),
+            ApiError::TooManyRequests(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                "Too many requests",
+            ),
+            ApiError::Status { status, .. } => status_parts(*status),
             ApiError::Unavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -107,6 +126,31 @@ impl ApiError {
     }
 }
 
+/// Code and title of a status that no dedicated variant covers.
+fn status_parts(status: StatusCode) -> (StatusCode, &'static str, &'static str) {
+    let code = match status.as_u16() {
+        400 => "bad_request",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        406 => "not_acceptable",
+        408 => "request_timeout",
+        409 => "conflict",
+        411 => "length_required",
+        413 => "payload_too_large",
+        414 => "uri_too_long",
+        415 => "unsupported_media_type",
+        422 => "unprocessable",
+        429 => "too_many_requests",
+        431 => "headers_too_large",
+        500..=599 => "internal",
+        _ => "error",
+    };
+    let title = status.canonical_reason().unwrap_or("Error");
+    (status, code, title)
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self {
@@ -143,6 +187,10 @@ impl From<TranscriptError> for ApiError {
             TranscriptError::Invalid { field, reason } => ApiError::BadRequest {
                 detail: format!("invalid `{field}`: {reason}"),
                 field: Some(field),
+            },
+            TranscriptError::WorktreeClaimed { .. } => ApiError::BadRequest {
+                detail: error.to_string(),
+                field: Some(String::from("worktree")),
             },
             TranscriptError::Store(store) => store_error(store),
         }

@@ -6,8 +6,9 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
-/// Like `axum::Json`, but every rejection is an [`ApiError`]: 413 over the body limit, 400 with
-/// the JSON path of the first bad field otherwise.
+/// Like `axum::Json`, but every rejection is an [`ApiError`]: 415 unless the body is sent as
+/// `application/json`, 413 over the body limit, 400 with the JSON path of the first bad field
+/// otherwise.
 pub struct ApiJson<T>(pub T);
 
 impl<T, S> FromRequest<S> for ApiJson<T>
@@ -18,6 +19,11 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        if !super::guard::is_json(request.headers().get(axum::http::header::CONTENT_TYPE)) {
+            return Err(ApiError::UnsupportedMediaType(String::from(
+                "this route takes a JSON body sent as `Content-Type: application/json`",
+            )));
+        }
         let limit = request
             .extensions()
             .get::<BodyLimit>()

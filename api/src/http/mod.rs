@@ -3,9 +3,11 @@
 
 pub mod auth;
 pub mod error;
+pub mod guard;
 pub mod json;
 mod openapi;
 mod routes;
+pub mod worktree;
 
 use std::sync::Arc;
 
@@ -34,17 +36,30 @@ pub struct AppState {
     pub tokens: TokenStore,
     pub memory: zuno_shared::memory::service::MemoryService,
     pub auth: auth::Auth,
+    /// The `Host` names this server answers to.
+    pub hosts: guard::HostPolicy,
+    /// Whether `/metrics` needs the server's token.
+    pub metrics_auth: bool,
+    /// The live-stream change poller and per-token stream counts.
+    pub live: routes::live::LiveHub,
+    /// The one-time dashboard sign-in.
+    pub dashboard: routes::ui::Dashboard,
     /// The Prometheus registry rendered at `/metrics` (absent in tests without telemetry).
     pub metrics: Option<prometheus::Registry>,
 }
 
 impl AppState {
+    /// The state of a router. `server_token` is the server's own token (the operator's
+    /// `ZUNO_API_TOKEN` or the generated local token); `None` turns authentication off and makes
+    /// every caller the local user, which is right for the CLI's in-process router and for
+    /// `--insecure-no-auth` on loopback only. The `Host`, `Origin` and content-type rules apply
+    /// either way.
     pub fn new(
         config: Arc<Config>,
         db: Db,
         clock: SharedClock,
         paths: zuno_shared::paths::Paths,
-        operator_token: Option<&str>,
+        server_token: Option<&str>,
         metrics: Option<prometheus::Registry>,
     ) -> AppState {
         let ledger = Ledger::new(db.clone(), clock.clone());
@@ -58,7 +73,15 @@ impl AppState {
                 clock.clone(),
             ),
             tokens: TokenStore::new(db.clone(), clock),
-            auth: auth::Auth::new(operator_token),
+            auth: auth::Auth::new(server_token),
+            hosts: guard::HostPolicy::new(&config.server.bind, &config.server.allowed_hosts),
+            metrics_auth: server_token.is_some()
+                && config
+                    .server
+                    .metrics_auth
+                    .unwrap_or_else(|| !crate::serve::is_loopback(&config.server.bind)),
+            live: routes::live::LiveHub::new(db.clone(), config.server.max_streams_per_token),
+            dashboard: routes::ui::Dashboard::new(server_token),
             config,
             db,
             ledger,
@@ -78,7 +101,7 @@ pub fn router(state: AppState) -> Router {
         auth::authenticate,
     ));
     Router::new()
-        .merge(routes::health::router())
+        .merge(routes::health::router(state.clone()))
         .merge(routes::ui::router())
         .merge(api)
         .fallback(routes::health::not_found)
@@ -91,6 +114,11 @@ pub fn router(state: AppState) -> Router {
                 next.run(request).await
             },
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::guard,
+        ))
+        .layer(axum::middleware::from_fn(guard::problem_errors))
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
                 let span = tracing::info_span!(

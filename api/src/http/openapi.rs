@@ -12,7 +12,7 @@ use super::routes::{jobs, learning, live, memory, projects, sessions, skills};
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Zuno Learning API", description = "Durable learning memory for coding agents."),
-    components(schemas(super::error::Problem)),
+    components(schemas(super::error::Problem, super::routes::live::LearningStateChanged)),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]
@@ -86,7 +86,92 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
 
 /// The generated document.
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
-    api_router().split_for_parts().1
+    let mut document = api_router().split_for_parts().1;
+    document_errors(&mut document);
+    document
+}
+
+/// Declares the error answers every operation can give, as the problem documents they are:
+/// each `Problem` response is `application/problem+json`; every operation may answer 400 (a bad
+/// path or query value), 401 (no or an unknown token), 403 (a foreign `Host` or `Origin`, or
+/// outside the token's scope) and 431 (an oversized request head); one that takes a body also
+/// 413 and 415; one with path parameters also 404.
+fn document_errors(document: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    const PROBLEM: &str = "application/problem+json";
+    let problem_ref = Ref::from_schema_name("Problem");
+    let problem = |description: &str| {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    PROBLEM,
+                    ContentBuilder::new()
+                        .schema(Some(RefOr::Ref(problem_ref.clone())))
+                        .build(),
+                )
+                .build(),
+        )
+    };
+    for item in document.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            for response in operation.responses.responses.values_mut() {
+                let RefOr::T(response) = response else {
+                    continue;
+                };
+                let is_problem = response.content.get("application/json").is_some_and(|content| {
+                    matches!(&content.schema, Some(RefOr::Ref(r)) if r.ref_location == problem_ref.ref_location)
+                });
+                if is_problem
+                    && let Some(content) = response.content.shift_remove("application/json")
+                {
+                    response.content.insert(PROBLEM.to_owned(), content);
+                }
+                if is_problem && response.description.is_empty() {
+                    response.description = String::from("A problem document");
+                }
+            }
+            let has_path_parameters = operation.parameters.iter().flatten().any(|parameter| {
+                matches!(
+                    parameter.parameter_in,
+                    utoipa::openapi::path::ParameterIn::Path
+                )
+            });
+            let mut defaults = vec![
+                ("400", "Bad request: a path or query value is not valid"),
+                (
+                    "401",
+                    "Authentication required: no token, or an unknown or revoked one",
+                ),
+                (
+                    "403",
+                    "Refused: a foreign Host or Origin, or outside the token's scope",
+                ),
+                ("431", "The request's headers are too large"),
+            ];
+            if operation.request_body.is_some() {
+                defaults.push(("413", "The request body is over the configured limit"));
+                defaults.push(("415", "The body is not sent as application/json"));
+            }
+            if has_path_parameters {
+                defaults.push(("404", "Not found (or outside the token's scope)"));
+            }
+            for (status, description) in defaults {
+                operation
+                    .responses
+                    .responses
+                    .entry(status.to_owned())
+                    .or_insert_with(|| problem(description));
+            }
+        }
+    }
 }
 
 async fn serve_document() -> Json<utoipa::openapi::OpenApi> {

@@ -120,6 +120,31 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
     if !(0.0..=1.0).contains(&config.memory.auto_confidence) {
         return invalid("memory.auto_confidence", "must be between 0 and 1");
     }
+    if config.server.max_streams_per_token == 0 {
+        return invalid("server.max_streams_per_token", "must be at least 1");
+    }
+    if let Some(root) = config
+        .server
+        .worktree_roots
+        .iter()
+        .find(|root| !std::path::Path::new(root).is_absolute())
+    {
+        return invalid(
+            "server.worktree_roots",
+            &format!("`{root}` is not an absolute path"),
+        );
+    }
+    if let Some(host) = config.server.allowed_hosts.iter().find(|host| {
+        host.is_empty()
+            || !host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+    }) {
+        return invalid(
+            "server.allowed_hosts",
+            &format!("`{host}` is not a host name (letters, digits, `.`, `-`, `_`; no port)"),
+        );
+    }
     if let Some(model) = &learning.extractor_model
         && !model.contains('/')
     {

@@ -255,6 +255,17 @@ pub struct ServerConfig {
     pub bind: String,
     /// Largest accepted request body.
     pub body_limit_bytes: u64,
+    /// Directories a project's worktree must lie under (absolute). Empty = the home directory of
+    /// the user running the server.
+    pub worktree_roots: Vec<String>,
+    /// Host names (besides the bound address, `localhost`, `127.0.0.1` and `[::1]`) that requests
+    /// may name in `Host`, e.g. the name a reverse proxy or another container uses. Any other
+    /// name is refused: it is what a DNS-rebinding web page would send.
+    pub allowed_hosts: Vec<String>,
+    /// Whether `/metrics` needs the server's token. Absent = required when bound off loopback.
+    pub metrics_auth: Option<bool>,
+    /// Concurrent live-event streams one token may hold open.
+    pub max_streams_per_token: u32,
 }
 
 impl Default for ServerConfig {
@@ -262,6 +273,10 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: String::from("127.0.0.1:7878"),
             body_limit_bytes: 4 * 1024 * 1024,
+            worktree_roots: Vec::new(),
+            allowed_hosts: Vec::new(),
+            metrics_auth: None,
+            max_streams_per_token: 8,
         }
     }
 }

@@ -602,8 +602,11 @@ fn sync_dir(_dir: &Path) -> Result<(), ProjectionError> {
 /// continuation lines of a multi-line entry indented by two spaces (blank lines inside an entry
 /// stay blank).
 ///
-/// Entries are normalised first ([`normalize_entry`]; empty ones are dropped), so
-/// `parse(&render(s, r, x)) == normalize(x)`, and `== x` when every entry is already normalised.
+/// Entries are normalised first ([`normalize_entry`]; empty ones are dropped) and made visible
+/// ([`visible_entry`]: invisible and reordering characters become `[U+XXXX]` markers, as in prompt
+/// sections, so the file shows a person what a model reading it would see), so
+/// `parse(&render(s, r, x)) == visible(normalize(x))`, and `== x` when every entry is already
+/// normalised and visible.
 /// An entry whose first line would turn `- …` into a thematic break (`---`, `- -`) is written
 /// with a `* ` bullet instead, so it still round-trips. `scope` is `global` or `project`; `>` and
 /// control characters are dropped from it so it cannot end the comment.
@@ -621,7 +624,11 @@ pub fn render(scope: &str, revision: i64, entries: &[String]) -> String {
          -->\n"
     );
     let mut first_entry = true;
-    for entry in entries.iter().filter_map(|entry| normalize_entry(entry)) {
+    for entry in entries
+        .iter()
+        .filter_map(|entry| normalize_entry(entry))
+        .map(|entry| visible_entry(&entry))
+    {
         if first_entry {
             out.push('\n');
             first_entry = false;
@@ -642,6 +649,33 @@ pub fn render(scope: &str, revision: i64, entries: &[String]) -> String {
                 out.push_str(line);
             }
             out.push('\n');
+        }
+    }
+    out
+}
+
+/// An entry as its projection shows it: every invisible or reordering codepoint (zero-width
+/// characters, bidi controls, tags, variation selectors, …) as a visible `[U+XXXX]` marker, and a
+/// `[U+` already in the text written `&#91;U+`, so every marker in a file was put there by Zuno.
+/// Entries without such characters are unchanged.
+pub fn visible_entry(entry: &str) -> String {
+    use crate::learning::recall::render::is_invisible_or_reordering;
+    let mut out = String::with_capacity(entry.len());
+    let mut chars = entry.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => out.push('\n'),
+            '[' if {
+                let mut rest = chars.clone();
+                matches!(rest.next(), Some('U' | 'u')) && rest.next() == Some('+')
+            } =>
+            {
+                out.push_str("&#91;");
+            }
+            c if is_invisible_or_reordering(c) => {
+                out.push_str(&format!("[U+{:04X}]", c as u32));
+            }
+            c => out.push(c),
         }
     }
     out
@@ -1089,6 +1123,31 @@ mod tests {
         // A hostile scope cannot close the comment early.
         let rendered = render("x-->- injected", 1, &entries(&["a"]));
         assert_eq!(parse(&rendered), entries(&["a"]));
+    }
+
+    #[test]
+    fn projections_show_invisible_and_reordering_characters_as_markers() {
+        let hostile = entries(&[
+            "Use pnpm\u{202E}mpn esu\u{202C} always",
+            "zero\u{200B}width and a forged [U+0041] marker",
+            "plain entry",
+        ]);
+        let rendered = render("project", 3, &hostile);
+        assert!(
+            rendered.contains("- Use pnpm[U+202E]mpn esu[U+202C] always\n"),
+            "{rendered}"
+        );
+        assert!(rendered.contains("- zero[U+200B]width and a forged &#91;U+0041] marker\n"));
+        assert!(
+            !rendered
+                .chars()
+                .any(|c| matches!(c as u32, 0x200B | 0x202C | 0x202E)),
+            "no invisible character reaches the file"
+        );
+        let parsed = parse(&rendered);
+        let visible: Vec<String> = hostile.iter().map(|e| visible_entry(e)).collect();
+        assert_eq!(parsed, visible);
+        assert_eq!(parsed[2], "plain entry", "ordinary entries are unchanged");
     }
 
     #[test]

@@ -1112,7 +1112,11 @@ impl MemoryService {
         Ok(Inspection {
             scope,
             revision: view.map_or(0, |v| v.revision),
-            differs: file.as_ref().is_some_and(|f| f != &accepted),
+            differs: file.as_ref().is_some_and(|f| {
+                f.iter().cloned().ne(accepted
+                    .iter()
+                    .map(|entry| projection::visible_entry(entry)))
+            }),
             accepted,
             path: path.map(|p| p.display().to_string()),
             file,

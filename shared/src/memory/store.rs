@@ -180,6 +180,7 @@ pub async fn view_in(
 /// A candidate as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MemoryCandidate)]
 pub struct Candidate {
     pub id: String,
     pub document_id: String,

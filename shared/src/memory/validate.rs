@@ -90,7 +90,113 @@ pub fn check_text(field: &'static str, text: &str) -> Result<(), WriteRefusal> {
             family: (*family).to_owned(),
         });
     }
+    if let Some(family) = secret_shape(text) {
+        return Err(WriteRefusal::Credential {
+            field,
+            family: family.to_owned(),
+        });
+    }
     Ok(())
+}
+
+/// Secrets the source redactor lets through because, in a transcript, they are better kept as
+/// context than lost; in Memory, which is replayed into every prompt, they are refused:
+/// JSON Web Tokens of any payload, `password is …` / `password=…` statements, and long random
+/// tokens of no known family.
+fn secret_shape(text: &str) -> Option<&'static str> {
+    static JWT: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?-u:\b)eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
+            .expect("valid pattern")
+    });
+    // The value after `password is`, `password:` or `password=`: a quoted string or one word.
+    static PASSWORD: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(concat!(
+            r"(?i)(?:\b(?:password|passwd|passphrase|passcode|pwd)\b|密码|口令)",
+            r"\s*(?P<sep>\bis\b|\bwas\b|是|为|:|=|：)\s*",
+            r#"(?:"(?P<dq>[^"\n]{1,200})"|'(?P<sq>[^'\n]{1,200})'|`(?P<bq>[^`\n]{1,200})`|(?P<bare>[^\s,;]{1,200}))"#,
+        ))
+        .expect("valid pattern")
+    });
+    static WORD: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"[A-Za-z0-9+/_=-]{24,}").expect("valid pattern"));
+    if JWT.is_match(text) {
+        return Some("jwt");
+    }
+    for caps in PASSWORD.captures_iter(text) {
+        let sep = caps.name("sep").map_or("", |m| m.as_str());
+        let (value, quoted) = match ["dq", "sq", "bq"].iter().find_map(|name| caps.name(name)) {
+            Some(quoted) => (quoted.as_str(), true),
+            None => match caps.name("bare") {
+                Some(bare) => (
+                    bare.as_str()
+                        .trim_end_matches(['.', ')', ']', '!', '?', '。']),
+                    false,
+                ),
+                None => continue,
+            },
+        };
+        if is_placeholder(value) {
+            continue;
+        }
+        // `password is required` is prose; `password is hunter2`, `password: "open sesame"` and
+        // `password=letmein` state one.
+        let stated = quoted
+            || matches!(sep, "=" | ":" | "：") && !value.is_empty()
+            || value.chars().any(|c| !c.is_alphabetic());
+        if stated {
+            return Some("password");
+        }
+    }
+    if WORD.find_iter(text).any(|word| looks_random(word.as_str())) {
+        return Some("high_entropy");
+    }
+    None
+}
+
+/// `<password>`, `$PASSWORD`, `${DB_PASSWORD}`, `***`, `…`: a reference or a mask, not a value.
+fn is_placeholder(value: &str) -> bool {
+    let value = value.trim();
+    value.is_empty()
+        || value.starts_with('$')
+        || value.starts_with('<')
+        || value.starts_with('{') && value.ends_with('}')
+        || value
+            .chars()
+            .all(|c| matches!(c, '*' | 'x' | 'X' | '.' | '…' | '-' | '_'))
+}
+
+/// A long word of letters in both cases and digits scattered through it, with the character
+/// spread of random data (at least 4.3 bits of Shannon entropy per character). Identifiers,
+/// paths, hex digests and UUIDs fall short: they keep to one case, to sixteen symbols, or to one
+/// run of digits.
+fn looks_random(word: &str) -> bool {
+    let has = |test: fn(&char) -> bool| word.chars().any(|c| test(&c));
+    let digit_runs = word
+        .as_bytes()
+        .split(|b| !b.is_ascii_digit())
+        .filter(|run| !run.is_empty())
+        .count();
+    let digits = word.bytes().filter(u8::is_ascii_digit).count();
+    if !(has(char::is_ascii_uppercase) && has(char::is_ascii_lowercase))
+        || digits < 3
+        || digit_runs < 2
+    {
+        return false;
+    }
+    let mut counts = [0u32; 128];
+    for byte in word.bytes() {
+        counts[usize::from(byte & 0x7F)] += 1;
+    }
+    let length = word.len() as f64;
+    let entropy: f64 = counts
+        .iter()
+        .filter(|&&count| count > 0)
+        .map(|&count| {
+            let p = f64::from(count) / length;
+            -p * p.log2()
+        })
+        .sum();
+    entropy >= 4.3
 }
 
 /// The character cap of a scope, counted in Unicode scalar values, and the key that raises it.
@@ -302,6 +408,62 @@ mod tests {
             .is_ok()
         );
         assert!(check_text("content", "以后都用中文回答。").is_ok());
+    }
+
+    #[test]
+    fn jwts_password_statements_and_random_tokens_are_refused() {
+        // Each of these is missed by the source redactor and caught here, by family.
+        let refused = [
+            (
+                "Use eyJ0eXAiOiJKV1QiLA0K.aGVsbG8gd29ybGQh.c2lnbmF0dXJl for staging",
+                "jwt",
+            ),
+            ("The staging password is hunter2", "password"),
+            ("数据库密码是 abc123", "password"),
+            (
+                "Staging key q8Fz3LmN0pXv7RtY2sKw9BcD4hJe6GaU",
+                "high_entropy",
+            ),
+        ];
+        for (text, family) in refused {
+            assert_eq!(
+                check_text("content", text),
+                Err(WriteRefusal::Credential {
+                    field: "content",
+                    family: family.to_owned()
+                }),
+                "{text}"
+            );
+        }
+        // These are refused whichever check sees them first.
+        for text in [
+            "The API token is eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+            "db password: \"open sesame\"",
+            "login with password=letmein please",
+        ] {
+            assert!(
+                matches!(
+                    check_text("content", text),
+                    Err(WriteRefusal::Credential { .. })
+                ),
+                "{text}"
+            );
+        }
+        for allowed in [
+            "The password is required for the admin page; ask the user for it.",
+            "Set the password with `--password $DB_PASSWORD`, never inline.",
+            "password=<your password> goes in .env.local",
+            "Passwords live in Vault.",
+            "Commit 3f9a2b7c1d4e5f60718293a4b5c6d7e8f9012345 fixed the build.",
+            "Request ids look like 0b3c9a64-7d2e-4f1a-9c8b-5e6d7f8a9b0c.",
+            "Edit src/components/UserProfileCard2/UserProfileCardContainer.tsx first.",
+            "Run `cargo nextest run -p zuno-tests --test api`.",
+            "Call getUserProfileById2ForAdminDashboardView from the admin page.",
+            "Tests pass: 12 of 12.",
+            "The env var is ZUNO_TEST_DATABASE_URL, set by scripts/test.",
+        ] {
+            assert_eq!(check_text("content", allowed), Ok(()), "{allowed}");
+        }
     }
 
     #[test]

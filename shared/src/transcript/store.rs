@@ -15,6 +15,9 @@ pub enum TranscriptError {
     Conflict(String),
     #[error("invalid `{field}`: {reason}")]
     Invalid { field: String, reason: String },
+    /// A worktree inside, above or equal to another project's worktree.
+    #[error("the worktree overlaps the worktree of project `{project}`")]
+    WorktreeClaimed { project: String },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -158,6 +161,11 @@ impl TranscriptStore {
 
     /// Creates a project, or returns the existing one when it has the same name and worktree.
     /// The boolean is true when the project was created.
+    ///
+    /// A worktree is a claim: no other project's worktree may equal it, lie inside it or contain
+    /// it. The check and the insert happen in one write transaction (on Postgres under an
+    /// advisory lock), so two concurrent claims of overlapping directories cannot both succeed.
+    /// The caller passes the worktree in canonical form; filesystem checks are its business.
     pub async fn create_project(
         &self,
         new: &NewProject,
@@ -166,25 +174,63 @@ impl TranscriptStore {
         if new.name.trim().is_empty() || new.name.len() > 200 {
             return Err(invalid("name", "must be 1–200 characters"));
         }
+        let mut tx = self.db.begin().await?;
+        if tx.backend() == Backend::Postgres {
+            crate::on_tx!(&mut tx, conn => sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(WORKTREE_CLAIM_LOCK)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
+        }
+        let sql = "SELECT id, name, worktree, created_at FROM project WHERE id = $1";
+        let existing: Option<Project> = crate::on_tx!(&mut tx, conn =>
+            sqlx::query_as(sql).bind(&new.id).fetch_optional(conn).await)?;
+        if let Some(project) = existing {
+            tx.rollback().await?;
+            if project.name != new.name || project.worktree != new.worktree {
+                return Err(TranscriptError::Conflict(format!(
+                    "project `{}` already exists with a different name or worktree",
+                    new.id
+                )));
+            }
+            return Ok((project, false));
+        }
+        if let Some(worktree) = &new.worktree {
+            let claimed: Vec<(String, String)> = crate::on_tx!(&mut tx, conn => sqlx::query_as(
+                    "SELECT id, worktree FROM project WHERE worktree IS NOT NULL ORDER BY id")
+                .fetch_all(conn)
+                .await)?;
+            let wanted = std::path::Path::new(worktree);
+            if let Some((project, _)) = claimed.iter().find(|(_, other)| {
+                let other = std::path::Path::new(other);
+                wanted.starts_with(other) || other.starts_with(wanted)
+            }) {
+                tx.rollback().await?;
+                return Err(TranscriptError::WorktreeClaimed {
+                    project: project.clone(),
+                });
+            }
+        }
         let now = self.clock.now_ms();
-        let sql = "INSERT INTO project (id, name, worktree, created_at) VALUES ($1, $2, $3, $4) \
-                   ON CONFLICT (id) DO NOTHING";
-        let inserted = crate::on_db!(self.db, pool => sqlx::query(sql)
+        let insert = "INSERT INTO project (id, name, worktree, created_at) VALUES ($1, $2, $3, $4)";
+        crate::on_tx!(&mut tx, conn => sqlx::query(insert)
             .bind(&new.id)
             .bind(&new.name)
             .bind(&new.worktree)
             .bind(now)
-            .execute(pool)
+            .execute(conn)
             .await
             .map(|done| done.rows_affected()))?;
-        let project = self.project(&new.id).await?;
-        if inserted == 0 && (project.name != new.name || project.worktree != new.worktree) {
-            return Err(TranscriptError::Conflict(format!(
-                "project `{}` already exists with a different name or worktree",
-                new.id
-            )));
-        }
-        Ok((project, inserted == 1))
+        tx.commit().await?;
+        Ok((
+            Project {
+                id: new.id.clone(),
+                name: new.name.clone(),
+                worktree: new.worktree.clone(),
+                created_at: now,
+            },
+            true,
+        ))
     }
 
     pub async fn project(&self, id: &str) -> Result<Project, TranscriptError> {
@@ -227,15 +273,10 @@ impl TranscriptStore {
                     .bind(parent)
                     .fetch_optional(conn)
                     .await)?;
-            match parent_project {
-                None => return Err(not_found("parent session", parent)),
-                Some(project) if project != new.project_id => {
-                    return Err(invalid(
-                        "parentId",
-                        "the parent session belongs to another project",
-                    ));
-                }
-                Some(_) => {}
+            // A parent in another project is reported exactly like a missing one: the answer
+            // must not tell a caller scoped to this project that the other session exists.
+            if parent_project.as_deref() != Some(new.project_id.as_str()) {
+                return Err(not_found("parent session", parent));
             }
         }
         let now = self.clock.now_ms();
@@ -494,20 +535,77 @@ impl TranscriptStore {
             .await)?)
     }
 
-    /// Messages of a session in order, paged by sequence number.
+    /// Messages of a session in order, paged by sequence number: at most `limit` (1–1000)
+    /// messages after `after_seq`, and no more than [`MAX_PAGE_BYTES`] of part content, except
+    /// that a page always holds at least one message (so paging always advances).
     pub async fn messages(
         &self,
         session_id: &str,
         after_seq: i64,
         limit: i64,
     ) -> Result<Vec<Message>, TranscriptError> {
+        let first = after_seq.saturating_add(1);
+        let mut last: i64 = after_seq.saturating_add(limit.clamp(1, 1000));
         let mut tx = self.db.begin_read().await?;
-        let last: i64 = after_seq.saturating_add(limit.clamp(1, 1000));
-        let messages = Self::window_in(&mut tx, session_id, after_seq + 1, last).await;
+        let backend = tx.backend();
+        let bytes = |column: &str| match backend {
+            Backend::Postgres => format!("OCTET_LENGTH(COALESCE({column}, ''))"),
+            Backend::Sqlite => format!("LENGTH(CAST(COALESCE({column}, '') AS BLOB))"),
+        };
+        let sizes_sql = format!(
+            "SELECT m.seq, CAST(COALESCE(SUM({} + {} + {} + {}), 0) AS BIGINT) \
+             FROM message m LEFT JOIN message_part p ON p.message_id = m.id \
+             WHERE m.session_id = $1 AND m.seq BETWEEN $2 AND $3 GROUP BY m.seq ORDER BY m.seq",
+            bytes("p.text"),
+            bytes("p.tool_arguments"),
+            bytes("p.tool_result"),
+            bytes("p.artifact_uri"),
+        );
+        let sizes: Vec<(i64, i64)> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sizes_sql.as_str()))
+            .bind(session_id)
+            .bind(first)
+            .bind(last)
+            .fetch_all(conn)
+            .await)?;
+        let mut total = 0i64;
+        for (index, (seq, bytes)) in sizes.iter().enumerate() {
+            total = total.saturating_add(*bytes);
+            if index > 0 && total > MAX_PAGE_BYTES {
+                last = seq - 1;
+                break;
+            }
+        }
+        let messages = Self::window_in(&mut tx, session_id, first, last).await;
         tx.rollback().await?;
         messages
     }
+
+    /// Whether a stored message is what `new` would have created: the same role, status, parts
+    /// and (when given) timestamp. A resend of the same message is recognised by this.
+    pub fn same_message(stored: &Message, new: &NewMessage) -> bool {
+        let status = new.status.unwrap_or(match new.role {
+            Role::Assistant => MessageStatus::InProgress,
+            Role::User | Role::System => MessageStatus::Completed,
+        });
+        stored.role == new.role
+            && stored.status == status
+            && new.created_at.is_none_or(|at| at == stored.created_at)
+            && stored.parts.len() == new.parts.len()
+            && stored
+                .parts
+                .iter()
+                .zip(&new.parts)
+                .all(|(stored, part)| stored.content_digest == part.content_digest())
+    }
 }
+
+/// The part content one page of messages may carry (text, tool arguments and results, artifact
+/// URIs), so a listing cannot be made to hold a whole huge session in memory at once.
+pub const MAX_PAGE_BYTES: i64 = 4 * 1024 * 1024;
+
+/// The Postgres advisory-lock key under which project worktree claims are checked and inserted
+/// (`zuno-wtree` in ASCII).
+const WORKTREE_CLAIM_LOCK: i64 = 0x7A75_6E6F_7774_7265;
 
 async fn insert_parts(
     tx: &mut Tx,

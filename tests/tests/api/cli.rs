@@ -83,11 +83,29 @@ async fn all_in_one_serves_learns_and_creates_nothing_but_the_database() {
     created.sort();
     assert_eq!(
         created,
-        ["zuno.db", "zuno.db-shm", "zuno.db-wal"],
-        "start-up creates only the database"
+        ["local-token", "zuno.db", "zuno.db-shm", "zuno.db-wal"],
+        "start-up creates only the database and the local token"
     );
+    let token = std::fs::read_to_string(home.path().join("local-token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let unauthenticated = reqwest::Client::new()
+        .get(format!("{base}/api/jobs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status(), 401, "the local token is required");
 
-    let client = reqwest::Client::new();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().unwrap(),
+    );
+    let client = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
     client
         .post(format!("{base}/api/projects"))
         .json(&serde_json::json!({"id": "p", "name": "P"}))
@@ -224,4 +242,131 @@ fn migrate_works_against_postgres_too() {
     assert_eq!(code, 0, "{stdout}{stderr} (admin {admin})");
     assert!(stdout.contains("schema verified"));
     drop(db);
+}
+
+#[test]
+fn a_blank_token_and_insecure_mode_off_loopback_are_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(zuno(home.path()).env("ZUNO_API_TOKEN", "   ").args([
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+    ]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("ZUNO_API_TOKEN is set but blank"),
+        "{stderr}"
+    );
+    let (code, _, stderr) =
+        run(zuno(home.path()).args(["serve", "--insecure-no-auth", "--bind", "0.0.0.0:0"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(home.path()).unwrap().count(),
+        0,
+        "nothing was created"
+    );
+}
+
+#[tokio::test]
+async fn insecure_no_auth_serves_loopback_without_a_token_and_says_so() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::from(zuno(home.path()))
+        .args(["serve", "--insecure-no-auth", "--bind", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let banner = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(banner.contains("--insecure-no-auth"), "{banner}");
+    let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();
+    let warned = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = errors.next_line().await {
+            if line.contains("WARNING: authentication is off") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap();
+    assert!(warned, "the start-up warning is printed");
+    let base = banner
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_owned();
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/projects"))
+        .json(&serde_json::json!({"id": "p", "name": "P"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    // The browser rules hold even without a token.
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/projects"))
+        .header("origin", "https://evil.example")
+        .header("content-type", "text/plain")
+        .body(r#"{"id":"q","name":"Q"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(
+        !home.path().join("local-token").exists(),
+        "no token is generated in insecure mode"
+    );
+}
+
+#[test]
+fn tokens_name_existing_projects_and_say_what_they_reach() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, _, stderr) =
+        run(zuno(home.path()).args(["tokens", "create", "--name", "ci", "--project", "ghost"]));
+    assert_eq!(
+        code, 3,
+        "a project that does not exist is refused: {stderr}"
+    );
+    assert!(stderr.contains("--allow-create"), "{stderr}");
+    let (code, secret, stderr) = run(zuno(home.path()).args([
+        "tokens",
+        "create",
+        "--name",
+        "ci",
+        "--project",
+        "ghost",
+        "--allow-create",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(secret.trim().starts_with("zuno_"), "{secret}");
+    let (code, _, stderr) = run(zuno(home.path()).args([
+        "tokens",
+        "create",
+        "--name",
+        "me",
+        "--project",
+        "ghost",
+        "--allow-create",
+        "--global",
+        "--user",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("global Memory: write") && stderr.contains("acts for the user"),
+        "{stderr}"
+    );
+    let (code, listing, _) = run(zuno(home.path()).args(["tokens", "list"]));
+    assert_eq!(code, 0);
+    assert!(
+        listing.contains("global:none") && listing.contains("global:write"),
+        "{listing}"
+    );
+    let (code, _, stderr) = run(zuno(home.path()).args(["tokens", "create", "--name", "empty"]));
+    assert_eq!(code, 2, "a token reaching nothing is refused: {stderr}");
 }

@@ -134,13 +134,25 @@ async fn conflicts_are_409(db: TestDb) {
         .await;
     assert_eq!(status, 409);
     let message = json!({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]});
-    server
+    let (status, first) = server
         .post(&format!("/api/session/{session}/messages"), message.clone())
         .await;
-    let (status, _) = server
+    assert_eq!(status, 201, "{first}");
+    let (status, again) = server
         .post(&format!("/api/session/{session}/messages"), message)
         .await;
-    assert_eq!(status, 409);
+    assert_eq!(
+        status, 200,
+        "a resend of the same message is not a conflict: {again}"
+    );
+    assert_eq!(again["message"], first["message"]);
+    let changed = json!({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "bye"}]});
+    let (status, body) = server
+        .post(&format!("/api/session/{session}/messages"), changed)
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_problem(&body, 409, "conflict");
+    assert_eq!(count(&db, "message").await, 1);
 }
 
 async fn bodies_over_the_limit_are_413(db: TestDb) {

@@ -9,4 +9,5 @@ mod learning;
 mod openapi;
 mod page;
 mod recall;
+mod security;
 mod tracing_context;

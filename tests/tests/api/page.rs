@@ -331,6 +331,21 @@ async fn the_dashboard_approves_a_pending_memory_candidate_in_chromium() {
         )
         .await;
 
+    // The revision history renders the entries it added (it once showed `+ undefined`).
+    browser
+        .wait_for(
+            "the revision history with the applied entry",
+            "document.getElementById('memory').textContent.includes('+ Use pnpm')",
+        )
+        .await;
+    let history = browser
+        .eval("document.getElementById('memory').textContent")
+        .await;
+    assert!(
+        !history.as_str().unwrap().contains("undefined"),
+        "{history}"
+    );
+
     // The API agrees: the candidate is applied and resident Memory holds the entry.
     let (status, applied) = operator(
         &server,

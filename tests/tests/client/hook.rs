@@ -29,7 +29,8 @@ fn additional_context(output: &Output, event: &str) -> String {
 async fn session_start_injects_memory_and_prompt_submit_returns_the_context_sections() {
     let db = TestDb::sqlite().await;
     let server = TestServer::start(&db, Config::default(), None).await;
-    let home = tempfile::tempdir().unwrap();
+    // The hook runs with the server's data directory and no token: it finds the local token.
+    let home = server.home();
     let worktree = tempfile::tempdir().unwrap();
     let cwd = worktree.path().to_string_lossy().into_owned();
     let input = |event: &str, prompt: Option<&str>| {
@@ -47,7 +48,7 @@ async fn session_start_injects_memory_and_prompt_submit_returns_the_context_sect
 
     // Nothing learned yet: the hook creates the project and session and adds nothing.
     let empty = hook(
-        home.path(),
+        home,
         &server.base,
         "SessionStart",
         input("SessionStart", None),
@@ -71,7 +72,7 @@ async fn session_start_injects_memory_and_prompt_submit_returns_the_context_sect
     assert_eq!(outcome["applied"], true, "{outcome}");
 
     let start = hook(
-        home.path(),
+        home,
         &server.base,
         "SessionStart",
         input("SessionStart", None),
@@ -81,7 +82,7 @@ async fn session_start_injects_memory_and_prompt_submit_returns_the_context_sect
     assert!(context.contains("Always use pnpm"), "{context}");
 
     let prompt = hook(
-        home.path(),
+        home,
         &server.base,
         "UserPromptSubmit",
         input(
@@ -136,14 +137,14 @@ async fn message_count(server: &TestServer, session: &str) -> usize {
 async fn stop_imports_newly_closed_turns_from_a_durable_watermark() {
     let db = TestDb::sqlite().await;
     let server = TestServer::start(&db, Config::default(), None).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = server.home();
     let dir = tempfile::tempdir().unwrap();
     let transcript = dir.path().join(format!("{CC_SESSION}.jsonl"));
     write_lines(&transcript, &claude_code_lines());
     let input = json!({"session_id": CC_SESSION, "cwd": CWD, "transcript_path": transcript,
                        "hook_event_name": "Stop", "stop_hook_active": false});
     let session = format!("cc-{CC_SESSION}");
-    let first = hook(home.path(), &server.base, "Stop", input.clone()).await;
+    let first = hook(home, &server.base, "Stop", input.clone()).await;
     assert_eq!(first.code, 0, "{}", first.stderr);
     assert_eq!(first.stdout, "");
     assert!(first.stderr.contains(":6: skipped"), "{}", first.stderr);
@@ -152,14 +153,14 @@ async fn stop_imports_newly_closed_turns_from_a_durable_watermark() {
         3,
         "prompt, closed turn, injected output"
     );
-    let marks: Vec<_> = std::fs::read_dir(home.path().join("hooks").join("claude-code"))
+    let marks: Vec<_> = std::fs::read_dir(home.join("hooks").join("claude-code"))
         .unwrap()
         .collect();
     assert_eq!(marks.len(), 1, "one durable watermark for the transcript");
 
     // The next reply appends a turn: only it is read and imported.
     append_lines(&transcript, &claude_code_second_turn());
-    let second = hook(home.path(), &server.base, "Stop", input.clone()).await;
+    let second = hook(home, &server.base, "Stop", input.clone()).await;
     assert_eq!(second.code, 0, "{}", second.stderr);
     assert!(
         !second.stderr.contains("skipped"),
@@ -172,11 +173,83 @@ async fn stop_imports_newly_closed_turns_from_a_durable_watermark() {
         .await;
     assert_eq!(page["jobs"].as_array().unwrap().len(), 2, "{page}");
 
-    let third = hook(home.path(), &server.base, "Stop", input).await;
+    let third = hook(home, &server.base, "Stop", input).await;
     assert_eq!(third.code, 0);
     assert_eq!(
         message_count(&server, &session).await,
         5,
         "nothing new, nothing added"
     );
+}
+
+/// `zuno serve` started as the README starts it (no token, no configuration), then the hook and
+/// the CLI as a user's agent runs them, with the same data directory and no token given: they
+/// find the generated local token. A client of the same machine that names no token and has
+/// another data directory is refused.
+#[tokio::test]
+async fn a_fresh_server_and_its_local_clients_need_no_configuration() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let home = tempfile::tempdir().unwrap();
+    let mut server = tokio::process::Command::from(zuno(home.path()))
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let banner = tokio::time::timeout(std::time::Duration::from_secs(60), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let base = banner
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_owned();
+    assert!(banner.contains("local token"), "{banner}");
+    let link = lines.next_line().await.unwrap().unwrap();
+    assert!(link.contains("/ui#code="), "{link}");
+    let token_file = home.path().join("local-token");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&token_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+
+    // The hook: creates the project and the session through the API. The working directory
+    // is outside the server's worktree roots (the home directory), so the project is created
+    // without a worktree, and the hook says so on stderr only.
+    let cwd = tempfile::tempdir().unwrap();
+    let input = json!({"session_id": "33333333-2222-4333-8444-555555555555",
+        "cwd": cwd.path(), "hook_event_name": "SessionStart", "source": "startup"});
+    let start = hook(home.path(), &base, "SessionStart", input).await;
+    assert_eq!(start.code, 0, "{}", start.stderr);
+    assert!(!start.stderr.contains("401"), "{}", start.stderr);
+    let (project, _) = project_for_cwd(&cwd.path().to_string_lossy());
+
+    // The CLI against the server.
+    let mut status = zuno(home.path());
+    status.args([
+        "learn",
+        "--project",
+        &project,
+        "--json",
+        "status",
+        "--server",
+        &base,
+    ]);
+    let status = run(status, None).await;
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert!(status.is_object(), "{status}");
+
+    // Another data directory holds no token: refused, with exit code 1 (HTTP 401).
+    let stranger = tempfile::tempdir().unwrap();
+    let mut refused = zuno(stranger.path());
+    refused.args(["learn", "--project", &project, "status", "--server", &base]);
+    let refused = run(refused, None).await;
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("401"), "{}", refused.stderr);
+    drop(server);
 }

@@ -39,6 +39,7 @@ async fn claude_code_import_over_http_is_idempotent_and_admits_closed_turns(db: 
     let mut command = zuno(home.path());
     command
         .args(["import", "claude-code", "--json", "--server", &server.base])
+        .env("ZUNO_API_TOKEN", server.token())
         .arg(&dir);
     let first = run(command, None).await;
     assert_eq!(first.code, 0, "{}", first.stderr);
@@ -95,6 +96,7 @@ async fn claude_code_import_over_http_is_idempotent_and_admits_closed_turns(db: 
     let mut command = zuno(home.path());
     command
         .args(["import", "claude-code", "--json", "--server", &server.base])
+        .env("ZUNO_API_TOKEN", server.token())
         .arg(&dir);
     let again = run(command, None).await;
     assert_eq!(again.code, 0, "{}", again.stderr);
@@ -115,6 +117,7 @@ async fn codex_import_over_http_records_failures_and_aborts(db: TestDb) {
     let mut command = zuno(home.path());
     command
         .args(["import", "codex", "--server", &server.base])
+        .env("ZUNO_API_TOKEN", server.token())
         .arg(&file);
     let out = run(command, None).await;
     assert_eq!(out.code, 0, "{}", out.stderr);

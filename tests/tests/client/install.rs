@@ -76,13 +76,36 @@ async fn install_shows_the_diff_applies_with_yes_and_is_idempotent() {
             )),
             "{command}"
         );
+        assert!(command.contains(" --home "), "{command}");
         assert!(ours[0]["timeout"].as_u64().unwrap() <= 30);
     }
     let servers: Value = serde_json::from_str(&std::fs::read_to_string(&mcp).unwrap()).unwrap();
     assert_eq!(servers["mcpServers"]["zuno"]["type"], "stdio");
+    // ZUNO_HOME was set at install time: the installed commands look for the local token in
+    // the same data directory. No token is written into either file.
+    let home_dir = home.path().to_string_lossy().into_owned();
     assert_eq!(
         servers["mcpServers"]["zuno"]["args"],
-        json!(["mcp", "--server", "http://127.0.0.1:7878"])
+        json!([
+            "--home",
+            home_dir,
+            "mcp",
+            "--server",
+            "http://127.0.0.1:7878"
+        ])
+    );
+    for file in [&settings, &mcp] {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(
+            !text.contains("zuno_") && !text.to_lowercase().contains("token"),
+            "no token in {}: {text}",
+            file.display()
+        );
+    }
+    assert!(
+        applied.stdout.contains("local token in"),
+        "{}",
+        applied.stdout
     );
 
     let before = std::fs::read_to_string(&settings).unwrap();

@@ -9,8 +9,8 @@ use zuno_tests::{TestDb, on_both_backends};
 use crate::fixtures::*;
 
 async fn zuno_at(server: &TestServer, args: &[&str]) -> Output {
-    let home = tempfile::tempdir().unwrap();
-    let mut command = zuno(home.path());
+    // The server's data directory, where the CLI finds the local token.
+    let mut command = zuno(server.home());
     command.args(args).args(["--server", &server.base]);
     run(command, None).await
 }

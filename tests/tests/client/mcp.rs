@@ -10,14 +10,15 @@ use zuno_tests::TestDb;
 use zuno_tests::processes::binary;
 use zuno_tests::server::TestServer;
 
-fn mcp_command(server: &str, project: &str, read_only: bool) -> tokio::process::Command {
-    let home = std::env::temp_dir();
+/// `zuno mcp` as Claude Code starts it: the server's data directory, no token given (it reads
+/// the local token from there).
+fn mcp_command(server: &TestServer, project: &str, read_only: bool) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(binary("zuno"));
     command
-        .env("ZUNO_HOME", home)
+        .env("ZUNO_HOME", server.home())
         .env_remove("ZUNO_API_TOKEN")
         .env_remove("ZUNO_SERVER_URL")
-        .args(["mcp", "--server", server, "--project", project]);
+        .args(["mcp", "--server", &server.base, "--project", project]);
     if read_only {
         command.arg("--read-only");
     }
@@ -40,11 +41,10 @@ async fn an_mcp_client_handshakes_lists_and_calls_the_tools_over_stdio() {
         .await;
     assert_eq!(status, 201);
 
-    let (transport, _stderr) =
-        TokioChildProcess::builder(mcp_command(&server.base, "mcp-demo", false))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+    let (transport, _stderr) = TokioChildProcess::builder(mcp_command(&server, "mcp-demo", false))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let client = ().serve(transport).await.expect("initialize");
     let info = client.peer_info().expect("server info after initialize");
     assert_eq!(info.server_info.as_ref().unwrap().name, "zuno");
@@ -135,7 +135,7 @@ async fn an_mcp_client_handshakes_lists_and_calls_the_tools_over_stdio() {
 async fn read_only_exposes_only_the_read_tools() {
     let db = TestDb::sqlite().await;
     let server = TestServer::start(&db, Config::default(), None).await;
-    let (transport, _stderr) = TokioChildProcess::builder(mcp_command(&server.base, "p", true))
+    let (transport, _stderr) = TokioChildProcess::builder(mcp_command(&server, "p", true))
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();

@@ -1,4 +1,5 @@
-//! Liveness, readiness and metrics: unauthenticated, outside `/api`.
+//! Liveness, readiness and metrics, outside `/api`: unauthenticated, except `/metrics` under
+//! `server.metrics_auth` (the default when bound off loopback).
 
 use axum::Router;
 use axum::extract::State;
@@ -10,11 +11,17 @@ use serde_json::json;
 use crate::http::AppState;
 use crate::http::error::ApiError;
 
-pub fn router() -> Router<AppState> {
+pub fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route(
+            "/metrics",
+            get(metrics).route_layer(axum::middleware::from_fn_with_state(
+                state,
+                crate::http::auth::metrics_gate,
+            )),
+        )
 }
 
 async fn healthz() -> impl IntoResponse {

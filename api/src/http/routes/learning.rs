@@ -223,9 +223,25 @@ pub async fn reflect(
 
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct Page {
-    /// Experience offset (100 per page).
+    /// Experience offset (100 per page), 0 to 2147483647.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 2147483647)]
     pub offset: i64,
+}
+
+/// The largest page offset: far beyond any real listing, and far from the end of the integer
+/// range, so `offset + page` cannot overflow anywhere downstream.
+const MAX_OFFSET: i64 = i32::MAX as i64;
+
+fn check_offset(offset: i64) -> ApiResult<()> {
+    if (0..=MAX_OFFSET).contains(&offset) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "offset",
+            format!("must be between 0 and {MAX_OFFSET}"),
+        ))
+    }
 }
 
 /// The session's learning projection (spec 002 "Client contract").
@@ -238,6 +254,7 @@ pub async fn session_learning(
     Query(page): Query<Page>,
 ) -> ApiResult<Json<SessionLearning>> {
     visible_session(&state, &caller, &session_id).await?;
+    check_offset(page.offset)?;
     let view = projection::session_learning(
         &state.db,
         &state.ledger,
@@ -282,9 +299,7 @@ pub async fn list_experiences(
     Query(page): Query<Page>,
 ) -> ApiResult<Json<ExperiencePage>> {
     visible_project(&state, &caller, &project_id).await?;
-    if page.offset < 0 {
-        return Err(ApiError::bad_request("offset", "must not be negative"));
-    }
+    check_offset(page.offset)?;
     let (experiences, total) =
         experience::list(&state.db, &project_id, page.offset, projection::PAGE).await?;
     let next = page.offset + projection::PAGE;

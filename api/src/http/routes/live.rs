@@ -1,18 +1,25 @@
 //! The live learning projection: `GET /api/session/{sessionID}/learning/events`, a server-sent
 //! event stream publishing `learning.state.changed` with the session's new projection.
 //!
-//! Workers are separate processes, so the stream cannot rely on in-process notifications. Each
-//! open stream polls a cheap change marker of the session's durable learning state (its jobs'
-//! states and update times, the project's experiences, the session's learning events, feedback
-//! and policy) every 250 ms; only when the marker moves is the projection rebuilt, and only
-//! when the projection's content differs from what the client last saw is an event sent. Every
-//! few seconds the projection is rebuilt regardless, so nothing the marker misses goes unseen.
+//! Workers are separate processes, so the stream cannot rely on in-process notifications. One
+//! change poller per process ([`LiveHub`]) watches a cheap database-wide marker of learning state
+//! (jobs, experiences, learning events, feedback, policies) every 250 ms, and on Postgres also
+//! wakes on the ledger's `LISTEN/NOTIFY` channel; it runs only while some stream is open and
+//! broadcasts each change to every open stream. A stream then checks its own session's marker
+//! and rebuilds the projection only when that moved, and sends an event only when the
+//! projection's content differs from what the client last saw. Every few seconds each stream
+//! rebuilds regardless, so nothing a marker misses goes unseen.
 //!
 //! The event id is the projection's revision: a digest of its content. A reconnecting client
 //! sends it back as `Last-Event-ID` and receives nothing until the state moves on; any other
 //! (or no) `Last-Event-ID` receives the current state at once.
+//!
+//! One token may hold at most `server.max_streams_per_token` streams open at once; the next is
+//! refused with 429 until one closes.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Extension;
@@ -29,15 +36,210 @@ use zuno_shared::learning::projection::{self, SessionLearning};
 use super::sessions::visible_session;
 use crate::http::AppState;
 use crate::http::auth::Caller;
-use crate::http::error::{ApiResult, Problem};
+use crate::http::error::{ApiError, ApiResult, Problem};
 
 /// The SSE event name.
 pub const STATE_CHANGED: &str = "learning.state.changed";
 
-/// How often an open stream checks the change marker.
+/// How often the process's poller checks the database-wide change marker.
 const POLL: Duration = Duration::from_millis(250);
-/// Every this many polls the projection is rebuilt even when the marker did not move.
-const FULL_REFRESH_EVERY: u32 = 20;
+/// How often each stream rebuilds its projection even when no marker moved.
+const FULL_REFRESH: Duration = Duration::from_secs(5);
+
+/// The process's one change poller and the count of open streams per token.
+#[derive(Clone)]
+pub struct LiveHub {
+    inner: Arc<HubInner>,
+}
+
+struct HubInner {
+    db: Db,
+    changes: tokio::sync::watch::Sender<u64>,
+    /// Whether the poller task is running; changed only under this lock, together with the
+    /// subscriber check, so a stream that subscribes while the poller stops is never left alone.
+    running: Mutex<bool>,
+    streams: Mutex<HashMap<String, usize>>,
+    max_streams: usize,
+}
+
+/// An open stream's place in its token's count; released when the stream is dropped.
+pub struct StreamPermit {
+    hub: Arc<HubInner>,
+    caller: String,
+}
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        let mut streams = self
+            .hub
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = streams.get_mut(&self.caller) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                streams.remove(&self.caller);
+            }
+        }
+    }
+}
+
+impl LiveHub {
+    pub fn new(db: Db, max_streams_per_token: u32) -> LiveHub {
+        let (changes, _) = tokio::sync::watch::channel(0);
+        LiveHub {
+            inner: Arc::new(HubInner {
+                db,
+                changes,
+                running: Mutex::new(false),
+                streams: Mutex::new(HashMap::new()),
+                max_streams: max_streams_per_token.max(1) as usize,
+            }),
+        }
+    }
+
+    /// Takes one of the caller's stream slots, or refuses with 429 when all are in use.
+    pub fn open_stream(&self, caller: &str) -> Result<StreamPermit, ApiError> {
+        let mut streams = self
+            .inner
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = streams.entry(caller.to_owned()).or_insert(0);
+        if *count >= self.inner.max_streams {
+            return Err(ApiError::TooManyRequests(format!(
+                "this token already holds {} live streams open (server.max_streams_per_token); close one first",
+                self.inner.max_streams
+            )));
+        }
+        *count += 1;
+        Ok(StreamPermit {
+            hub: self.inner.clone(),
+            caller: caller.to_owned(),
+        })
+    }
+
+    /// Open streams per caller (for tests and diagnostics).
+    pub fn open_streams(&self, caller: &str) -> usize {
+        self.inner
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(caller)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A receiver of database-wide learning changes; starts the poller if it is not running.
+    fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        let receiver = self.inner.changes.subscribe();
+        let mut running = self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !*running {
+            *running = true;
+            tokio::spawn(poll_changes(self.inner.clone()));
+        }
+        receiver
+    }
+}
+
+/// Database-wide counters and update times of everything a projection is built from.
+async fn global_marker(db: &Db) -> Result<Vec<i64>, StoreError> {
+    let sql = "SELECT \
+        (SELECT COUNT(*) FROM learning_job), \
+        (SELECT COALESCE(MAX(updated_at), 0) FROM learning_job), \
+        (SELECT COUNT(*) FROM experience_record), \
+        (SELECT COALESCE(MAX(updated_at), 0) FROM experience_record), \
+        (SELECT COUNT(*) FROM learning_event), \
+        (SELECT COALESCE(MAX(at), 0) FROM learning_event), \
+        (SELECT COUNT(*) FROM message_feedback), \
+        (SELECT COALESCE(MAX(updated_at), 0) FROM message_feedback), \
+        (SELECT COALESCE(MAX(updated_at), 0) FROM session_memory_policy)";
+    let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64) =
+        zuno_shared::on_db!(db, pool => sqlx::query_as(sql).fetch_one(pool).await)?;
+    Ok(vec![
+        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
+    ])
+}
+
+/// The process's poller: broadcasts a new version whenever the global marker moves; stops when
+/// the last stream has gone.
+async fn poll_changes(hub: Arc<HubInner>) {
+    let mut listener = match hub.db.as_postgres() {
+        Some(pool) => match sqlx::postgres::PgListener::connect_with(pool).await {
+            Ok(mut listener) => match listener
+                .listen(zuno_shared::runtime::wake::PG_CHANNEL)
+                .await
+            {
+                Ok(()) => Some(listener),
+                Err(error) => {
+                    tracing::warn!(%error, "learning streams: cannot LISTEN; polling only");
+                    None
+                }
+            },
+            Err(error) => {
+                tracing::warn!(%error, "learning streams: cannot LISTEN; polling only");
+                None
+            }
+        },
+        None => None,
+    };
+    let mut ticker = tokio::time::interval(POLL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<Vec<i64>> = None;
+    loop {
+        {
+            let mut running = hub
+                .running
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if hub.changes.receiver_count() == 0 {
+                *running = false;
+                return;
+            }
+        }
+        match listener.as_mut() {
+            Some(pg) => {
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    received = pg.recv() => {
+                        if let Err(error) = received {
+                            tracing::warn!(%error, "learning streams: notification listener failed; polling only");
+                            listener = None;
+                        }
+                    }
+                }
+            }
+            None => {
+                ticker.tick().await;
+            }
+        }
+        match global_marker(&hub.db).await {
+            Ok(marker) => {
+                if last.as_ref() != Some(&marker) {
+                    last = Some(marker);
+                    hub.changes.send_modify(|version| *version += 1);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "learning streams: change marker failed"),
+        }
+    }
+}
+
+/// One server-sent event of the stream, as the OpenAPI document describes it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LearningStateEvent {
+    /// Always `learning.state.changed`.
+    pub event: String,
+    /// The projection's revision.
+    pub id: String,
+    /// A `LearningStateChanged` document, as JSON text.
+    #[schema(content_media_type = "application/json")]
+    pub data: String,
+}
 
 /// The data of a `learning.state.changed` event.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -59,9 +261,10 @@ pub struct LearningStateChanged {
         ("Last-Event-ID" = Option<String>, Header, description = "The revision the client last received; the current state is not resent while it is unchanged."),
     ),
     responses(
-        (status = 200, content_type = "text/event-stream", body = LearningStateChanged,
+        (status = 200, content_type = "text/event-stream", body = LearningStateEvent,
             description = "A stream of `learning.state.changed` events; each event's `id` is the projection revision and its `data` a LearningStateChanged document."),
-        (status = 404, body = Problem)))]
+        (status = 404, body = Problem),
+        (status = 429, body = Problem, description = "The token already holds `server.max_streams_per_token` streams open")))]
 pub async fn session_learning_events(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -69,6 +272,7 @@ pub async fn session_learning_events(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let session = visible_session(&state, &caller, &session_id).await?;
+    let permit = state.live.open_stream(caller.id())?;
     let last_seen = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
@@ -83,11 +287,13 @@ pub async fn session_learning_events(
         last_seen,
         sender,
     ));
-    let stream = futures::stream::unfold(receiver, |mut receiver| async move {
+    // The permit lives as long as the response stream: the slot is released when the client
+    // goes away and the stream is dropped.
+    let stream = futures::stream::unfold((receiver, permit), |(mut receiver, permit)| async move {
         receiver
             .recv()
             .await
-            .map(|event| (Ok::<_, Infallible>(event), receiver))
+            .map(|event| (Ok::<_, Infallible>(event), (receiver, permit)))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
@@ -141,29 +347,39 @@ async fn publish(
     mut last_sent: Option<String>,
     sender: tokio::sync::mpsc::Sender<Event>,
 ) {
-    let mut ticker = tokio::time::interval(POLL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut changes = state.live.subscribe();
+    let mut refresh = tokio::time::interval(FULL_REFRESH);
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick completes at once: the current state is evaluated before any wait.
+    refresh.tick().await;
     let mut last_marker: Option<Marker> = None;
-    let mut since_refresh = 0u32;
+    let mut forced = true;
     loop {
-        tokio::select! {
-            () = sender.closed() => return,
-            _ = ticker.tick() => {}
-        }
-        since_refresh += 1;
-        match change_marker(&state.db, &session_id, &project_id).await {
-            Ok(marker) => {
-                if last_marker.as_ref() == Some(&marker) && since_refresh < FULL_REFRESH_EVERY {
+        if !forced {
+            match change_marker(&state.db, &session_id, &project_id).await {
+                Ok(marker) => {
+                    if last_marker.as_ref() == Some(&marker) {
+                        tokio::select! {
+                            () = sender.closed() => return,
+                            changed = changes.changed() => if changed.is_err() { return },
+                            _ = refresh.tick() => forced = true,
+                        }
+                        continue;
+                    }
+                    last_marker = Some(marker);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, session_id, "learning stream: change marker failed");
+                    tokio::select! {
+                        () = sender.closed() => return,
+                        changed = changes.changed() => if changed.is_err() { return },
+                        _ = refresh.tick() => forced = true,
+                    }
                     continue;
                 }
-                last_marker = Some(marker);
-            }
-            Err(error) => {
-                tracing::warn!(%error, session_id, "learning stream: change marker failed");
-                continue;
             }
         }
-        since_refresh = 0;
+        forced = false;
         let view = match projection::session_learning(
             &state.db,
             &state.ledger,
@@ -179,32 +395,38 @@ async fn publish(
             Err(error) => {
                 tracing::warn!(%error, session_id, "learning stream: projection failed");
                 last_marker = None;
+                tokio::select! {
+                    () = sender.closed() => return,
+                    changed = changes.changed() => if changed.is_err() { return },
+                    _ = refresh.tick() => forced = true,
+                }
                 continue;
             }
         };
         let revision = revision(&view);
-        if last_sent.as_deref() == Some(revision.as_str()) {
-            continue;
-        }
-        let data = LearningStateChanged {
-            session_id: session_id.clone(),
-            revision: revision.clone(),
-            learning: view,
-        };
-        let event = match Event::default()
-            .event(STATE_CHANGED)
-            .id(revision.clone())
-            .json_data(&data)
-        {
-            Ok(event) => event,
-            Err(error) => {
-                tracing::warn!(%error, session_id, "learning stream: encoding failed");
-                continue;
+        if last_sent.as_deref() != Some(revision.as_str()) {
+            let data = LearningStateChanged {
+                session_id: session_id.clone(),
+                revision: revision.clone(),
+                learning: view,
+            };
+            match Event::default()
+                .event(STATE_CHANGED)
+                .id(revision.clone())
+                .json_data(&data)
+            {
+                Ok(event) => {
+                    if sender.send(event).await.is_err() {
+                        return;
+                    }
+                    last_sent = Some(revision);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, session_id, "learning stream: encoding failed");
+                }
             }
-        };
-        if sender.send(event).await.is_err() {
-            return;
         }
-        last_sent = Some(revision);
+        // The marker is checked again on the next pass; a change that happened while the
+        // projection was built moves it.
     }
 }

@@ -13,6 +13,7 @@ use zuno_shared::learning::retrieval::{self, PromptContext, Receipt, SearchHit};
 use zuno_shared::memory::service::{Inspection, MemoryError, Origin, Outcome, Proposal};
 use zuno_shared::memory::store::{self, Candidate, DocumentView, Revision, Scope};
 use zuno_shared::memory::validate::WriteRefusal;
+use zuno_shared::tokens::GlobalAccess;
 
 use super::sessions::visible_session;
 use crate::http::AppState;
@@ -52,6 +53,15 @@ async fn visible_project(state: &AppState, caller: &Caller, project_id: &str) ->
     caller.require(project_id, "project", project_id)?;
     state.transcripts.project(project_id).await?;
     Ok(())
+}
+
+/// Global Memory is reachable only with a global scope: `read` to see it (its entries, candidates,
+/// revisions, file), `write` to change it.
+fn require_scope(caller: &Caller, scope: Scope, needed: GlobalAccess) -> ApiResult<()> {
+    match scope {
+        Scope::Global => caller.require_global(needed),
+        Scope::Project => Ok(()),
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -174,10 +184,19 @@ pub async fn read(
     Query(params): Query<ReadParams>,
 ) -> ApiResult<Json<MemoryRead>> {
     visible_project(&state, &caller, &project_id).await?;
+    let target = match params.target {
+        Some(scope) => {
+            require_scope(&caller, scope, GlobalAccess::Read)?;
+            Some(scope)
+        }
+        // Both documents, as far as the caller may read them.
+        None if caller.can_read_global() => None,
+        None => Some(Scope::Project),
+    };
     let documents = state
         .memory
         .read(
-            params.target,
+            target,
             Some(&project_id),
             params.query.as_deref(),
             params.limit,
@@ -201,7 +220,8 @@ pub struct UpdateRequest {
     pub expected_revision: Option<i64>,
     pub reason: String,
     pub confidence: f64,
-    /// `tool` (the model's memory_update, default) or `user` (a person).
+    /// `tool` (the model's memory_update, default) or `user` (a person; only from the user's
+    /// token: the local token or one created with `--user`).
     #[serde(default)]
     pub origin: Option<String>,
 }
@@ -218,8 +238,16 @@ pub async fn update(
     ApiJson(body): ApiJson<UpdateRequest>,
 ) -> ApiResult<(StatusCode, Json<Outcome>)> {
     visible_project(&state, &caller, &project_id).await?;
+    require_scope(&caller, body.target, GlobalAccess::Write)?;
     let origin = match body.origin.as_deref() {
         None | Some("tool") => Origin::Tool,
+        // A user-origin change always promotes and is protected as user-owned, so only the
+        // user may claim it.
+        Some("user") if !caller.is_user() => {
+            return Err(ApiError::Forbidden(String::from(
+                "`origin: \"user\"` needs the user's token (the local token, or one created with `zuno tokens create --user`)",
+            )));
+        }
         Some("user") => Origin::User,
         Some(other) => {
             return Err(ApiError::bad_request(
@@ -254,9 +282,12 @@ pub struct CandidateParams {
     pub state: Option<String>,
 }
 
-/// Memory candidates of a project (and global ones), newest first.
+/// Memory candidates of a project (and global ones, for a caller that may read global
+/// Memory), newest first.
 #[utoipa::path(get, path = "/api/projects/{projectId}/memory/candidates", tag = "memory",
-    params(("projectId" = String, Path), CandidateParams), responses((status = 200, body = Vec<Candidate>)))]
+    operation_id = "memory_candidates",
+    params(("projectId" = String, Path), CandidateParams),
+    responses((status = 200, body = Vec<Candidate>), (status = 404, body = Problem)))]
 pub async fn candidates(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -264,27 +295,39 @@ pub async fn candidates(
     Query(params): Query<CandidateParams>,
 ) -> ApiResult<Json<Vec<Candidate>>> {
     visible_project(&state, &caller, &project_id).await?;
-    Ok(Json(
-        store::candidates(&state.db, Some(&project_id), params.state.as_deref(), 200).await?,
-    ))
+    let mut candidates =
+        store::candidates(&state.db, Some(&project_id), params.state.as_deref(), 200).await?;
+    if !caller.can_read_global() {
+        candidates.retain(|candidate| {
+            candidate.target != "global" && candidate.project_id.as_deref() == Some(&project_id)
+        });
+    }
+    Ok(Json(candidates))
 }
 
-async fn visible_candidate(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()> {
+/// A candidate the caller may see (404 otherwise, also for a global candidate without global
+/// read access), and 403 when acting on it needs global write access the caller lacks.
+async fn visible_candidate(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    needed: GlobalAccess,
+) -> ApiResult<()> {
     let mut read = state.db.begin_read().await?;
     let candidate = store::candidate_in(&mut read, id).await?;
     read.rollback().await?;
-    match candidate {
-        Some(candidate)
-            if candidate
-                .project_id
-                .as_deref()
-                .is_none_or(|p| caller.can_access(p)) =>
-        {
-            Ok(())
+    let not_found = || ApiError::NotFound(format!("memory candidate `{id}` was not found"));
+    let candidate = candidate.ok_or_else(not_found)?;
+    if candidate.target == "global" {
+        if !caller.can_read_global() {
+            return Err(not_found());
         }
-        _ => Err(ApiError::NotFound(format!(
-            "memory candidate `{id}` was not found"
-        ))),
+        return caller.require_global(needed);
+    }
+    match candidate.project_id.as_deref() {
+        Some(project) if caller.can_access(project) => Ok(()),
+        None if caller.is_unscoped() => Ok(()),
+        _ => Err(not_found()),
     }
 }
 
@@ -298,7 +341,7 @@ pub struct ApproveRequest {
 
 /// Approve (optionally edit) a pending candidate.
 #[utoipa::path(post, path = "/api/memory/candidates/{candidateId}/approve", tag = "memory",
-    params(("candidateId" = String, Path)), request_body = ApproveRequest,
+    operation_id = "memory_approve", params(("candidateId" = String, Path)), request_body = ApproveRequest,
     responses((status = 200, body = Outcome), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn approve(
     State(state): State<AppState>,
@@ -306,31 +349,31 @@ pub async fn approve(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ApproveRequest>,
 ) -> ApiResult<Json<Outcome>> {
-    visible_candidate(&state, &caller, &id).await?;
+    visible_candidate(&state, &caller, &id, GlobalAccess::Write).await?;
     Ok(Json(state.memory.approve(&id, body.content).await?))
 }
 
 /// Reject a pending candidate.
 #[utoipa::path(post, path = "/api/memory/candidates/{candidateId}/reject", tag = "memory",
-    params(("candidateId" = String, Path)), responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    operation_id = "memory_reject", params(("candidateId" = String, Path)), responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn reject(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Candidate>> {
-    visible_candidate(&state, &caller, &id).await?;
+    visible_candidate(&state, &caller, &id, GlobalAccess::Write).await?;
     Ok(Json(state.memory.reject(&id).await?))
 }
 
 /// Undo an applied candidate (a new revision restoring its exact `before` snapshot).
 #[utoipa::path(post, path = "/api/memory/candidates/{candidateId}/undo", tag = "memory",
-    params(("candidateId" = String, Path)), responses((status = 200, body = Outcome), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    operation_id = "memory_undo", params(("candidateId" = String, Path)), responses((status = 200, body = Outcome), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn undo(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Outcome>> {
-    visible_candidate(&state, &caller, &id).await?;
+    visible_candidate(&state, &caller, &id, GlobalAccess::Write).await?;
     Ok(Json(state.memory.undo(&id).await?))
 }
 
@@ -349,6 +392,7 @@ pub async fn inspect(
     Query(params): Query<TargetParams>,
 ) -> ApiResult<Json<Inspection>> {
     visible_project(&state, &caller, &project_id).await?;
+    require_scope(&caller, params.target, GlobalAccess::Read)?;
     Ok(Json(
         state
             .memory
@@ -374,6 +418,7 @@ pub async fn import(
     ApiJson(body): ApiJson<ImportRequest>,
 ) -> ApiResult<Json<Outcome>> {
     visible_project(&state, &caller, &project_id).await?;
+    require_scope(&caller, body.target, GlobalAccess::Write)?;
     Ok(Json(
         state.memory.import(body.target, Some(&project_id)).await?,
     ))
@@ -395,6 +440,7 @@ pub async fn revisions(
     Query(params): Query<TargetParams>,
 ) -> ApiResult<Json<History>> {
     visible_project(&state, &caller, &project_id).await?;
+    require_scope(&caller, params.target, GlobalAccess::Read)?;
     let mut tx = state.db.begin().await?;
     let document = store::document_in(
         &mut tx,

@@ -18,7 +18,10 @@ pub struct CreateProject {
     /// Client-chosen stable id (1–128 of `[A-Za-z0-9._:@-]`).
     pub id: String,
     pub name: String,
-    /// The project's worktree, where `.zuno/RULES.md` lives.
+    /// The project's worktree, where `.zuno/RULES.md` lives: an absolute path to an existing
+    /// directory inside one of the server's `server.worktree_roots`, shared with no other
+    /// project. It is stored canonical (symbolic links resolved). Binding one needs the user's
+    /// token (the local token or one created with `--user`).
     #[serde(default)]
     pub worktree: Option<String>,
 }
@@ -45,8 +48,7 @@ pub struct CreateSession {
     responses(
         (status = 201, description = "Created", body = Project),
         (status = 200, description = "Already existed with the same data", body = Project),
-        (status = 400, body = Problem), (status = 403, body = Problem), (status = 409, body = Problem),
-        (status = 413, body = Problem)))]
+        (status = 400, body = Problem), (status = 403, body = Problem), (status = 409, body = Problem)))]
 pub async fn create_project(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -58,14 +60,46 @@ pub async fn create_project(
             body.id
         )));
     }
-    let (project, created) = state
+    let worktree = match body.worktree {
+        None => None,
+        Some(requested) if !caller.is_user() => {
+            // Repeating the exact creation of an existing project binds nothing new.
+            let existing = state.transcripts.project(&body.id).await.ok();
+            if let Some(project) = existing
+                && project.name == body.name
+                && project.worktree.as_deref() == Some(requested.as_str())
+            {
+                return Ok((StatusCode::OK, Json(project)));
+            }
+            return Err(ApiError::Forbidden(String::from(
+                "binding a worktree needs the user's token (the local token, or one created with `zuno tokens create --user`)",
+            )));
+        }
+        Some(requested) => Some(
+            crate::http::worktree::resolve_blocking(
+                requested,
+                crate::http::worktree::roots(&state.config.server),
+            )
+            .await?,
+        ),
+    };
+    let created = state
         .transcripts
         .create_project(&NewProject {
             id: body.id,
             name: body.name,
-            worktree: body.worktree,
+            worktree,
         })
-        .await?;
+        .await;
+    let (project, created) = match created {
+        Err(zuno_shared::transcript::TranscriptError::WorktreeClaimed { project }) => {
+            return Err(crate::http::worktree::overlap(
+                &project,
+                caller.can_access(&project),
+            ));
+        }
+        other => other?,
+    };
     let status = if created {
         StatusCode::CREATED
     } else {

@@ -7,11 +7,13 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use zuno_shared::learning::{SessionDeletion, TurnOutcome};
-use zuno_shared::transcript::{Message, MessageStatus, NewMessage, Part, Role, Session};
+use zuno_shared::transcript::{
+    Message, MessageStatus, NewMessage, Part, Role, Session, TranscriptError, TranscriptStore,
+};
 
 use crate::http::AppState;
 use crate::http::auth::Caller;
-use crate::http::error::{ApiResult, Problem};
+use crate::http::error::{ApiError, ApiResult, Problem};
 use crate::http::json::ApiJson;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -43,11 +45,14 @@ pub struct CompleteMessage {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(rename_all = "camelCase")]
 pub struct MessagePage {
     /// Return messages with a sequence number greater than this.
     #[serde(default)]
     pub after: i64,
+    /// At most this many messages (1–1000, default 100); a page also stops before it would
+    /// carry more than 4 MiB of part content (it always holds at least one message).
     #[serde(default = "default_page")]
     pub limit: i64,
 }
@@ -76,7 +81,7 @@ async fn visible_message(
     visible_session(state, caller, session_id).await?;
     let message = state.transcripts.message(message_id).await?;
     if message.session_id != session_id {
-        return Err(crate::http::error::ApiError::NotFound(format!(
+        return Err(ApiError::NotFound(format!(
             "message `{message_id}` was not found in session `{session_id}`"
         )));
     }
@@ -96,6 +101,7 @@ pub async fn get_session(
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeleteSession {
     /// Required, no default: `true` also deletes Experience derived from this session (and
@@ -116,7 +122,7 @@ pub async fn delete_session(
     query: Result<Query<DeleteSession>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<SessionDeletion>> {
     let Query(choice) = query.map_err(|rejection| {
-        crate::http::error::ApiError::bad_request(
+        ApiError::bad_request(
             "cleanupDerivedExperiences",
             format!("an explicit `true` or `false` is required ({rejection})"),
         )
@@ -137,9 +143,15 @@ pub async fn delete_session(
 
 /// Append a message. An assistant message sent as already completed closes its turn: when the
 /// turn is eligible, its extraction job is admitted in the same transaction.
+///
+/// A message sent with an `id` is stored once: sending it again with the same body answers 200
+/// with the stored message (and its turn's admission), with a different body 409. Messages sent
+/// without an `id` get a new one each time and are not deduplicated.
 #[utoipa::path(post, path = "/api/session/{sessionID}/messages", tag = "messages",
     params(("sessionID" = String, Path)), request_body = AppendMessage,
-    responses((status = 201, body = TurnOutcome), (status = 400, body = Problem),
+    responses((status = 201, body = TurnOutcome, description = "Stored"),
+        (status = 200, body = TurnOutcome, description = "The same message was already stored (a resend)"),
+        (status = 400, body = Problem),
         (status = 404, body = Problem), (status = 409, body = Problem), (status = 413, body = Problem)))]
 pub async fn append_message(
     State(state): State<AppState>,
@@ -155,15 +167,65 @@ pub async fn append_message(
         parts: body.parts,
         created_at: body.created_at,
     };
-    let outcome = state
+    let appended = state
         .ingestion
         .append_message(
             &session_id,
             &message,
             zuno_shared::telemetry::current_traceparent(),
         )
-        .await?;
-    Ok((StatusCode::CREATED, Json(outcome)))
+        .await;
+    match appended {
+        Ok(outcome) => Ok((StatusCode::CREATED, Json(outcome))),
+        Err(TranscriptError::Conflict(detail)) => match &message.id {
+            Some(id) => Ok((
+                StatusCode::OK,
+                Json(resend(&state, &session_id, id, &message, detail).await?),
+            )),
+            None => Err(TranscriptError::Conflict(detail).into()),
+        },
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The answer to a message sent again with an id that is already stored: the stored message
+/// when the body is the same (for a turn-ending assistant message, with its turn's admission,
+/// which is idempotent), 409 otherwise.
+async fn resend(
+    state: &AppState,
+    session_id: &str,
+    id: &str,
+    message: &NewMessage,
+    conflict: String,
+) -> ApiResult<TurnOutcome> {
+    let stored = match state.transcripts.message(id).await {
+        Ok(stored) => stored,
+        Err(TranscriptError::NotFound { .. }) => {
+            return Err(TranscriptError::Conflict(conflict).into());
+        }
+        Err(error) => return Err(error.into()),
+    };
+    if stored.session_id != session_id || !TranscriptStore::same_message(&stored, message) {
+        return Err(ApiError::Conflict(format!(
+            "message `{id}` already exists with a different body; send a new id for a new message"
+        )));
+    }
+    if stored.role == Role::Assistant && stored.status.ends_turn() {
+        return Ok(state
+            .ingestion
+            .complete_message(
+                id,
+                stored.status,
+                zuno_shared::telemetry::current_traceparent(),
+            )
+            .await?);
+    }
+    Ok(TurnOutcome {
+        message: stored,
+        eligibility: None,
+        admission: None,
+        not_admitted: None,
+    })
 }
 
 /// List a session's messages in order.

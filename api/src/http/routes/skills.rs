@@ -55,7 +55,7 @@ async fn visible_pattern(state: &AppState, caller: &Caller, id: &str) -> ApiResu
     let pattern = service(state).pattern(id).await?;
     match &pattern.project_id {
         Some(project) => caller.require(project, "pattern", id)?,
-        None if matches!(caller, Caller::Scoped(_)) => {
+        None if !caller.is_unscoped() => {
             return Err(ApiError::NotFound(format!("pattern `{id}` was not found")));
         }
         None => {}
@@ -121,7 +121,7 @@ pub async fn global_patterns(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
 ) -> ApiResult<Json<Vec<Pattern>>> {
-    if matches!(caller, Caller::Scoped(_)) {
+    if !caller.is_unscoped() {
         return Ok(Json(Vec::new()));
     }
     Ok(Json(service(&state).patterns(None).await?))
@@ -176,7 +176,7 @@ pub struct CandidateParams {
 
 /// The project's Skill candidates, newest first.
 #[utoipa::path(get, path = "/api/projects/{projectId}/skills", tag = "skills",
-    params(("projectId" = String, Path), CandidateParams),
+    operation_id = "skill_candidates", params(("projectId" = String, Path), CandidateParams),
     responses((status = 200, body = Vec<Candidate>), (status = 404, body = Problem)))]
 pub async fn candidates(
     State(state): State<AppState>,
@@ -248,7 +248,7 @@ pub async fn apply(
 
 /// `skill-undo <candidate-id>`: restores the exact file an applied candidate replaced.
 #[utoipa::path(post, path = "/api/skills/{candidateId}/undo", tag = "skills",
-    params(("candidateId" = String, Path)),
+    operation_id = "skill_undo", params(("candidateId" = String, Path)),
     responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn undo(
     State(state): State<AppState>,
@@ -261,7 +261,7 @@ pub async fn undo(
 
 /// `skill-reject <candidate-id>`.
 #[utoipa::path(post, path = "/api/skills/{candidateId}/reject", tag = "skills",
-    params(("candidateId" = String, Path)),
+    operation_id = "skill_reject", params(("candidateId" = String, Path)),
     responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn reject(
     State(state): State<AppState>,
