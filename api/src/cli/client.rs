@@ -186,13 +186,6 @@ impl ApiClient {
         })
     }
 
-    /// The router of `state`, served in-process (no HTTP, no token: the caller owns the store).
-    pub fn in_process(state: crate::http::AppState) -> ApiClient {
-        ApiClient {
-            transport: Transport::Local(crate::http::router(state)),
-        }
-    }
-
     pub fn is_remote(&self) -> bool {
         matches!(self.transport, Transport::Remote { .. })
     }

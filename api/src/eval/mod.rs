@@ -143,6 +143,8 @@ async fn evaluate(
 ) -> Result<FileReport, EvalError> {
     let mut config = options.config.clone();
     config.database.url = Some(store.url.clone());
+    // The projects' worktrees live in this run's temporary home and nowhere else.
+    config.server.worktree_roots = vec![home.display().to_string()];
     let config = Arc::new(config);
     let paths = Paths::resolve(Some(home));
     let clock = system_clock();
@@ -154,7 +156,7 @@ async fn evaluate(
         None,
         None,
     );
-    let client = ApiClient::in_process(state);
+    let client = ApiClient::in_process(crate::http::router(state));
 
     let project = labels.project.clone();
     let other = format!("{project}-other");

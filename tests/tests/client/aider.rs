@@ -221,11 +221,19 @@ fn the_held_out_histories_parse_without_issues_into_sane_sessions() {
     }
 }
 
-async fn import_aider(home: &Path, server: Option<&str>, args: &[&str], path: &Path) -> Output {
+/// `zuno import aider`, against `server` (its base URL and token) or the local database.
+async fn import_aider(
+    home: &Path,
+    server: Option<&TestServer>,
+    args: &[&str],
+    path: &Path,
+) -> Output {
     let mut command = zuno(home);
     command.args(["import", "aider", "--json"]);
-    if let Some(base) = server {
-        command.args(["--server", base]);
+    if let Some(server) = server {
+        command
+            .args(["--server", &server.base])
+            .env("ZUNO_API_TOKEN", server.token());
     }
     command.args(args).arg(path);
     run(command, None).await
@@ -253,7 +261,7 @@ async fn aider_import_is_idempotent_and_adds_only_appended_sessions(db: TestDb) 
     .unwrap();
     let home = tempfile::tempdir().unwrap();
 
-    let first = report(&import_aider(home.path(), Some(&server.base), &[], repo.path()).await);
+    let first = report(&import_aider(home.path(), Some(&server), &[], repo.path()).await);
     assert_eq!(first["files"], 1, "{first}");
     assert_eq!(first["sessionsCreated"], 2, "{first}");
     assert_eq!(first["messagesAdded"], 7, "{first}");
@@ -334,7 +342,7 @@ async fn aider_import_is_idempotent_and_adds_only_appended_sessions(db: TestDb) 
         "the interrupted reply failed"
     );
 
-    let again = report(&import_aider(home.path(), Some(&server.base), &[], repo.path()).await);
+    let again = report(&import_aider(home.path(), Some(&server), &[], repo.path()).await);
     assert_eq!(again["messagesAdded"], 0, "{again}");
     assert_eq!(again["messagesExisting"], 7, "{again}");
     assert_eq!(again["sessionsCreated"], 0, "{again}");
@@ -343,7 +351,7 @@ async fn aider_import_is_idempotent_and_adds_only_appended_sessions(db: TestDb) 
     let mut appended = std::fs::read_to_string(&history).unwrap();
     appended.push_str(&aider_appended_session());
     std::fs::write(&history, appended).unwrap();
-    let third = report(&import_aider(home.path(), Some(&server.base), &[], repo.path()).await);
+    let third = report(&import_aider(home.path(), Some(&server), &[], repo.path()).await);
     assert_eq!(third["sessionsCreated"], 1, "{third}");
     assert_eq!(third["messagesAdded"], 3, "only the appended run: {third}");
     assert_eq!(third["messagesExisting"], 7, "{third}");

@@ -8,4 +8,5 @@ mod harness;
 mod maintenance;
 mod manual;
 mod policy;
+mod quality;
 mod recall;

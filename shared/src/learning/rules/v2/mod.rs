@@ -172,12 +172,10 @@ fn from_instruction(
     if praised_later(records, position) {
         confidence = round2((confidence + PRAISE_BONUS).min(MAX_CONFIDENCE));
     }
-    let hint = (instruction.durable || instruction.user_wide).then(|| {
-        if instruction.user_wide {
-            (MemoryTarget::Global, "explicit user-wide preference")
-        } else {
-            (MemoryTarget::Project, "explicit durable instruction")
-        }
+    let hint = (instruction.durable || instruction.user_wide).then_some(if instruction.user_wide {
+        (MemoryTarget::Global, "explicit user-wide preference")
+    } else {
+        (MemoryTarget::Project, "explicit durable instruction")
     });
     Some(Candidate {
         position,

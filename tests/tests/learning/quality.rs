@@ -1,0 +1,278 @@
+//! What the default extractor learns end to end, on both backends: a correction typed after an
+//! interrupted turn (with that turn as context), a rule restated in another session reinforcing
+//! its Memory entry instead of adding a copy, and automatic recall refusing weak matches while
+//! finding a Chinese lesson for a Chinese follow-up.
+
+use zuno_shared::config::Config;
+use zuno_shared::learning::experience;
+use zuno_shared::learning::retrieval::{self, PromptContext};
+use zuno_shared::memory::store::{self, Scope};
+use zuno_shared::transcript::{MessageStatus, NewMessage, Part, Role, ToolStatus};
+use zuno_tests::{TestDb, on_both_backends};
+
+use crate::harness::{World, text, tool};
+
+async fn context(world: &World, session: &str, prompt: &str) -> PromptContext {
+    retrieval::assemble(
+        &world.db.db,
+        &world.config,
+        session,
+        prompt,
+        world.ledger.now_ms(),
+    )
+    .await
+    .unwrap()
+    .expect("the session exists")
+}
+
+async fn assistant_with_status(
+    world: &World,
+    session: &str,
+    status: MessageStatus,
+    parts: Vec<Part>,
+) {
+    world
+        .ingestion
+        .append_message(
+            session,
+            &NewMessage {
+                id: None,
+                role: Role::Assistant,
+                status: Some(status),
+                parts,
+                created_at: None,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+async fn a_correction_after_an_interrupted_turn_is_learned_with_that_turn_as_context(db: TestDb) {
+    let world = World::new(db, Config::default()).await;
+    let session = world.session().await;
+    world.user(&session, "make the dark highlight softer").await;
+    // The user rejected the edit and interrupted the turn.
+    assistant_with_status(
+        &world,
+        &session,
+        MessageStatus::Failed,
+        vec![tool(
+            "edit",
+            r#"{"file_path":"src/themes/base.css","new":"background: #f2d96b"}"#,
+            "The user doesn't want to proceed with this tool use. The tool use was rejected.",
+            ToolStatus::Error,
+        )],
+    )
+    .await;
+    world
+        .user(&session, "No, never hard-code colours in base.css; change the --highlight-bg variable of the theme.")
+        .await;
+    let closed = world
+        .assistant(
+            &session,
+            vec![
+                tool(
+                    "edit",
+                    r#"{"file_path":"src/themes/dark.css"}"#,
+                    "Applied",
+                    ToolStatus::Completed,
+                ),
+                text("Changed --highlight-bg in dark.css."),
+            ],
+        )
+        .await;
+    assert_eq!(
+        closed
+            .admission
+            .expect("the correcting turn is admitted")
+            .outcome(),
+        "queued"
+    );
+    assert_eq!(world.run_extract().await.completed, 1);
+    let learned = experience::for_session(&world.db.db, &session)
+        .await
+        .unwrap();
+    let summaries: Vec<&str> = learned.iter().map(|e| e.summary.as_str()).collect();
+    assert_eq!(
+        summaries,
+        ["Never hard-code colours in base.css; change the --highlight-bg variable of the theme."]
+    );
+    assert!(
+        learned[0].keywords.iter().any(|k| k.contains("highlight")),
+        "{:?}",
+        learned[0].keywords
+    );
+    // The interrupted turn was bound as read-only context, and is nothing the extractor cites.
+    assert!(
+        world
+            .scalar("SELECT COUNT(*) FROM learning_source_record WHERE context = TRUE")
+            .await
+            >= 2
+    );
+    assert_eq!(
+        world
+            .scalar(
+                "SELECT COUNT(*) FROM learning_source_snapshot WHERE context_start_seq IS NOT NULL"
+            )
+            .await,
+        1
+    );
+
+    // A turn left in progress (the host never closed it) does not block the next one either.
+    let other = world.session().await;
+    world.user(&other, "run the migrations").await;
+    assistant_with_status(
+        &world,
+        &other,
+        MessageStatus::InProgress,
+        vec![tool(
+            "bash",
+            r#"{"command":"make migrate"}"#,
+            "",
+            ToolStatus::Pending,
+        )],
+    )
+    .await;
+    world
+        .user(&other, "Stop. Never run migrations against prod from here.")
+        .await;
+    let closed = world
+        .assistant(
+            &other,
+            vec![tool(
+                "bash",
+                r#"{"command":"make migrate ENV=staging"}"#,
+                "ok",
+                ToolStatus::Completed,
+            )],
+        )
+        .await;
+    assert!(closed.eligibility.unwrap().eligible);
+    assert_eq!(world.run_extract().await.completed, 1);
+    let learned = experience::for_session(&world.db.db, &other).await.unwrap();
+    assert_eq!(
+        learned[0].summary,
+        "Never run migrations against prod from here."
+    );
+}
+
+async fn a_rule_restated_in_another_session_reinforces_its_memory_entry(db: TestDb) {
+    let world = World::new(db, Config::default()).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    for statement in [
+        "From now on, always run cargo fmt before committing.",
+        "Always run cargo fmt before committing!",
+    ] {
+        let session = world.session().await;
+        world.user(&session, statement).await;
+        world
+            .assistant(
+                &session,
+                vec![tool(
+                    "bash",
+                    r#"{"command":"cargo fmt"}"#,
+                    "",
+                    ToolStatus::Completed,
+                )],
+            )
+            .await;
+        assert_eq!(world.run_extract().await.completed, 1);
+        assert_eq!(world.run_maintain(&memory).await.completed, 1);
+    }
+    let entries = store::supported_entries(&world.db.db, "proj")
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].scope, Scope::Project);
+    assert_eq!(
+        entries[0].entry.content,
+        "Always run cargo fmt before committing."
+    );
+    assert_eq!(
+        entries[0].experience_ids.len(),
+        2,
+        "the restatement joined the entry's support"
+    );
+    assert_eq!(
+        world
+            .scalar("SELECT MAX(revision) FROM memory_document WHERE scope = 'project'")
+            .await,
+        1,
+        "reinforcing is not a change of the document"
+    );
+}
+
+async fn recall_refuses_weak_matches_and_finds_chinese_lessons(db: TestDb) {
+    let world = World::new(db, Config::default()).await;
+    for statement in [
+        "Never run the migrations against the prod database.",
+        "日期统一用 dayjs 格式化，格式是 YYYY-MM-DD HH:mm，不要用 moment。",
+        "Don't add comments to every line of a file.",
+    ] {
+        let session = world.session().await;
+        world.user(&session, statement).await;
+        world
+            .assistant(
+                &session,
+                vec![tool(
+                    "bash",
+                    r#"{"command":"ls"}"#,
+                    "README.md",
+                    ToolStatus::Completed,
+                )],
+            )
+            .await;
+    }
+    assert_eq!(world.run_extract().await.completed, 3);
+    let learned: Vec<(String, String)> = zuno_shared::on_db!(world.db.db, pool =>
+        sqlx::query_as("SELECT id, summary FROM experience_record ORDER BY summary").fetch_all(pool).await)
+    .unwrap();
+    assert_eq!(learned.len(), 3, "{learned:?}");
+    let id_of = |needle: &str| {
+        learned
+            .iter()
+            .find(|(_, s)| s.contains(needle))
+            .unwrap()
+            .0
+            .clone()
+    };
+    let next = world.session().await;
+
+    let related = context(&world, &next, "run the migrations on staging first").await;
+    assert_eq!(related.experience_ids, [id_of("migrations")]);
+    // Only generic words in common ("add", "file", "fix"): nothing rides along.
+    let generic = context(&world, &next, "fix the typo in that file and add a newline").await;
+    assert!(
+        generic.experience_ids.is_empty(),
+        "{:?}",
+        generic.experience_ids
+    );
+    let chinese = context(&world, &next, "订单列表的日期格式化一下").await;
+    assert_eq!(chinese.experience_ids, [id_of("dayjs")]);
+    let unrelated = context(&world, &next, "帮我看看这个问题").await;
+    assert!(
+        unrelated.experience_ids.is_empty(),
+        "{:?}",
+        unrelated.experience_ids
+    );
+    // Explicit search has no floor: a single generic word still finds what contains it.
+    let searched = retrieval::search(
+        &world.db.db,
+        "proj",
+        "file",
+        10,
+        zuno_shared::learning::recall::query::MatchMode::Any,
+        world.ledger.now_ms(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(searched.len(), 1);
+}
+
+on_both_backends!(
+    a_correction_after_an_interrupted_turn_is_learned_with_that_turn_as_context,
+    a_rule_restated_in_another_session_reinforces_its_memory_entry,
+    recall_refuses_weak_matches_and_finds_chinese_lessons,
+);
