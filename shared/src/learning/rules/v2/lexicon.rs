@@ -172,7 +172,8 @@ static COMMUNICATION: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?x)
             \b(?:answer|reply|respond|talk|write|speak|communicate)s?\ (?:to\ me\ )?(?:only\ )?in\ (?:english|chinese|mandarin|german|french|spanish|japanese|korean|russian|portuguese)\b
-          | \b(?:be|keep\ (?:it|answers|replies|explanations|responses))\ (?:more\ )?(?:concise|brief|terse|short)\b | \bno\ emojis?\b | \bdon't\ apologi[sz]e\b
+          | \b(?:be|keep\ (?:it|answers|replies|explanations|responses))\ (?:more\ )?(?:concise|brief|terse|short)(?:\ in\ (?:your\ )?(?:answers|replies|responses|explanations))?[.!]?\s*$
+          | \b(?:keep\ (?:answers|replies|explanations|responses))\ (?:more\ )?(?:concise|brief|terse|short)\b | \bno\ emojis?\b | \bdon't\ apologi[sz]e\b
           | \b(?:too|way\ too|so)\ (?:verbose|long-winded|wordy)\b | \bless\ verbose\b | \bno\ preamble\b
           | 用(?:中文|英文|英语|汉语|日语)(?:来)?(?:回答|回复|交流|说|写|沟通|对话)
           | (?:回答|回复|对话|交流)(?:都|一律|请)?(?:用|使用)(?:中文|英文|英语|汉语|日语)
@@ -462,6 +463,16 @@ static PATTERNS: LazyLock<Vec<(Pattern, Durability)>> = LazyLock::new(|| {
     ]
 });
 
+/// Time words that make an instruction about this task only ("don't apply the changes yet",
+/// "skip the e2e tests for now", "这次先不用"): nothing for later sessions.
+static ONE_OFF: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?x)\b(?:for\ now|yet|this\ time|right\ now|at\ the\ moment|for\ today|just\ this\ once|for\ this\ (?:one|release|pr|task|commit|change))\b
+          | 这次 | 这一次 | 暂时",
+    )
+    .expect("a valid pattern")
+});
+
 /// Words after "don't"/"never" that make a statement, not an instruction ("I don't know").
 static NOT_IMPERATIVE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
@@ -516,10 +527,12 @@ impl Reader<'_> {
     ) -> Option<(Instruction, bool)> {
         let text = &self.folded.text;
         let whole = &text[range.clone()];
-        if DISMISSAL
-            .find_iter(whole)
-            .any(|m| self.own(range.start + m.start()))
-        {
+        let said = |pattern: &Regex| {
+            pattern
+                .find_iter(whole)
+                .any(|m| self.own(range.start + m.start()))
+        };
+        if said(&DISMISSAL) || said(&ONE_OFF) {
             return None;
         }
         let mut clause = range.clone();

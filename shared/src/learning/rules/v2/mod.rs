@@ -355,6 +355,8 @@ struct Change {
     description: String,
     /// The program of a shell command.
     program: Option<String>,
+    /// Whether the call changed something (an edit, a command that is not a read).
+    modifies: bool,
 }
 
 /// The latest change of the previous turn: an edit, or a shell command that is not a read.
@@ -364,12 +366,7 @@ fn previous_change(records: &[SourceRecord]) -> Option<Change> {
         .rev()
         .filter(|r| r.context && r.kind == SourceKind::ToolCall)
         .filter_map(change_of)
-        .find(|change| {
-            change
-                .program
-                .as_deref()
-                .is_none_or(|_| !reads_only(&change.description))
-        })
+        .find(|change| change.modifies)
 }
 
 /// Shell commands that only look (list, read, search, diff, type-check): undoing a turn never
@@ -397,28 +394,31 @@ fn reads_only(description: &str) -> bool {
     ) || (program == "git" && matches!(subcommand, "status" | "diff" | "log" | "show" | "blame"))
         || command.contains("--noEmit")
         || command.contains("--dry-run")
+        || command.split_whitespace().any(|word| word == "--check")
 }
 
 fn change_of(call: &SourceRecord) -> Option<Change> {
     let (tool, json) = call.text.split_once(' ')?;
+    let tool = tool.to_lowercase();
     let arguments: serde_json::Value = serde_json::from_str(json).ok()?;
-    if let Some(path) = ["file_path", "path", "file", "filename", "target_file"]
+    let path = ["file_path", "path", "file", "filename", "target_file"]
         .iter()
         .find_map(|key| arguments.get(key).and_then(|v| v.as_str()))
-        .filter(|path| call.text.contains(*path) && !path.is_empty())
-    {
+        .map(str::to_owned)
+        .or_else(|| patched_file(&arguments))
+        .filter(|path| !path.is_empty() && call.text.contains(path.as_str()));
+    if let Some(path) = path {
+        let verb = if tool.contains("write") || tool.contains("create") {
+            "write"
+        } else {
+            "edit"
+        };
         return Some(Change {
             source_id: call.source_id.clone(),
-            excerpt: path.to_owned(),
-            description: format!(
-                "the {} to {path}",
-                if tool.contains("write") {
-                    "write"
-                } else {
-                    "edit"
-                }
-            ),
+            description: format!("the {verb} to {path}"),
+            excerpt: path,
             program: None,
+            modifies: EDIT_TOOLS.iter().any(|edit| tool.contains(edit)),
         });
     }
     let command = recovery::command(&call.text)?;
@@ -435,7 +435,27 @@ fn change_of(call: &SourceRecord) -> Option<Change> {
         source_id: call.source_id.clone(),
         excerpt,
         program: command.split_whitespace().next().map(str::to_owned),
+        modifies: !reads_only(&command),
         description: format!("`{}`", cut(&command, 120)),
+    })
+}
+
+/// Tools that change files (by name): Claude Code's Edit/Write/MultiEdit, Codex's
+/// apply_patch, aider's edits, editors' str_replace/create/insert.
+const EDIT_TOOLS: [&str; 9] = [
+    "edit", "write", "str_replace", "apply_patch", "patch", "create", "insert", "replace", "update",
+];
+
+/// The first file a Codex-style patch (`*** Update File: app.js`) touches.
+fn patched_file(arguments: &serde_json::Value) -> Option<String> {
+    let patch = ["input", "patch"]
+        .iter()
+        .find_map(|key| arguments.get(key).and_then(|v| v.as_str()))?;
+    patch.lines().find_map(|line| {
+        ["*** Update File: ", "*** Add File: ", "*** Delete File: "]
+            .iter()
+            .find_map(|marker| line.strip_prefix(marker))
+            .map(|path| path.trim().to_owned())
     })
 }
 
