@@ -515,6 +515,9 @@ fn result_json(
         "verified": stored.verified,
         "unverified": stored.unverified,
         "memoryHints": stored.hints,
+        "reinforced": stored.reinforced.iter().map(|(ordinal, id)| serde_json::json!({
+            "ordinal": ordinal, "experienceId": id,
+        })).collect::<Vec<_>>(),
         "refusedItems": validated.refused_items,
         "truncated": validated.truncated,
         "repaired": answer.repaired,

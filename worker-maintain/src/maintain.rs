@@ -148,7 +148,7 @@ impl JobHandler for MaintainHandler {
                    AND e.kind <> 'unresolved_issue' \
                    AND (e.created_at > $2 OR (e.created_at = $2 AND e.id > $3)) \
                    AND (e.origin = 'remember' OR EXISTS (SELECT 1 FROM experience_evidence v JOIN learning_source_record s \
-                        ON s.job_id = e.job_id AND s.source_id = v.source_id \
+                        ON s.job_id = COALESCE(v.job_id, e.job_id) AND s.source_id = v.source_id \
                         WHERE v.experience_id = e.id AND v.verified = TRUE \
                           AND s.verification IN ('user_statement', 'user_feedback', 'tool_succeeded'))) \
                  ORDER BY e.created_at, e.id LIMIT $4")
@@ -159,7 +159,7 @@ impl JobHandler for MaintainHandler {
             for input in &inputs {
                 let explicit: i64 = zuno_shared::on_tx!(&mut read, conn => sqlx::query_scalar(
                         "SELECT COUNT(*) FROM experience_evidence v JOIN experience_record e ON e.id = v.experience_id \
-                         LEFT JOIN learning_source_record s ON s.job_id = e.job_id AND s.source_id = v.source_id \
+                         LEFT JOIN learning_source_record s ON s.job_id = COALESCE(v.job_id, e.job_id) AND s.source_id = v.source_id \
                          WHERE v.experience_id = $1 AND v.verified = TRUE \
                            AND (e.origin = 'remember' OR s.verification IN ('user_statement', 'user_feedback'))")
                     .bind(&input.id).fetch_one(conn).await)?;

@@ -152,6 +152,10 @@ pub struct StoredExtraction {
     /// Experiences the session already holds (the same content from an earlier extraction of
     /// the same turn, e.g. before feedback arrived): not stored twice, their hints not repeated.
     pub existing: usize,
+    /// `(extractor ordinal, existing experience id)`: lessons that restate an experience the
+    /// project already holds (same rule, other words, another session). The new citations joined
+    /// the existing experience's evidence and reinforced it; nothing new was stored.
+    pub reinforced: Vec<(i64, String)>,
 }
 
 /// Inserts an extraction's accepted experiences, evidence and hints in the caller's (settlement)
@@ -185,6 +189,13 @@ pub async fn insert_extraction_in(
             .bind(session_id).bind(&digest).bind(job_id).fetch_optional(conn).await)?;
         if already.is_some() {
             stored.existing += 1;
+            continue;
+        }
+        if experience.verified
+            && let Some(existing) = restated_in(tx, project_id, job_id, &experience.summary).await?
+        {
+            reinforce_in(tx, &existing, job_id, &experience.citations).await?;
+            stored.reinforced.push((experience.ordinal, existing));
             continue;
         }
         let sql = "INSERT INTO experience_record (id, project_id, session_id, job_id, ordinal, origin, extractor_version, \
@@ -275,6 +286,65 @@ pub async fn insert_extraction_in(
         stored.hints += 1;
     }
     Ok(stored)
+}
+
+/// How many of the project's most recent experiences a new lesson is compared with.
+const RESTATEMENT_WINDOW: i64 = 500;
+
+/// The active experience of `project_id` (from another job) whose summary states the same rule
+/// as `summary`, if any.
+async fn restated_in(
+    tx: &mut Tx,
+    project_id: &str,
+    job_id: &str,
+    summary: &str,
+) -> Result<Option<String>, StoreError> {
+    let rule = crate::memory::dedupe::RuleSignature::of(summary);
+    if rule.is_empty() {
+        return Ok(None);
+    }
+    let recent: Vec<(String, String)> = crate::on_tx!(tx, conn => sqlx::query_as(
+            "SELECT id, summary FROM experience_record WHERE project_id = $1 AND status = 'active' \
+             AND verification = 'verified' AND kind <> 'unresolved_issue' AND (job_id IS NULL OR job_id <> $2) \
+             ORDER BY created_at DESC, id DESC LIMIT $3")
+        .bind(project_id).bind(job_id).bind(RESTATEMENT_WINDOW).fetch_all(conn).await)?;
+    Ok(recent
+        .into_iter()
+        .find(|(_, other)| crate::memory::dedupe::RuleSignature::of(other).same_rule_as(&rule))
+        .map(|(id, _)| id))
+}
+
+/// Adds `citations` (of job `job_id`) to `experience_id`'s evidence and counts a reinforcement.
+async fn reinforce_in(
+    tx: &mut Tx,
+    experience_id: &str,
+    job_id: &str,
+    citations: &[super::validate::CheckedCitation],
+) -> Result<(), StoreError> {
+    let next: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
+            "SELECT COALESCE(MAX(ordinal), -1) + 1 FROM experience_evidence WHERE experience_id = $1")
+        .bind(experience_id).fetch_one(conn).await)?;
+    for (index, citation) in citations.iter().enumerate() {
+        crate::on_tx!(tx, conn => sqlx::query(
+                "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
+                   raw_digest, redacted_digest, verified, detail, job_id) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (experience_id, ordinal) DO NOTHING")
+            .bind(experience_id)
+            .bind(next + index as i64)
+            .bind(&citation.source_id)
+            .bind(&citation.address)
+            .bind(&citation.message_id)
+            .bind(&citation.excerpt)
+            .bind(&citation.raw_digest)
+            .bind(&citation.redacted_digest)
+            .bind(citation.verified)
+            .bind(&citation.detail)
+            .bind(job_id)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+    }
+    super::retrieval::adjust_in(tx, experience_id, super::retrieval::ranking::REINFORCE).await
 }
 
 /// A manual record (`remember`, `issue`): explicit user evidence, verified by construction.

@@ -141,7 +141,7 @@ pub fn output_schema() -> serde_json::Value {
                 "items": {
                     "type": "object",
                     "additionalProperties": false,
-                    "required": ["kind", "title", "summary", "resolution", "citations", "confidence"],
+                    "required": ["kind", "title", "summary", "resolution", "citations", "confidence", "keywords"],
                     "properties": {
                         "kind": { "type": "string", "enum": kinds },
                         "title": { "type": "string" },
@@ -159,7 +159,8 @@ pub fn output_schema() -> serde_json::Value {
                                 }
                             }
                         },
-                        "confidence": { "type": "number", "minimum": 0, "maximum": 1 }
+                        "confidence": { "type": "number", "minimum": 0, "maximum": 1 },
+                        "keywords": { "type": "array", "items": { "type": "string" } }
                     }
                 }
             },

@@ -1,11 +1,13 @@
 //! What the default extractor learns end to end, on both backends: a correction typed after an
-//! interrupted turn (with that turn as context), a rule restated in another session reinforcing
-//! its Memory entry instead of adding a copy, and automatic recall refusing weak matches while
+//! interrupted turn (with that turn as context), a lesson restated in another session reinforcing
+//! the experience (and a learned rule its Memory entry) instead of adding a copy, and automatic recall refusing weak matches while
 //! finding a Chinese lesson for a Chinese follow-up.
 
 use zuno_shared::config::Config;
 use zuno_shared::learning::experience;
+use zuno_shared::learning::extraction::MemoryAction;
 use zuno_shared::learning::retrieval::{self, PromptContext};
+use zuno_shared::memory::service::{Origin, Proposal};
 use zuno_shared::memory::store::{self, Scope};
 use zuno_shared::transcript::{MessageStatus, NewMessage, Part, Role, ToolStatus};
 use zuno_tests::{TestDb, on_both_backends};
@@ -157,43 +159,62 @@ async fn a_correction_after_an_interrupted_turn_is_learned_with_that_turn_as_con
     );
 }
 
-async fn a_rule_restated_in_another_session_reinforces_its_memory_entry(db: TestDb) {
+async fn a_learned_rule_that_restates_a_memory_entry_reinforces_it(db: TestDb) {
     let world = World::new(db, Config::default()).await;
     let home = tempfile::tempdir().unwrap();
     let memory = world.memory(home.path());
-    for statement in [
-        "From now on, always run cargo fmt before committing.",
-        "Always run cargo fmt before committing!",
-    ] {
-        let session = world.session().await;
-        world.user(&session, statement).await;
-        world
-            .assistant(
-                &session,
-                vec![tool(
-                    "bash",
-                    r#"{"command":"cargo fmt"}"#,
-                    "",
-                    ToolStatus::Completed,
-                )],
-            )
-            .await;
-        assert_eq!(world.run_extract().await.completed, 1);
-        assert_eq!(world.run_maintain(&memory).await.completed, 1);
-    }
+    // The user wrote the rule into project Memory themselves.
+    memory
+        .propose(Proposal {
+            scope: Scope::Project,
+            project_id: Some("proj".into()),
+            action: MemoryAction::Add,
+            content: Some("Always run cargo fmt before committing.".into()),
+            old_text: None,
+            expected_revision: None,
+            reason: String::from("the user's own rule"),
+            confidence: 1.0,
+            origin: Origin::User,
+            evidence: Vec::new(),
+            explicit_user_evidence: true,
+            job_id: None,
+        })
+        .await
+        .unwrap();
+    // Later a session says it again, in other words.
+    let session = world.session().await;
+    world
+        .user(
+            &session,
+            "From now on, always run cargo fmt before you commit.",
+        )
+        .await;
+    world
+        .assistant(
+            &session,
+            vec![tool(
+                "bash",
+                r#"{"command":"cargo fmt"}"#,
+                "",
+                ToolStatus::Completed,
+            )],
+        )
+        .await;
+    assert_eq!(world.run_extract().await.completed, 1);
+    assert_eq!(world.run_maintain(&memory).await.completed, 1);
     let entries = store::supported_entries(&world.db.db, "proj")
         .await
         .unwrap();
     assert_eq!(entries.len(), 1, "{entries:?}");
-    assert_eq!(entries[0].scope, Scope::Project);
     assert_eq!(
         entries[0].entry.content,
         "Always run cargo fmt before committing."
     );
+    assert_eq!(entries[0].entry.owner, "user");
     assert_eq!(
         entries[0].experience_ids.len(),
-        2,
-        "the restatement joined the entry's support"
+        1,
+        "the learned lesson joined the entry's support"
     );
     assert_eq!(
         world
@@ -201,6 +222,56 @@ async fn a_rule_restated_in_another_session_reinforces_its_memory_entry(db: Test
             .await,
         1,
         "reinforcing is not a change of the document"
+    );
+    let result: String = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
+            "SELECT result FROM learning_job WHERE kind = 'maintain'").fetch_one(pool).await)
+    .unwrap();
+    assert!(result.contains("\"reinforced\":[{"), "{result}");
+}
+
+async fn a_lesson_restated_in_another_session_reinforces_the_experience(db: TestDb) {
+    let world = World::new(db, Config::default()).await;
+    for statement in ["No, use pnpm, not npm.", "Use pnpm instead of npm!"] {
+        let session = world.session().await;
+        world.user(&session, statement).await;
+        world
+            .assistant(
+                &session,
+                vec![tool(
+                    "bash",
+                    r#"{"command":"pnpm install"}"#,
+                    "ok",
+                    ToolStatus::Completed,
+                )],
+            )
+            .await;
+        assert_eq!(world.run_extract().await.completed, 1);
+    }
+    let (experiences, _) = experience::list(&world.db.db, "proj", 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(experiences.len(), 1, "{experiences:?}");
+    let kept = &experiences[0];
+    assert_eq!(kept.summary, "Use pnpm, not npm.");
+    let excerpts: Vec<&str> = kept.evidence.iter().map(|e| e.excerpt.as_str()).collect();
+    assert_eq!(
+        excerpts,
+        ["No, use pnpm, not npm.", "Use pnpm instead of npm!"]
+    );
+    assert!(kept.evidence.iter().all(|e| e.verified));
+    assert_eq!(
+        world
+            .scalar("SELECT reinforcements FROM experience_record")
+            .await,
+        1,
+        "the restatement reinforced the lesson"
+    );
+    assert_eq!(
+        world
+            .scalar("SELECT COUNT(*) FROM experience_evidence WHERE job_id IS NOT NULL")
+            .await,
+        1,
+        "the new citation points into its own job's manifest"
     );
 }
 
@@ -273,6 +344,7 @@ async fn recall_refuses_weak_matches_and_finds_chinese_lessons(db: TestDb) {
 
 on_both_backends!(
     a_correction_after_an_interrupted_turn_is_learned_with_that_turn_as_context,
-    a_rule_restated_in_another_session_reinforces_its_memory_entry,
+    a_learned_rule_that_restates_a_memory_entry_reinforces_it,
+    a_lesson_restated_in_another_session_reinforces_the_experience,
     recall_refuses_weak_matches_and_finds_chinese_lessons,
 );

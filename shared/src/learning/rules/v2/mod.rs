@@ -443,7 +443,15 @@ fn change_of(call: &SourceRecord) -> Option<Change> {
 /// Tools that change files (by name): Claude Code's Edit/Write/MultiEdit, Codex's
 /// apply_patch, aider's edits, editors' str_replace/create/insert.
 const EDIT_TOOLS: [&str; 9] = [
-    "edit", "write", "str_replace", "apply_patch", "patch", "create", "insert", "replace", "update",
+    "edit",
+    "write",
+    "str_replace",
+    "apply_patch",
+    "patch",
+    "create",
+    "insert",
+    "replace",
+    "update",
 ];
 
 /// The first file a Codex-style patch (`*** Update File: app.js`) touches.

@@ -326,8 +326,14 @@ fn a_thumbs_down_note_is_a_learning_source() {
 
 #[test]
 fn one_off_instructions_and_reads_are_not_lessons() {
-    assert_eq!(extract(&probe("Don't apply the changes yet.")), ExtractionOutput::default());
-    assert_eq!(extract(&probe("Skip the e2e tests for now, never mind.")), ExtractionOutput::default());
+    assert_eq!(
+        extract(&probe("Don't apply the changes yet.")),
+        ExtractionOutput::default()
+    );
+    assert_eq!(
+        extract(&probe("Skip the e2e tests for now, never mind.")),
+        ExtractionOutput::default()
+    );
     // "be concise in the changes you make" is about code, not how to answer.
     let code = extract(&probe("Always be concise in the changes you make."));
     assert_eq!(code.memories[0].target, MemoryTarget::Project);
@@ -339,18 +345,34 @@ fn one_off_instructions_and_reads_are_not_lessons() {
         assistant(
             "a0",
             vec![
-                tool("apply_patch", serde_json::json!({"input": "*** Begin Patch\n*** Update File: app.js\n@@\n-a\n+b\n*** End Patch"}), "Success", ToolStatus::Completed),
+                tool(
+                    "apply_patch",
+                    serde_json::json!({"input": "*** Begin Patch\n*** Update File: app.js\n@@\n-a\n+b\n*** End Patch"}),
+                    "Success",
+                    ToolStatus::Completed,
+                ),
                 bash("node --check app.js", "", ToolStatus::Completed),
-                tool("read", serde_json::json!({"path": "styles.css"}), "body {}", ToolStatus::Completed),
+                tool(
+                    "read",
+                    serde_json::json!({"path": "styles.css"}),
+                    "body {}",
+                    ToolStatus::Completed,
+                ),
             ],
         ),
     ];
     let window = [
         user("u1", "undo the last change, it broke the dark highlight"),
-        assistant("a1", vec![bash("git checkout app.js", "", ToolStatus::Completed)]),
+        assistant(
+            "a1",
+            vec![bash("git checkout app.js", "", ToolStatus::Completed)],
+        ),
     ];
     let output = extract(&build_with_context(&context, &window, None, 131_072));
-    assert_eq!(summaries(&output), ["Don't repeat the edit to app.js: it broke the dark highlight."]);
+    assert_eq!(
+        summaries(&output),
+        ["Don't repeat the edit to app.js: it broke the dark highlight."]
+    );
 }
 
 #[test]
