@@ -3,6 +3,7 @@
 //! both, and helpers for the workspace's binaries.
 
 pub mod fake_provider;
+pub mod label_oracle;
 pub mod otlp_receiver;
 pub mod processes;
 pub mod server;

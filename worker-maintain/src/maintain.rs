@@ -207,6 +207,26 @@ impl JobHandler for MaintainHandler {
             deterministic_plan(&inputs, &hints, &user_backed)
         };
         plan.retain(|change| keep_change(change, &user_backed));
+        if model_mode {
+            // Hints of inputs the model's plan left out still apply, by the same rule the
+            // no-model mode uses (promotion policy included): a user-wide preference the
+            // extractor proposed must not wait for a plan that never mentions it.
+            let covered: HashSet<&str> = plan
+                .iter()
+                .flat_map(|change| change.experience_ids.iter().map(String::as_str))
+                .collect();
+            let uncovered: Vec<Input> = inputs
+                .iter()
+                .filter(|input| !covered.contains(input.id.as_str()))
+                .cloned()
+                .collect();
+            let rules = deterministic_plan(&uncovered, &hints, &user_backed);
+            plan.extend(
+                rules
+                    .into_iter()
+                    .filter(|change| keep_change(change, &user_backed)),
+            );
+        }
         // The same rule in other words is one entry: an add that restates a current entry
         // reinforces it (its evidence joins the entry's support) instead of adding a copy.
         let (reinforcements, mut plan): (Vec<Change>, Vec<Change>) = plan

@@ -134,6 +134,13 @@ pub struct EvalArgs {
     /// The root `project:` transcript paths are relative to.
     #[arg(long, default_value = ".")]
     pub repository: std::path::PathBuf,
+    /// Store every provider answer of the run in this directory (to replay it later).
+    #[arg(long, conflicts_with = "replay_cassettes")]
+    pub record_cassettes: Option<std::path::PathBuf>,
+    /// Answer model requests from answers recorded with --record-cassettes: nothing leaves the
+    /// machine, and a request without a recording fails its job.
+    #[arg(long)]
+    pub replay_cassettes: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -600,6 +607,11 @@ async fn eval(global: &GlobalArgs, common: &Common, args: EvalArgs) -> Result<()
         repository: args.repository,
         store,
         config: settings.config,
+        cassettes: match (args.record_cassettes, args.replay_cassettes) {
+            (Some(dir), _) => Some(crate::eval::CassetteMode::Record(dir)),
+            (None, Some(dir)) => Some(crate::eval::CassetteMode::Replay(dir)),
+            (None, None) => None,
+        },
     };
     let report = crate::eval::run(&options)
         .await

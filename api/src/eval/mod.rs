@@ -5,6 +5,7 @@
 //! the same project and, for the cross-project probe, of another project. The figures compare
 //! what was stored and recalled with what a careful reader labelled.
 
+mod cassette;
 pub mod labels;
 mod report;
 mod score;
@@ -25,6 +26,7 @@ use zuno_shared::paths::Paths;
 use zuno_shared::runtime::process::{Settings, WorkerEnv, source_gate};
 use zuno_shared::runtime::{JobHandler, RunReport, Runner, RunnerConfig};
 
+pub use cassette::CassetteMode;
 pub use report::{Report, print_text};
 pub use score::{Figures, FileReport};
 
@@ -52,6 +54,8 @@ pub struct EvalOptions {
     /// The configuration to run with (its providers decide the extractor); database and paths
     /// are replaced by the fresh store's.
     pub config: Config,
+    /// Record the provider's answers, or replay recorded ones (`None`: call the provider).
+    pub cassettes: Option<CassetteMode>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +149,15 @@ async fn evaluate(
     config.database.url = Some(store.url.clone());
     // The projects' worktrees live in this run's temporary home and nowhere else.
     config.server.worktree_roots = vec![home.display().to_string()];
+    let _cassettes = match &options.cassettes {
+        Some(mode) => {
+            let (cassettes, providers) =
+                cassette::Cassettes::start(mode.clone(), &config.providers).await?;
+            config.providers = providers;
+            Some(cassettes)
+        }
+        None => None,
+    };
     let config = Arc::new(config);
     let paths = Paths::resolve(Some(home));
     let clock = system_clock();

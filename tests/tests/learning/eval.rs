@@ -40,6 +40,7 @@ async fn run(store: StoreChoice) -> Report {
         repository: repository(),
         store,
         config: Config::default(),
+        cassettes: None,
     };
     zuno_api::eval::run(&options)
         .await
