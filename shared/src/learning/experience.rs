@@ -304,7 +304,7 @@ async fn restated_in(
         return Ok(None);
     }
     let recent: Vec<(String, String)> = crate::on_tx!(tx, conn => sqlx::query_as(
-            "SELECT id, summary FROM experience_record WHERE project_id = $1 AND status = 'active' \
+            "SELECT id, summary FROM experience_record WHERE project_id = $1 AND status = 'active' AND source_state = 'current' \
              AND verification = 'verified' AND kind <> 'unresolved_issue' AND (job_id IS NULL OR job_id <> $2) \
              ORDER BY created_at DESC, id DESC LIMIT $3")
         .bind(project_id).bind(job_id).bind(RESTATEMENT_WINDOW).fetch_all(conn).await)?;
