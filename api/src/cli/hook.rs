@@ -1,12 +1,16 @@
-//! `zuno hook claude-code <event>`: the thin hook client of spec 003. It reads the hook's JSON
-//! from stdin, makes one or two calls to the server and writes the hook's JSON answer to
-//! stdout, all inside a small time budget. Whatever goes wrong (server down, bad input,
-//! budget spent) it prints nothing on stdout and exits 0, so the agent always continues.
+//! `zuno hook claude-code|codex <event>`: a thin hook client in front of the resident server.
+//! It reads the hook's JSON from stdin, makes one or two calls to the server and writes the
+//! hook's JSON answer to stdout, all inside a small time budget. Whatever goes wrong (server
+//! down, bad input, budget spent) it prints nothing on stdout and exits 0, so the agent always
+//! continues. Both agents send the same common fields (Codex adds `turn_id` and `model`, and its
+//! `transcript_path` may be null; unknown fields are ignored) and read the same answer,
+//! `hookSpecificOutput.additionalContext`.
 //!
 //! - `SessionStart`: resident Memory (`memory.*` sections of `/context`) as `additionalContext`.
 //! - `UserPromptSubmit`: every `/context` section for the prompt as `additionalContext`.
-//! - `Stop` (after every reply): imports the transcript (and its subagent sidechains) from a
-//!   durable per-file watermark, so each newly closed turn is ingested once and admitted.
+//! - `Stop` (after every reply, not at the end of a session): imports what the transcript gained
+//!   since a durable per-file watermark, so each newly closed turn is ingested once and admitted:
+//!   the Claude Code session log with its subagent sidechains, or the Codex rollout.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -19,7 +23,7 @@ use sha2::{Digest, Sha256};
 use zuno_shared::transcript::import::{Host, Position, project_for_cwd, session_id_for};
 
 use super::client::{ApiClient, ClientError, encode};
-use super::import::{Importer, local_worktree, parse_file};
+use super::import::{Importer, local_worktree, parse_file, parse_file_with_session};
 use super::{CliError, GlobalArgs};
 
 /// The server the hook talks to when none is configured.
@@ -30,6 +34,16 @@ const MAX_INPUT_BYTES: u64 = 4 * 1024 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum HookHost {
     ClaudeCode,
+    Codex,
+}
+
+impl HookHost {
+    pub fn host(self) -> Host {
+        match self {
+            HookHost::ClaudeCode => Host::ClaudeCode,
+            HookHost::Codex => Host::Codex,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -113,14 +127,14 @@ async fn handle(
     let client = ApiClient::remote(server, token, budget)?;
     match args.event.as_str() {
         "SessionStart" => {
-            let session = ensure_session(&client, &input).await?;
+            let session = ensure_session(&client, args.host.host(), &input).await?;
             let context = context(&client, &session, "").await?;
             Ok(render(&context, "SessionStart", |name| {
                 name.starts_with("memory.")
             }))
         }
         "UserPromptSubmit" => {
-            let session = ensure_session(&client, &input).await?;
+            let session = ensure_session(&client, args.host.host(), &input).await?;
             let prompt = input.prompt.as_deref().unwrap_or("");
             let context = context(&client, &session, prompt).await?;
             Ok(render(&context, "UserPromptSubmit", |_| true))
@@ -130,19 +144,31 @@ async fn handle(
                 return Ok(None);
             };
             let settings = global.settings()?;
+            let host = args.host.host();
             let store =
-                WatermarkStore::new(settings.paths.data_dir.join("hooks").join("claude-code"));
-            import_incrementally(client, &store, Path::new(transcript)).await?;
+                WatermarkStore::new(settings.paths.data_dir.join("hooks").join(host.as_str()));
+            match host {
+                Host::Codex => {
+                    import_rollout_incrementally(client, &store, Path::new(transcript)).await?;
+                }
+                _ => {
+                    import_incrementally(client, &store, Path::new(transcript)).await?;
+                }
+            }
             Ok(None)
         }
         _ => Ok(None),
     }
 }
 
-async fn ensure_session(client: &ApiClient, input: &HookInput) -> Result<String, HookError> {
+async fn ensure_session(
+    client: &ApiClient,
+    host: Host,
+    input: &HookInput,
+) -> Result<String, HookError> {
     let cwd = input.cwd.as_deref().unwrap_or("unknown");
     let (project, name) = project_for_cwd(cwd);
-    let session = session_id_for(Host::ClaudeCode, &input.session_id);
+    let session = session_id_for(host, &input.session_id);
     super::client::ensure_project(client, &project, &name, local_worktree(cwd).as_deref()).await?;
     let body = json!({ "id": session, "externalRef": input.session_id });
     tolerate_conflict(
@@ -212,6 +238,17 @@ pub struct WatermarkStore {
 struct Watermark {
     path: String,
     position: Position,
+    /// The session the file holds, when its identifying record lies before `position` (a Codex
+    /// rollout names its session and working directory once, in its first record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    session: Option<SessionHint>,
+}
+
+/// A rollout's session id and recorded working directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHint {
+    pub id: String,
+    pub cwd: Option<String>,
 }
 
 impl WatermarkStore {
@@ -227,22 +264,43 @@ impl WatermarkStore {
     /// The position to resume `transcript` from (the start when unknown, or when the file
     /// shrank below it: it was replaced, and re-importing is idempotent).
     pub fn load(&self, transcript: &Path, length: u64) -> Position {
+        self.load_with_session(transcript, length).0
+    }
+
+    /// As [`WatermarkStore::load`], with the session recorded beside the position (none when
+    /// reading starts over).
+    pub fn load_with_session(
+        &self,
+        transcript: &Path,
+        length: u64,
+    ) -> (Position, Option<SessionHint>) {
         std::fs::read(self.file(transcript))
             .ok()
             .and_then(|bytes| serde_json::from_slice::<Watermark>(&bytes).ok())
-            .map(|mark| mark.position)
-            .filter(|position| position.offset <= length)
+            .filter(|mark| mark.position.offset <= length)
+            .map(|mark| (mark.position, mark.session))
             .unwrap_or_default()
     }
 
     /// Stores the position atomically (write a temporary file, then rename).
     pub fn store(&self, transcript: &Path, position: Position) -> std::io::Result<()> {
+        self.store_with_session(transcript, position, None)
+    }
+
+    /// As [`WatermarkStore::store`], remembering the file's session.
+    pub fn store_with_session(
+        &self,
+        transcript: &Path,
+        position: Position,
+        session: Option<SessionHint>,
+    ) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         let file = self.file(transcript);
         let temporary = file.with_extension("json.tmp");
         let mark = Watermark {
             path: transcript.to_string_lossy().into_owned(),
             position,
+            session,
         };
         std::fs::write(&temporary, serde_json::to_vec(&mark).unwrap_or_default())?;
         std::fs::rename(&temporary, &file)
@@ -295,6 +353,58 @@ pub async fn import_incrementally(
         if let Err(error) = store.store(&file, next) {
             eprintln!("zuno hook: cannot store the import watermark: {error}");
         }
+    }
+    for issue in &importer.report.issues {
+        eprintln!(
+            "zuno hook: {}:{}: skipped: {}",
+            issue.file, issue.line, issue.reason
+        );
+    }
+    Ok(importer.report.messages_added)
+}
+
+/// Imports what was appended to a Codex rollout since its watermark. The rollout names its
+/// session only in its first record, so the watermark keeps that session beside the position;
+/// the watermark advances only after the server accepted the new turns. Returns the number of
+/// messages added.
+pub async fn import_rollout_incrementally(
+    client: ApiClient,
+    store: &WatermarkStore,
+    rollout: &Path,
+) -> Result<usize, HookError> {
+    let meta = std::fs::metadata(rollout)
+        .map_err(|error| HookError::Input(format!("{}: {error}", rollout.display())))?;
+    if !meta.is_file() {
+        return Ok(0);
+    }
+    let (start, hint) = store.load_with_session(rollout, meta.len());
+    if start.offset == meta.len() {
+        return Ok(0);
+    }
+    let parsed = parse_file_with_session(
+        Host::Codex,
+        rollout,
+        start,
+        hint.clone().map(|hint| (hint.id, hint.cwd)),
+    )?;
+    let mut importer = Importer::new(client, None);
+    importer
+        .import(&rollout.display().to_string(), &parsed, None)
+        .await?;
+    let session = parsed
+        .sessions
+        .first()
+        .map(|session| SessionHint {
+            id: session.external_ref.clone(),
+            cwd: session.cwd.clone(),
+        })
+        .or(hint);
+    let next = Position {
+        offset: start.offset + parsed.consumed_bytes,
+        line: start.line + parsed.lines,
+    };
+    if let Err(error) = store.store_with_session(rollout, next, session) {
+        eprintln!("zuno hook: cannot store the import watermark: {error}");
     }
     for issue in &importer.report.issues {
         eprintln!(
