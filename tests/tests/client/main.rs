@@ -3,6 +3,7 @@
 //! stdio server, and the `learn`/`memory` commands.
 
 mod aider;
+mod claude_memory;
 mod codex;
 mod fixtures;
 mod hook;
