@@ -235,7 +235,7 @@ fn notes_of(text: &str, path: &Path, target: &'static str, index: bool) -> Vec<N
     let mut searched = 0;
     projection::parse(&body)
         .into_iter()
-        .filter(|entry| !is_import_directive(entry) && !(index && is_topic_pointer(entry)))
+        .filter(|entry| !(is_import_directive(entry) || index && is_topic_pointer(entry)))
         .map(|entry| {
             let first = entry.lines().next().unwrap_or_default().trim().to_owned();
             let found = lines[searched..]

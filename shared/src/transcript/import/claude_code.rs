@@ -21,8 +21,8 @@ use std::io::BufRead;
 use serde_json::Value;
 
 use super::{
-    Host, ImportedSession, LineIssue, Parsed, Position, TurnBuilder, bounded, for_each_line,
-    timestamp_ms, title_from,
+    ChainEnds, Host, ImportedSession, LineIssue, Parsed, Position, TurnBuilder, bounded,
+    for_each_line, timestamp_ms, title_from,
 };
 use crate::transcript::{MessageStatus, Part, Role, ToolStatus};
 
@@ -103,6 +103,19 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
         pending.push(Pending { line, slot, record });
     })?;
     let abandoned = tree.abandoned(&pending);
+    let chain = ChainEnds {
+        last: tree.last.clone(),
+        outside_parents: pending
+            .iter()
+            .filter(|p| p.record.get("type").and_then(Value::as_str) == Some("user"))
+            .filter(|p| starts_a_branch(&p.record))
+            .filter_map(|p| {
+                let uuid = p.record.get("uuid").and_then(Value::as_str)?;
+                let parent = tree.parent.get(uuid)?.as_deref()?;
+                (!tree.parent.contains_key(parent)).then(|| parent.to_owned())
+            })
+            .collect(),
+    };
     for Pending { line, slot, record } in pending {
         let group = &mut groups[slot];
         if group.cwd.is_none() {
@@ -167,6 +180,7 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
         lines,
         consumed_bytes: consumed,
         unrecognized: None,
+        chain,
     })
 }
 
@@ -200,6 +214,8 @@ fn unanswered_abandoned_prompts_are_injected(
 #[derive(Default)]
 struct Tree {
     parent: HashMap<String, Option<String>>,
+    /// The last record with a `uuid`, in file order.
+    last: Option<String>,
 }
 
 /// Where a record stands relative to the branch the session continued on.
@@ -225,6 +241,7 @@ impl Tree {
             .find_map(|field| record.get(*field).and_then(Value::as_str))
             .map(str::to_owned);
         self.parent.insert(uuid.to_owned(), parent);
+        self.last = Some(uuid.to_owned());
     }
 
     /// The lines of `records` on abandoned branches, per group: the continued branch is the
