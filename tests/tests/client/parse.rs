@@ -428,3 +428,37 @@ fn parallel_tool_calls_in_the_real_corpus_are_not_branches() {
         "both parallel calls got their results: {calls:?}"
     );
 }
+
+#[test]
+fn compaction_summaries_in_the_real_corpus_stay_injected() {
+    // Each file has a compact_boundary (a new root whose logicalParentUuid points back) followed
+    // by the summary Claude Code wrote: the conversation continues across it, and the summary
+    // is never a prompt.
+    for (name, summary_line) in [
+        ("spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl", 1257),
+        ("fasthooks/sample_main_transcript.jsonl", 60),
+    ] {
+        let file = corpus().join("claude-code-jsonl").join(name);
+        let reader = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
+        let parsed = import::parse(Host::ClaudeCode, reader, Position::default()).unwrap();
+        let main = parsed
+            .sessions
+            .iter()
+            .find(|s| s.parent_ref.is_none())
+            .unwrap();
+        let summary = main
+            .messages
+            .iter()
+            .find(|m| m.line == summary_line)
+            .unwrap_or_else(|| panic!("{name}: the summary at line {summary_line}"));
+        assert_eq!(summary.role, Role::User);
+        assert!(summary.parts.iter().all(Part::is_injected), "{name}");
+        assert!(
+            main.messages
+                .iter()
+                .filter(|m| m.role == Role::User && m.line < summary_line)
+                .any(|m| !m.parts.iter().all(Part::is_injected)),
+            "{name}: the prompts before the compaction are still prompts"
+        );
+    }
+}
