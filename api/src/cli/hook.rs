@@ -1,12 +1,16 @@
-//! `zuno hook claude-code <event>`: the thin hook client of spec 003. It reads the hook's JSON
-//! from stdin, makes one or two calls to the server and writes the hook's JSON answer to
-//! stdout, all inside a small time budget. Whatever goes wrong (server down, bad input,
-//! budget spent) it prints nothing on stdout and exits 0, so the agent always continues.
+//! `zuno hook claude-code|codex <event>`: a thin hook client in front of the resident server.
+//! It reads the hook's JSON from stdin, makes one or two calls to the server and writes the
+//! hook's JSON answer to stdout, all inside a small time budget. Whatever goes wrong (server
+//! down, bad input, budget spent) it prints nothing on stdout and exits 0, so the agent always
+//! continues. Both agents send the same common fields (Codex adds `turn_id` and `model`, and its
+//! `transcript_path` may be null; unknown fields are ignored) and read the same answer,
+//! `hookSpecificOutput.additionalContext`.
 //!
 //! - `SessionStart`: resident Memory (`memory.*` sections of `/context`) as `additionalContext`.
 //! - `UserPromptSubmit`: every `/context` section for the prompt as `additionalContext`.
-//! - `Stop` (after every reply): imports the transcript (and its subagent sidechains) from a
-//!   durable per-file watermark, so each newly closed turn is ingested once and admitted.
+//! - `Stop` (after every reply, not at the end of a session): imports what the transcript gained
+//!   since a durable per-file watermark, so each newly closed turn is ingested once and admitted:
+//!   the Claude Code session log with its subagent sidechains, or the Codex rollout.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -16,10 +20,13 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use zuno_shared::transcript::import::{Host, Position, project_for_cwd, session_id_for};
+use zuno_shared::transcript::import::{
+    Host, ImportedSession, Parsed, Position, project_for_cwd, session_id_for,
+};
+use zuno_shared::transcript::{MessageStatus, Role};
 
 use super::client::{ApiClient, ClientError, encode};
-use super::import::{Importer, local_worktree, parse_file};
+use super::import::{Importer, local_worktree, parse_file, parse_file_with_session};
 use super::{CliError, GlobalArgs};
 
 /// The server the hook talks to when none is configured.
@@ -30,6 +37,16 @@ const MAX_INPUT_BYTES: u64 = 4 * 1024 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum HookHost {
     ClaudeCode,
+    Codex,
+}
+
+impl HookHost {
+    pub fn host(self) -> Host {
+        match self {
+            HookHost::ClaudeCode => Host::ClaudeCode,
+            HookHost::Codex => Host::Codex,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -113,14 +130,14 @@ async fn handle(
     let client = ApiClient::remote(server, token, budget)?;
     match args.event.as_str() {
         "SessionStart" => {
-            let session = ensure_session(&client, &input).await?;
+            let session = ensure_session(&client, args.host.host(), &input).await?;
             let context = context(&client, &session, "").await?;
             Ok(render(&context, "SessionStart", |name| {
                 name.starts_with("memory.")
             }))
         }
         "UserPromptSubmit" => {
-            let session = ensure_session(&client, &input).await?;
+            let session = ensure_session(&client, args.host.host(), &input).await?;
             let prompt = input.prompt.as_deref().unwrap_or("");
             let context = context(&client, &session, prompt).await?;
             Ok(render(&context, "UserPromptSubmit", |_| true))
@@ -130,19 +147,31 @@ async fn handle(
                 return Ok(None);
             };
             let settings = global.settings()?;
+            let host = args.host.host();
             let store =
-                WatermarkStore::new(settings.paths.data_dir.join("hooks").join("claude-code"));
-            import_incrementally(client, &store, Path::new(transcript)).await?;
+                WatermarkStore::new(settings.paths.data_dir.join("hooks").join(host.as_str()));
+            match host {
+                Host::Codex => {
+                    import_rollout_incrementally(client, &store, Path::new(transcript)).await?;
+                }
+                _ => {
+                    import_incrementally(client, &store, Path::new(transcript)).await?;
+                }
+            }
             Ok(None)
         }
         _ => Ok(None),
     }
 }
 
-async fn ensure_session(client: &ApiClient, input: &HookInput) -> Result<String, HookError> {
+async fn ensure_session(
+    client: &ApiClient,
+    host: Host,
+    input: &HookInput,
+) -> Result<String, HookError> {
     let cwd = input.cwd.as_deref().unwrap_or("unknown");
     let (project, name) = project_for_cwd(cwd);
-    let session = session_id_for(Host::ClaudeCode, &input.session_id);
+    let session = session_id_for(host, &input.session_id);
     super::client::ensure_project(client, &project, &name, local_worktree(cwd).as_deref()).await?;
     let body = json!({ "id": session, "externalRef": input.session_id });
     tolerate_conflict(
@@ -208,10 +237,32 @@ pub struct WatermarkStore {
     dir: PathBuf,
 }
 
+/// Where reading a transcript resumes, with what the reader must remember from before it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub position: Position,
+    /// The session the file holds, when its identifying record lies before `position` (a Codex
+    /// rollout names its session and working directory once, in its first record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionHint>,
+    /// The `uuid` of the last Claude Code record before `position`: a new branch that starts
+    /// under another record is the session going back to an earlier point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_record: Option<String>,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 struct Watermark {
     path: String,
-    position: Position,
+    #[serde(flatten)]
+    mark: Mark,
+}
+
+/// A rollout's session id and recorded working directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHint {
+    pub id: String,
+    pub cwd: Option<String>,
 }
 
 impl WatermarkStore {
@@ -224,27 +275,30 @@ impl WatermarkStore {
         self.dir.join(format!("{}.json", &digest[..32]))
     }
 
-    /// The position to resume `transcript` from (the start when unknown, or when the file
-    /// shrank below it: it was replaced, and re-importing is idempotent).
-    pub fn load(&self, transcript: &Path, length: u64) -> Position {
+    /// Where to resume `transcript` (the start when unknown, or when the file shrank below the
+    /// mark: it was replaced, and re-importing is idempotent).
+    pub fn load(&self, transcript: &Path, length: u64) -> Mark {
         std::fs::read(self.file(transcript))
             .ok()
             .and_then(|bytes| serde_json::from_slice::<Watermark>(&bytes).ok())
-            .map(|mark| mark.position)
-            .filter(|position| position.offset <= length)
+            .map(|watermark| watermark.mark)
+            .filter(|mark| mark.position.offset <= length)
             .unwrap_or_default()
     }
 
-    /// Stores the position atomically (write a temporary file, then rename).
-    pub fn store(&self, transcript: &Path, position: Position) -> std::io::Result<()> {
+    /// Stores the mark atomically (write a temporary file, then rename).
+    pub fn store(&self, transcript: &Path, mark: Mark) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         let file = self.file(transcript);
         let temporary = file.with_extension("json.tmp");
-        let mark = Watermark {
+        let watermark = Watermark {
             path: transcript.to_string_lossy().into_owned(),
-            position,
+            mark,
         };
-        std::fs::write(&temporary, serde_json::to_vec(&mark).unwrap_or_default())?;
+        std::fs::write(
+            &temporary,
+            serde_json::to_vec(&watermark).unwrap_or_default(),
+        )?;
         std::fs::rename(&temporary, &file)
     }
 }
@@ -252,7 +306,12 @@ impl WatermarkStore {
 /// Imports what was appended to `transcript` (and to its `<session>/subagents/*.jsonl`)
 /// since each file's watermark; a watermark advances only after its file's new turns were
 /// all accepted by the server, so an interrupted run repeats (idempotently) next time.
-/// Returns the number of messages added.
+///
+/// When the new part of the session log starts a branch under an earlier record than the last
+/// one read (the user rewound), the whole log is read again to see which turns the session
+/// abandoned: the new messages are taken from that reading, and abandoned turns imported by an
+/// earlier run are marked `failed`, so queued work from them is skipped and the next turn reads
+/// them only as context. Returns the number of messages added.
 pub async fn import_incrementally(
     client: ApiClient,
     store: &WatermarkStore,
@@ -272,7 +331,7 @@ pub async fn import_incrementally(
             files.extend(found);
         }
     }
-    let mut importer = Importer::new(client, None);
+    let mut importer = Importer::new(client.clone(), None);
     for file in files {
         let Ok(meta) = std::fs::metadata(&file) else {
             continue;
@@ -280,21 +339,156 @@ pub async fn import_incrementally(
         if !meta.is_file() {
             continue;
         }
-        let start = store.load(&file, meta.len());
+        let mark = store.load(&file, meta.len());
+        let start = mark.position;
         if start.offset == meta.len() {
             continue;
         }
         let parsed = parse_file(Host::ClaudeCode, &file, start)?;
-        importer
-            .import(&file.display().to_string(), &parsed, None)
-            .await?;
-        let next = Position {
-            offset: start.offset + parsed.consumed_bytes,
-            line: start.line + parsed.lines,
+        let rewound = mark.last_record.as_ref().is_some_and(|last| {
+            parsed
+                .chain
+                .outside_parents
+                .iter()
+                .any(|parent| parent != last)
+        });
+        let next = Mark {
+            position: Position {
+                offset: start.offset + parsed.consumed_bytes,
+                line: start.line + parsed.lines,
+            },
+            session: None,
+            last_record: parsed.chain.last.clone().or(mark.last_record),
         };
+        if rewound {
+            let whole = parse_file(Host::ClaudeCode, &file, Position::default())?;
+            let (earlier, new) = split_at_line(whole, start.line, next.position.line);
+            importer
+                .import(&file.display().to_string(), &new, None)
+                .await?;
+            fail_abandoned_turns(&client, &earlier).await?;
+        } else {
+            importer
+                .import(&file.display().to_string(), &parsed, None)
+                .await?;
+        }
         if let Err(error) = store.store(&file, next) {
             eprintln!("zuno hook: cannot store the import watermark: {error}");
         }
+    }
+    for issue in &importer.report.issues {
+        eprintln!(
+            "zuno hook: {}:{}: skipped: {}",
+            issue.file, issue.line, issue.reason
+        );
+    }
+    Ok(importer.report.messages_added)
+}
+
+/// A whole-file reading split at a watermark: the messages that start at or before line
+/// `watermark` (imported by earlier runs) and those after it, up to line `end` (what this run
+/// read), with the issues of the latter.
+fn split_at_line(whole: Parsed, watermark: u64, end: u64) -> (Parsed, Parsed) {
+    let mut earlier = Parsed::default();
+    let mut new = Parsed {
+        issues: whole
+            .issues
+            .into_iter()
+            .filter(|issue| issue.line > watermark && issue.line <= end)
+            .collect(),
+        ..Parsed::default()
+    };
+    for session in whole.sessions {
+        let (before, after): (Vec<_>, Vec<_>) = session
+            .messages
+            .iter()
+            .cloned()
+            .partition(|message| message.line <= watermark);
+        let after: Vec<_> = after.into_iter().filter(|m| m.line <= end).collect();
+        earlier.sessions.push(ImportedSession {
+            messages: before,
+            ..session.clone()
+        });
+        new.sessions.push(ImportedSession {
+            messages: after,
+            ..session
+        });
+    }
+    (earlier, new)
+}
+
+/// Marks the failed assistant turns of `earlier` (abandoned by a rewind, or interrupted) failed
+/// on the server too; one the server never stored is passed over.
+async fn fail_abandoned_turns(client: &ApiClient, earlier: &Parsed) -> Result<(), HookError> {
+    for session in &earlier.sessions {
+        let session_id = session.session_id();
+        for message in &session.messages {
+            if message.role != Role::Assistant || message.status != MessageStatus::Failed {
+                continue;
+            }
+            let path = format!(
+                "/api/session/{}/messages/{}/complete",
+                encode(&session_id),
+                encode(&message.message_id(&session_id))
+            );
+            match client.post(&path, &json!({ "status": "failed" })).await {
+                Ok(_) => {}
+                Err(error) if error.status() == Some(404) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Imports what was appended to a Codex rollout since its watermark. The rollout names its
+/// session only in its first record, so the watermark keeps that session beside the position;
+/// the watermark advances only after the server accepted the new turns. Returns the number of
+/// messages added.
+pub async fn import_rollout_incrementally(
+    client: ApiClient,
+    store: &WatermarkStore,
+    rollout: &Path,
+) -> Result<usize, HookError> {
+    let meta = std::fs::metadata(rollout)
+        .map_err(|error| HookError::Input(format!("{}: {error}", rollout.display())))?;
+    if !meta.is_file() {
+        return Ok(0);
+    }
+    let mark = store.load(rollout, meta.len());
+    let (start, hint) = (mark.position, mark.session);
+    if start.offset == meta.len() {
+        return Ok(0);
+    }
+    let parsed = parse_file_with_session(
+        Host::Codex,
+        rollout,
+        start,
+        hint.clone().map(|hint| (hint.id, hint.cwd)),
+    )?;
+    let mut importer = Importer::new(client, None);
+    importer
+        .import(&rollout.display().to_string(), &parsed, None)
+        .await?;
+    let session = parsed
+        .sessions
+        .first()
+        .map(|session| SessionHint {
+            id: session.external_ref.clone(),
+            cwd: session.cwd.clone(),
+        })
+        .or(hint);
+    let next = Position {
+        offset: start.offset + parsed.consumed_bytes,
+        line: start.line + parsed.lines,
+    };
+    let next = Mark {
+        position: next,
+        session,
+        last_record: None,
+    };
+    if let Err(error) = store.store(rollout, next) {
+        eprintln!("zuno hook: cannot store the import watermark: {error}");
     }
     for issue in &importer.report.issues {
         eprintln!(

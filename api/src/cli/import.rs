@@ -58,6 +58,9 @@ pub enum ImportCommand {
     /// Aider chat histories (`.aider.chat.history.md` in the directory aider ran in; that
     /// directory is the project unless `--project` is given).
     Aider(ImportArgs),
+    /// Claude Code's own memory (CLAUDE.md files, `.claude/rules`, auto memory) into resident
+    /// Memory as the user's entries, without duplicating rules Memory already states.
+    ClaudeCodeMemory(super::claude_memory::ClaudeMemoryArgs),
 }
 
 /// What an import did.
@@ -86,6 +89,9 @@ pub async fn run(global: &GlobalArgs, command: ImportCommand) -> Result<(), CliE
         ImportCommand::ClaudeCode(args) => (Host::ClaudeCode, args),
         ImportCommand::Codex(args) => (Host::Codex, args),
         ImportCommand::Aider(args) => (Host::Aider, args),
+        ImportCommand::ClaudeCodeMemory(args) => {
+            return super::claude_memory::run(global, args).await;
+        }
     };
     let files = discover(host, &args.path)?;
     if files.is_empty() {
@@ -169,6 +175,17 @@ fn progress(total: u64) -> ProgressBar {
 /// Parses one file from `start`. Aider sessions are scoped to the file, with its directory as
 /// their working directory; a file that is not a transcript of `host` at all is bad input.
 pub fn parse_file(host: Host, file: &Path, start: Position) -> Result<Parsed, CliError> {
+    parse_file_with_session(host, file, start, None)
+}
+
+/// As [`parse_file`]; a Codex rollout read from a watermark past its `session_meta` is named by
+/// `session` (its id and working directory).
+pub fn parse_file_with_session(
+    host: Host,
+    file: &Path,
+    start: Position,
+    session: Option<(String, Option<String>)>,
+) -> Result<Parsed, CliError> {
     let unreadable = |error: std::io::Error| {
         CliError::new(
             CliError::BAD_INPUT,
@@ -182,8 +199,14 @@ pub fn parse_file(host: Host, file: &Path, start: Position) -> Result<Parsed, Cl
             .seek(std::io::SeekFrom::Start(start.offset))
             .map_err(unreadable)?;
     }
-    let mut parsed =
-        import::parse(host, std::io::BufReader::new(handle), start).map_err(unreadable)?;
+    let reader = std::io::BufReader::new(handle);
+    let mut parsed = match (host, session) {
+        (Host::Codex, Some(session)) => {
+            import::codex::parse_with_session(reader, start, Some(session))
+        }
+        _ => import::parse(host, reader, start),
+    }
+    .map_err(unreadable)?;
     if let Some(issue) = &parsed.unrecognized {
         return Err(CliError::new(
             CliError::BAD_INPUT,

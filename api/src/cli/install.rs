@@ -1,9 +1,18 @@
-//! `zuno install claude-code`: adds Zuno's hooks to Claude Code's settings and its MCP server
-//! to Claude Code's MCP configuration. It shows the diff first and writes only with `--yes`;
-//! running it again changes nothing (entries are recognised and updated in place).
+//! `zuno install claude-code|codex`: wires an agent to Zuno (its hooks and the `zuno mcp`
+//! server). It shows the diff first and writes only with `--yes`; running it again changes
+//! nothing (Zuno's entries are recognised and updated in place); `--uninstall` takes out exactly
+//! what it added and leaves everything else in those files as it was.
 //!
-//! No token is ever written into these files (a project-scope `.mcp.json` is often committed):
-//! the installed commands read the local token from Zuno's data directory when they run, and a
+//! - Claude Code: hooks in `settings.json`, the MCP server in `~/.claude.json` (`.mcp.json` for
+//!   the project scope); with `--claude-md`, an `@.zuno/RULES.md` import line in the project's
+//!   `CLAUDE.md`, so Zuno's project rules load natively even where hooks are disabled. It also
+//!   offers to import Claude Code's own memory (`--import-memory`).
+//! - Codex: hooks in `hooks.json` beside Codex's configuration, the MCP server as
+//!   `[mcp_servers.zuno]` in `config.toml` (edited in place, comments and layout kept), and the
+//!   hooks feature switched on (`[features] codex_hooks = true`) unless the user set it either way.
+//!
+//! No token is ever written into these files (a project-scope file is often committed): the
+//! installed commands read the local token from Zuno's data directory when they run, and a
 //! non-default data directory (`--home`/`ZUNO_HOME` at install time) is written into them so they
 //! look in the same place.
 
@@ -16,25 +25,24 @@ use super::{CliError, GlobalArgs};
 
 /// Hook events Zuno handles, with the timeout (seconds) written for each.
 const HOOKS: [(&str, u64); 3] = [("SessionStart", 10), ("UserPromptSubmit", 10), ("Stop", 30)];
+/// The line that makes Claude Code load Zuno's project rules from `CLAUDE.md`.
+pub const RULES_IMPORT_LINE: &str = "@.zuno/RULES.md";
+/// Marks the Codex feature switch the installer added (so `--uninstall` removes only its own).
+const ADDED_BY_ZUNO: &str = "# added by `zuno install codex` (hooks run only with it)";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scope {
-    /// `~/.claude/settings.json` and `~/.claude.json`.
+    /// The user's configuration (`~/.claude/…`, `~/.codex/…`).
     User,
-    /// `.claude/settings.json` and `.mcp.json` in the current directory.
+    /// The current directory's (`.claude/settings.json` and `.mcp.json`, `.codex/…`).
     Project,
 }
 
+/// What both installers take.
 #[derive(Debug, clap::Args)]
-pub struct InstallArgs {
+pub struct CommonArgs {
     #[arg(long, value_enum, default_value_t = Scope::User)]
     pub scope: Scope,
-    /// The settings file to edit (overrides --scope).
-    #[arg(long)]
-    pub settings: Option<PathBuf>,
-    /// The MCP configuration file to edit (overrides --scope).
-    #[arg(long)]
-    pub mcp_config: Option<PathBuf>,
     /// The server the hooks and MCP server call (written into the commands).
     #[arg(long)]
     pub server: Option<String>,
@@ -44,98 +52,326 @@ pub struct InstallArgs {
     /// Apply the changes (without it, only the diff is shown).
     #[arg(long)]
     pub yes: bool,
+    /// Take Zuno's hooks, MCP server and import line out again (diff first; `--yes` applies).
+    #[arg(long)]
+    pub uninstall: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The settings file to edit (overrides --scope).
+    #[arg(long)]
+    pub settings: Option<PathBuf>,
+    /// The MCP configuration file to edit (overrides --scope).
+    #[arg(long)]
+    pub mcp_config: Option<PathBuf>,
+    /// Add an `@.zuno/RULES.md` import line to the project's `CLAUDE.md`, so Zuno's project rules
+    /// load natively even where hooks are disabled.
+    #[arg(long)]
+    pub claude_md: bool,
+    /// The project directory for `--claude-md` and `--import-memory` (default: the current
+    /// directory).
+    #[arg(long)]
+    pub project_dir: Option<PathBuf>,
+    /// With `--yes`, also import Claude Code's own memory (CLAUDE.md files, rules, auto memory)
+    /// into Zuno's Memory (`zuno import claude-code-memory`).
+    #[arg(long)]
+    pub import_memory: bool,
+    /// Claude Code's configuration directory, for the memory import (default:
+    /// `$CLAUDE_CONFIG_DIR`, else `~/.claude`).
+    #[arg(long)]
+    pub claude_home: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CodexInstallArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The hooks file to edit (overrides --scope; default `$CODEX_HOME/hooks.json`, where
+    /// `CODEX_HOME` defaults to `~/.codex`).
+    #[arg(long)]
+    pub hooks_file: Option<PathBuf>,
+    /// The Codex `config.toml` to edit (overrides --scope).
+    #[arg(long)]
+    pub codex_config: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Subcommand)]
 pub enum InstallCommand {
     /// Claude Code hooks (SessionStart, UserPromptSubmit, Stop) and the `zuno mcp` server.
     ClaudeCode(InstallArgs),
+    /// Codex hooks (SessionStart, UserPromptSubmit, Stop) and the `zuno mcp` server.
+    Codex(CodexInstallArgs),
 }
 
-pub fn run(global: &GlobalArgs, command: InstallCommand) -> Result<(), CliError> {
-    let InstallCommand::ClaudeCode(args) = command;
-    let (settings_path, mcp_path) = targets(&args)?;
-    let exe = std::env::current_exe()
-        .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
-    let exe = exe.to_string_lossy().into_owned();
-    let home = match &global.home {
-        Some(home) => Some(
-            std::path::absolute(home)
-                .map_err(|error| CliError::new(CliError::BAD_INPUT, error.to_string()))?
-                .to_string_lossy()
-                .into_owned(),
-        ),
-        None => None,
+/// One file's planned content: `None` before means absent, `None` after means remove it.
+struct Edit {
+    path: PathBuf,
+    before: Option<String>,
+    after: Option<String>,
+}
+
+impl Edit {
+    fn changes(&self) -> bool {
+        self.before != self.after
+    }
+}
+
+/// What the installed commands are: this binary, with the data directory when one was given.
+struct Commands {
+    exe: String,
+    home: Option<String>,
+    server: Option<String>,
+    read_only: bool,
+}
+
+impl Commands {
+    fn new(global: &GlobalArgs, common: &CommonArgs) -> Result<Commands, CliError> {
+        let exe = std::env::current_exe()
+            .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
+        let home = match &global.home {
+            Some(home) => Some(
+                std::path::absolute(home)
+                    .map_err(|error| CliError::new(CliError::BAD_INPUT, error.to_string()))?
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            None => None,
+        };
+        Ok(Commands {
+            exe: exe.to_string_lossy().into_owned(),
+            home,
+            server: common.server.clone(),
+            read_only: common.read_only,
+        })
+    }
+
+    /// The hook command line for `agent` (`claude-code`, `codex`) and `event`.
+    fn hook(&self, agent: &str, event: &str) -> String {
+        let mut command = shell_quote(&self.exe);
+        if let Some(home) = &self.home {
+            command.push_str(&format!(" --home {}", shell_quote(home)));
+        }
+        command.push_str(&format!(" hook {agent} {event}"));
+        if let Some(server) = &self.server {
+            command.push_str(&format!(" --server {}", shell_quote(server)));
+        }
+        command
+    }
+
+    /// The MCP server's arguments.
+    fn mcp_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(home) = &self.home {
+            args.push(String::from("--home"));
+            args.push(home.clone());
+        }
+        args.push(String::from("mcp"));
+        if let Some(server) = &self.server {
+            args.push(String::from("--server"));
+            args.push(server.clone());
+        }
+        if self.read_only {
+            args.push(String::from("--read-only"));
+        }
+        args
+    }
+}
+
+pub async fn run(global: &GlobalArgs, command: InstallCommand) -> Result<(), CliError> {
+    match command {
+        InstallCommand::ClaudeCode(args) => claude_code(global, args).await,
+        InstallCommand::Codex(args) => codex(global, &args),
+    }
+}
+
+fn home_dir() -> Result<PathBuf, CliError> {
+    directories::BaseDirs::new()
+        .map(|dirs| dirs.home_dir().to_path_buf())
+        .ok_or_else(|| CliError::new(CliError::FAILURE, "no home directory"))
+}
+
+fn current_dir() -> Result<PathBuf, CliError> {
+    std::env::current_dir().map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))
+}
+
+async fn claude_code(global: &GlobalArgs, args: InstallArgs) -> Result<(), CliError> {
+    let common = &args.common;
+    let (settings_default, mcp_default) = match common.scope {
+        Scope::User => {
+            let home = home_dir()?;
+            (
+                home.join(".claude").join("settings.json"),
+                home.join(".claude.json"),
+            )
+        }
+        Scope::Project => {
+            let dir = current_dir()?;
+            (
+                dir.join(".claude").join("settings.json"),
+                dir.join(".mcp.json"),
+            )
+        }
     };
-    let home = home.as_deref();
-    let mut changed = false;
-    for (path, update) in [
-        (
-            &settings_path,
-            Box::new(|v: &mut Value| add_hooks(v, &exe, home, args.server.as_deref()))
-                as Box<dyn Fn(&mut Value)>,
-        ),
-        (
-            &mcp_path,
-            Box::new(|v: &mut Value| {
-                add_mcp(v, &exe, home, args.server.as_deref(), args.read_only)
-            }),
-        ),
-    ] {
-        let before_text = match std::fs::read_to_string(path) {
-            Ok(text) => Some(text),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-            Err(error) => {
-                return Err(CliError::new(
-                    CliError::FAILURE,
-                    format!("cannot read `{}`: {error}", path.display()),
-                ));
+    let settings_path = args.settings.clone().unwrap_or(settings_default);
+    let mcp_path = args.mcp_config.clone().unwrap_or(mcp_default);
+    let project_dir = match &args.project_dir {
+        Some(dir) => dir.clone(),
+        None => current_dir()?,
+    };
+    let commands = Commands::new(global, common)?;
+    let uninstall = common.uninstall;
+    let mut edits = vec![
+        json_edit(&settings_path, |value| {
+            if uninstall {
+                remove_hooks(value, "claude-code");
+            } else {
+                add_hooks(value, &commands, "claude-code");
             }
-        };
-        let before: Value = match &before_text {
-            Some(text) if !text.trim().is_empty() => {
-                serde_json::from_str(text).map_err(|error| {
-                    CliError::new(
-                        CliError::BAD_INPUT,
-                        format!(
-                            "`{}` is not valid JSON ({error}); fix it first",
-                            path.display()
-                        ),
-                    )
-                })?
+        })?,
+        json_edit(&mcp_path, |value| {
+            if uninstall {
+                remove_mcp(value);
+            } else {
+                add_mcp(value, &commands);
             }
-            _ => json!({}),
+        })?,
+    ];
+    let claude_md = project_dir.join("CLAUDE.md");
+    if uninstall || args.claude_md {
+        let before = read_optional(&claude_md)?;
+        let after = if uninstall {
+            before.as_deref().and_then(without_rules_import)
+        } else {
+            Some(with_rules_import(before.as_deref().unwrap_or("")))
         };
-        if !before.is_object() {
-            return Err(CliError::new(
+        edits.push(Edit {
+            path: claude_md,
+            before,
+            after,
+        });
+    }
+    apply(&edits, common.yes)?;
+    if !uninstall {
+        offer_memory_import(global, &args, &project_dir).await?;
+        token_note(global, common)?;
+    }
+    Ok(())
+}
+
+/// Tells what Claude Code memory there is to absorb, and imports it with `--import-memory --yes`.
+async fn offer_memory_import(
+    global: &GlobalArgs,
+    args: &InstallArgs,
+    project_dir: &Path,
+) -> Result<(), CliError> {
+    let project_dir = std::path::absolute(project_dir)
+        .map_err(|error| CliError::new(CliError::BAD_INPUT, error.to_string()))?;
+    let home = super::claude_memory::claude_home(args.claude_home.as_deref());
+    let (files, notes) = super::claude_memory::collect(&project_dir, home.as_deref(), true);
+    if notes.is_empty() {
+        return Ok(());
+    }
+    if !(args.import_memory && args.common.yes) {
+        println!(
+            "Claude Code memory found: {} entr{} in {} file(s); `zuno import claude-code-memory {}` (or this command with --import-memory --yes) adds them to Zuno's Memory",
+            notes.len(),
+            if notes.len() == 1 { "y" } else { "ies" },
+            files.len(),
+            project_dir.display()
+        );
+        return Ok(());
+    }
+    let server = super::client::ServerArgs {
+        server: args.common.server.clone(),
+        token: None,
+    };
+    let client = super::client::ApiClient::connect(global, &server).await?;
+    let report =
+        super::claude_memory::import(&client, &project_dir, None, files, notes, false).await?;
+    println!(
+        "Claude Code memory imported into project `{}`: {} added, {} already in Memory, {} skipped",
+        report.project, report.added, report.present, report.skipped
+    );
+    Ok(())
+}
+
+fn codex(global: &GlobalArgs, args: &CodexInstallArgs) -> Result<(), CliError> {
+    let common = &args.common;
+    let dir = match common.scope {
+        Scope::User => match std::env::var_os("CODEX_HOME").filter(|dir| !dir.is_empty()) {
+            Some(dir) => PathBuf::from(dir),
+            None => home_dir()?.join(".codex"),
+        },
+        Scope::Project => current_dir()?.join(".codex"),
+    };
+    let hooks_path = args
+        .hooks_file
+        .clone()
+        .unwrap_or_else(|| dir.join("hooks.json"));
+    let config_path = args
+        .codex_config
+        .clone()
+        .unwrap_or_else(|| dir.join("config.toml"));
+    let commands = Commands::new(global, common)?;
+    let uninstall = common.uninstall;
+    let hooks = json_edit(&hooks_path, |value| {
+        if uninstall {
+            remove_hooks(value, "codex");
+        } else {
+            add_hooks(value, &commands, "codex");
+        }
+    })?;
+    let before = read_optional(&config_path)?;
+    let mut document: toml_edit::DocumentMut =
+        before.as_deref().unwrap_or("").parse().map_err(|error| {
+            CliError::new(
                 CliError::BAD_INPUT,
-                format!("`{}` does not hold a JSON object", path.display()),
-            ));
+                format!(
+                    "`{}` is not valid TOML ({error}); fix it first",
+                    config_path.display()
+                ),
+            )
+        })?;
+    let disabled = if uninstall {
+        remove_codex_config(&mut document);
+        None
+    } else {
+        add_codex_config(&mut document, &commands)
+    };
+    let text = document.to_string();
+    let after = if document.to_string() == before.as_deref().unwrap_or("") {
+        before.clone()
+    } else if uninstall && text.trim().is_empty() {
+        None
+    } else {
+        Some(text)
+    };
+    let config = Edit {
+        path: config_path.clone(),
+        before,
+        after,
+    };
+    apply(&[hooks, config], common.yes)?;
+    if !uninstall {
+        if let Some(key) = disabled {
+            println!(
+                "note: `{}` turns hooks off (`[features] {key} = false`): Zuno's hooks will not run until you enable them",
+                config_path.display()
+            );
         }
-        let mut after = before.clone();
-        update(&mut after);
-        if after == before && before_text.is_some() {
-            println!("{}: already up to date", path.display());
-            continue;
-        }
-        changed = true;
-        let old = before_text
-            .as_deref()
-            .map(|_| pretty(&before))
-            .unwrap_or_default();
-        let new = pretty(&after);
-        println!("--- {}", path.display());
-        println!("+++ {}", path.display());
-        print!("{}", diff(&old, &new));
-        if args.yes {
-            write(path, &new)?;
-            println!("wrote {}", path.display());
-        }
+        println!(
+            "Codex asks you to review and trust new hooks (`/hooks`) before they run; the MCP server needs no review"
+        );
+        token_note(global, common)?;
     }
-    if changed && !args.yes {
-        println!("nothing written: run again with --yes to apply");
-    }
-    let server = args
+    Ok(())
+}
+
+fn token_note(global: &GlobalArgs, common: &CommonArgs) -> Result<(), CliError> {
+    let server = common
         .server
         .as_deref()
         .unwrap_or(super::hook::DEFAULT_SERVER);
@@ -153,30 +389,96 @@ pub fn run(global: &GlobalArgs, command: InstallCommand) -> Result<(), CliError>
     Ok(())
 }
 
-fn targets(args: &InstallArgs) -> Result<(PathBuf, PathBuf), CliError> {
-    let (settings, mcp) = match args.scope {
-        Scope::User => {
-            let home = directories::BaseDirs::new()
-                .map(|dirs| dirs.home_dir().to_path_buf())
-                .ok_or_else(|| CliError::new(CliError::FAILURE, "no home directory"))?;
-            (
-                home.join(".claude").join("settings.json"),
-                home.join(".claude.json"),
+fn read_optional(path: &Path) -> Result<Option<String>, CliError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(CliError::new(
+            CliError::FAILURE,
+            format!("cannot read `{}`: {error}", path.display()),
+        )),
+    }
+}
+
+/// Plans an edit of a JSON object file. An unchanged document keeps its text byte for byte; a
+/// file left holding an empty object by `--uninstall` is removed.
+fn json_edit(path: &Path, update: impl FnOnce(&mut Value)) -> Result<Edit, CliError> {
+    let before = read_optional(path)?;
+    let value: Value = match &before {
+        Some(text) if !text.trim().is_empty() => serde_json::from_str(text).map_err(|error| {
+            CliError::new(
+                CliError::BAD_INPUT,
+                format!(
+                    "`{}` is not valid JSON ({error}); fix it first",
+                    path.display()
+                ),
             )
-        }
-        Scope::Project => {
-            let dir = std::env::current_dir()
-                .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
-            (
-                dir.join(".claude").join("settings.json"),
-                dir.join(".mcp.json"),
-            )
-        }
+        })?,
+        _ => json!({}),
     };
-    Ok((
-        args.settings.clone().unwrap_or(settings),
-        args.mcp_config.clone().unwrap_or(mcp),
-    ))
+    if !value.is_object() {
+        return Err(CliError::new(
+            CliError::BAD_INPUT,
+            format!("`{}` does not hold a JSON object", path.display()),
+        ));
+    }
+    let mut updated = value.clone();
+    update(&mut updated);
+    let after = if updated == value {
+        before.clone()
+    } else if updated.as_object().is_some_and(Map::is_empty) {
+        None
+    } else {
+        Some(pretty(&updated))
+    };
+    Ok(Edit {
+        path: path.to_path_buf(),
+        before,
+        after,
+    })
+}
+
+/// Shows each change as a diff and, with `yes`, writes (or removes) the files.
+fn apply(edits: &[Edit], yes: bool) -> Result<(), CliError> {
+    let mut changed = false;
+    for edit in edits {
+        if !edit.changes() {
+            match edit.before {
+                Some(_) => println!("{}: already up to date", edit.path.display()),
+                None => println!("{}: nothing to remove", edit.path.display()),
+            }
+            continue;
+        }
+        changed = true;
+        println!("--- {}", edit.path.display());
+        println!("+++ {}", edit.path.display());
+        print!(
+            "{}",
+            diff(
+                edit.before.as_deref().unwrap_or(""),
+                edit.after.as_deref().unwrap_or("")
+            )
+        );
+        if edit.after.is_none() {
+            println!("(the file is removed: nothing else is left in it)");
+        }
+        if yes {
+            match &edit.after {
+                Some(text) => write(&edit.path, text)?,
+                None => std::fs::remove_file(&edit.path).map_err(|error| {
+                    CliError::new(
+                        CliError::FAILURE,
+                        format!("cannot remove `{}`: {error}", edit.path.display()),
+                    )
+                })?,
+            }
+            println!("wrote {}", edit.path.display());
+        }
+    }
+    if changed && !yes {
+        println!("nothing written: run again with --yes to apply");
+    }
+    Ok(())
 }
 
 fn pretty(value: &Value) -> String {
@@ -211,9 +513,18 @@ fn shell_quote(value: &str) -> String {
     }
 }
 
+/// Whether a hook handler is Zuno's for `agent`.
+fn is_ours(handler: &Value, agent: &str) -> bool {
+    handler
+        .get("command")
+        .and_then(Value::as_str)
+        .is_some_and(|command| command.contains(&format!(" hook {agent} ")))
+}
+
 /// Adds (or updates) one command hook per event; an existing Zuno hook for the event is
-/// recognised by its `hook claude-code <Event>` command and replaced in place.
-pub fn add_hooks(settings: &mut Value, exe: &str, home: Option<&str>, server: Option<&str>) {
+/// recognised by its `hook <agent> <Event>` command and replaced in place. Claude Code and
+/// Codex read the same shape: event → matcher groups → handlers.
+fn add_hooks(settings: &mut Value, commands: &Commands, agent: &str) {
     let Some(root) = settings.as_object_mut() else {
         return;
     };
@@ -227,16 +538,8 @@ pub fn add_hooks(settings: &mut Value, exe: &str, home: Option<&str>, server: Op
         return;
     };
     for (event, timeout) in HOOKS {
-        let mut command = shell_quote(exe);
-        if let Some(home) = home {
-            command.push_str(&format!(" --home {}", shell_quote(home)));
-        }
-        command.push_str(&format!(" hook claude-code {event}"));
-        if let Some(server) = server {
-            command.push_str(&format!(" --server {}", shell_quote(server)));
-        }
-        let handler = json!({ "type": "command", "command": command, "timeout": timeout });
-        let marker = format!(" hook claude-code {event}");
+        let handler = json!({ "type": "command", "command": commands.hook(agent, event), "timeout": timeout });
+        let marker = format!(" hook {agent} {event}");
         let groups = hooks
             .entry(event)
             .or_insert_with(|| Value::Array(Vec::new()));
@@ -268,14 +571,36 @@ pub fn add_hooks(settings: &mut Value, exe: &str, home: Option<&str>, server: Op
     }
 }
 
-/// Adds (or updates) the `zuno` stdio MCP server.
-pub fn add_mcp(
-    config: &mut Value,
-    exe: &str,
-    home: Option<&str>,
-    server: Option<&str>,
-    read_only: bool,
-) {
+/// Removes Zuno's hook handlers for `agent`, then the groups, events and `hooks` object they
+/// leave empty; other hooks stay as they are.
+fn remove_hooks(settings: &mut Value, agent: &str) {
+    let Some(root) = settings.as_object_mut() else {
+        return;
+    };
+    let Some(hooks) = root.get_mut("hooks").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for groups in hooks.values_mut() {
+        let Some(groups) = groups.as_array_mut() else {
+            continue;
+        };
+        groups.retain_mut(|group| {
+            let Some(handlers) = group.get_mut("hooks").and_then(Value::as_array_mut) else {
+                return true;
+            };
+            let before = handlers.len();
+            handlers.retain(|handler| !is_ours(handler, agent));
+            before == handlers.len() || !handlers.is_empty()
+        });
+    }
+    hooks.retain(|_, groups| !groups.as_array().is_some_and(Vec::is_empty));
+    if hooks.is_empty() {
+        root.remove("hooks");
+    }
+}
+
+/// Adds (or updates) the `zuno` stdio MCP server in a Claude Code MCP configuration.
+fn add_mcp(config: &mut Value, commands: &Commands) {
     let Some(root) = config.as_object_mut() else {
         return;
     };
@@ -285,24 +610,136 @@ pub fn add_mcp(
     if !servers.is_object() {
         *servers = Value::Object(Map::new());
     }
-    let mut args = Vec::new();
-    if let Some(home) = home {
-        args.push(Value::from("--home"));
-        args.push(Value::from(home));
-    }
-    args.push(Value::from("mcp"));
-    if let Some(server) = server {
-        args.push(Value::from("--server"));
-        args.push(Value::from(server));
-    }
-    if read_only {
-        args.push(Value::from("--read-only"));
-    }
     if let Some(servers) = servers.as_object_mut() {
         servers.insert(
             String::from("zuno"),
-            json!({ "type": "stdio", "command": exe, "args": args }),
+            json!({ "type": "stdio", "command": commands.exe, "args": commands.mcp_args() }),
         );
+    }
+}
+
+/// Removes the `zuno` MCP server (and `mcpServers` when nothing else is in it).
+fn remove_mcp(config: &mut Value) {
+    let Some(root) = config.as_object_mut() else {
+        return;
+    };
+    let Some(servers) = root.get_mut("mcpServers").and_then(Value::as_object_mut) else {
+        return;
+    };
+    servers.remove("zuno");
+    if servers.is_empty() {
+        root.remove("mcpServers");
+    }
+}
+
+/// `text` with the rules import line appended (unchanged when it already has one).
+pub fn with_rules_import(text: &str) -> String {
+    if text.lines().any(|line| line.trim() == RULES_IMPORT_LINE) {
+        return text.to_owned();
+    }
+    let mut out = text.to_owned();
+    if !out.is_empty() {
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    out.push_str(RULES_IMPORT_LINE);
+    out.push('\n');
+    out
+}
+
+/// `text` without the rules import line (and the blank line written before it); `None` when
+/// nothing else is left.
+pub fn without_rules_import(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(at) = lines
+        .iter()
+        .position(|line| line.trim() == RULES_IMPORT_LINE)
+    else {
+        return Some(text.to_owned());
+    };
+    let mut kept: Vec<&str> = Vec::with_capacity(lines.len());
+    kept.extend_from_slice(&lines[..at]);
+    if at + 1 == lines.len() && kept.last().is_some_and(|line| line.trim().is_empty()) {
+        kept.pop();
+    }
+    kept.extend_from_slice(&lines[at + 1..]);
+    if kept.iter().all(|line| line.trim().is_empty()) {
+        return None;
+    }
+    let mut out = kept.join("\n");
+    out.push('\n');
+    Some(out)
+}
+
+/// Adds `[mcp_servers.zuno]` and turns Codex hooks on unless the user set the switch. Returns
+/// the switch's key when the user turned hooks off.
+fn add_codex_config(document: &mut toml_edit::DocumentMut, commands: &Commands) -> Option<String> {
+    use toml_edit::{Array, Item, Table, value};
+    let servers = document
+        .entry("mcp_servers")
+        .or_insert_with(|| {
+            let mut table = Table::new();
+            table.set_implicit(true);
+            Item::Table(table)
+        })
+        .as_table_mut();
+    if let Some(servers) = servers {
+        let server = servers
+            .entry("zuno")
+            .or_insert_with(|| Item::Table(Table::new()));
+        if let Some(server) = server.as_table_mut() {
+            server.insert("command", value(commands.exe.as_str()));
+            let args: Array = commands.mcp_args().iter().map(String::as_str).collect();
+            server.insert("args", value(args));
+        }
+    }
+    let features = document
+        .entry("features")
+        .or_insert_with(|| Item::Table(Table::new()))
+        .as_table_mut()?;
+    for key in ["hooks", "codex_hooks"] {
+        if let Some(setting) = features.get(key).and_then(Item::as_bool) {
+            return (!setting).then(|| key.to_owned());
+        }
+    }
+    features.insert("codex_hooks", value(true));
+    if let Some(mut key) = features.key_mut("codex_hooks") {
+        key.leaf_decor_mut()
+            .set_prefix(format!("{ADDED_BY_ZUNO}\n"));
+    }
+    None
+}
+
+/// Removes `[mcp_servers.zuno]` and the feature switch the installer added, with the tables
+/// they leave empty.
+fn remove_codex_config(document: &mut toml_edit::DocumentMut) {
+    if let Some(servers) = document
+        .get_mut("mcp_servers")
+        .and_then(toml_edit::Item::as_table_like_mut)
+    {
+        servers.remove("zuno");
+        if servers.is_empty() {
+            document.remove("mcp_servers");
+        }
+    }
+    if let Some(features) = document
+        .get_mut("features")
+        .and_then(toml_edit::Item::as_table_mut)
+    {
+        let added = features.key("codex_hooks").is_some_and(|key| {
+            key.leaf_decor()
+                .prefix()
+                .and_then(|prefix| prefix.as_str())
+                .is_some_and(|prefix| prefix.contains(ADDED_BY_ZUNO))
+        });
+        if added {
+            features.remove("codex_hooks");
+        }
+        if features.is_empty() {
+            document.remove("features");
+        }
     }
 }
 

@@ -3,15 +3,24 @@
 //! configured, else the local database in-process). `--read-only` registers only the read
 //! tools. stdout carries only MCP messages; diagnostics go to stderr.
 //!
-//! Tool failures (not found, refused updates, stale revisions) are `isError` results the model
-//! can read; malformed calls are JSON-RPC errors from the SDK.
+//! Tool failures (not found, refused updates, stale revisions, values out of range) are
+//! `isError` results the model can read. Arguments that break a tool's input schema (an unknown
+//! or missing field, a wrong type or enum value) are a malformed call: JSON-RPC `-32602` (invalid
+//! params) naming the failing field in the message and in `data.field`. The SDK would turn them
+//! into an `isError` result, so the tools read their arguments through [`Strict`].
+//!
+//! Annotations follow the tool annotations of the MCP revisions rmcp 3.11 speaks (2025-03-26
+//! onwards, unchanged through 2026-07-28): a title, `readOnlyHint`, `destructiveHint`,
+//! `idempotentHint` and `openWorldHint` (all tools work on Zuno's own store: a closed world).
 
+use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use zuno_shared::transcript::import::project_for_cwd;
 
@@ -29,6 +38,49 @@ pub struct McpArgs {
     pub project: Option<String>,
     #[command(flatten)]
     pub server: ServerArgs,
+}
+
+/// A tool's arguments, deserialized against its input type. A schema violation is refused as a
+/// JSON-RPC `-32602` error naming the failing field (see the module documentation).
+pub struct Strict<T>(pub T);
+
+impl<S, T: DeserializeOwned> FromContextPart<ToolCallContext<'_, S>> for Strict<T> {
+    fn from_context_part(context: &mut ToolCallContext<S>) -> Result<Self, ErrorData> {
+        let arguments = Value::Object(context.arguments.take().unwrap_or_default());
+        strict_arguments(arguments).map(Strict)
+    }
+}
+
+/// Deserializes tool arguments, or the `-32602` error that names the failing field.
+pub fn strict_arguments<T: DeserializeOwned>(arguments: Value) -> Result<T, ErrorData> {
+    serde_path_to_error::deserialize(arguments).map_err(|error| {
+        let message = error.inner().to_string();
+        let path = error.path().to_string();
+        let field = failing_field(&path, &message);
+        ErrorData::invalid_params(
+            format!("invalid arguments: `{field}`: {message}"),
+            Some(json!({ "field": field })),
+        )
+    })
+}
+
+/// The field a deserialization error is about: its path, or, for an unknown or missing field
+/// (reported on the enclosing object), the field the message names.
+fn failing_field(path: &str, message: &str) -> String {
+    let named = ["unknown field `", "missing field `"]
+        .iter()
+        .find_map(|prefix| message.split_once(prefix))
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(name, _)| name);
+    match (path, named) {
+        ("." | "", Some(name)) => name.to_owned(),
+        (path, Some(name)) if path == name || path.ends_with(&format!(".{name}")) => {
+            path.to_owned()
+        }
+        (_, Some(name)) => format!("{path}.{name}"),
+        ("." | "", None) => String::from("arguments"),
+        (path, None) => path.to_owned(),
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -134,6 +186,13 @@ impl serde::Serialize for ActionInput {
     }
 }
 
+/// The input schema rmcp would derive for `T`, for tools that read their arguments through
+/// [`Strict`].
+fn input_schema<T: JsonSchema + 'static>() -> std::sync::Arc<rmcp::model::JsonObject> {
+    rmcp::handler::server::common::schema_for_input::<T>()
+        .unwrap_or_else(|error| panic!("invalid input schema: {error}"))
+}
+
 #[derive(Clone)]
 pub struct ZunoTools {
     client: ApiClient,
@@ -173,10 +232,17 @@ impl ZunoTools {
 
     /// Search the project's learned experiences (corrections, procedures, known issues) with
     /// their citations and verification state. Read-only: searching never counts as use.
-    #[tool(annotations(read_only_hint = true))]
+    #[tool(
+        input_schema = input_schema::<SearchInput>(),
+        annotations(
+            title = "Search learned experience",
+            read_only_hint = true,
+            open_world_hint = false
+        )
+    )]
     async fn experience_search(
         &self,
-        Parameters(input): Parameters<SearchInput>,
+        Strict(input): Strict<SearchInput>,
     ) -> Result<CallToolResult, ErrorData> {
         let mut path = format!(
             "/api/projects/{}/experiences/search?query={}",
@@ -193,10 +259,17 @@ impl ZunoTools {
     }
 
     /// Read resident Memory (global notes and project rules) with each document's revision.
-    #[tool(annotations(read_only_hint = true))]
+    #[tool(
+        input_schema = input_schema::<ReadInput>(),
+        annotations(
+            title = "Read resident Memory",
+            read_only_hint = true,
+            open_world_hint = false
+        )
+    )]
     async fn memory_read(
         &self,
-        Parameters(input): Parameters<ReadInput>,
+        Strict(input): Strict<ReadInput>,
     ) -> Result<CallToolResult, ErrorData> {
         let mut query = Vec::new();
         if let Some(target) = input.target {
@@ -218,10 +291,21 @@ impl ZunoTools {
 
     /// Propose a change to resident Memory (add, replace or remove one entry). It is audited
     /// and applied under the promotion policy, or left pending for review.
-    #[tool(annotations(destructive_hint = false))]
+    // Replacing or removing an entry is not additive (`destructiveHint`), though every change
+    // is audited and can be undone; repeating a call does not repeat its effect only for `add`.
+    #[tool(
+        input_schema = input_schema::<UpdateInput>(),
+        annotations(
+            title = "Propose a Memory change",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
     async fn memory_update(
         &self,
-        Parameters(input): Parameters<UpdateInput>,
+        Strict(input): Strict<UpdateInput>,
     ) -> Result<CallToolResult, ErrorData> {
         let body = json!({
             "target": input.target,

@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 unexpected failure, 2 bad input (including usage errors),
 //! 3 not found, 4 conflict, 5 server or database unavailable.
 
+pub mod claude_memory;
 pub mod client;
 mod debug;
 pub mod hook;
@@ -66,7 +67,8 @@ pub enum Command {
         #[command(subcommand)]
         command: tokens::TokensCommand,
     },
-    /// Import agent transcripts (Claude Code, Codex, Aider) through the ingestion path.
+    /// Import agent transcripts (Claude Code, Codex, Aider) through the ingestion path, or
+    /// Claude Code's own memory files into resident Memory.
     Import {
         #[command(subcommand)]
         command: import::ImportCommand,
@@ -226,7 +228,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Tokens { command } => tokens::run(&cli.global, command).await,
         Command::Import { command } => import::run(&cli.global, command).await,
         Command::Hook(args) => hook::run(&cli.global, args).await,
-        Command::Install { command } => install::run(&cli.global, command),
+        Command::Install { command } => install::run(&cli.global, command).await,
         Command::Mcp(args) => mcp::run(&cli.global, args).await,
         Command::Learn { common, action } => learn::learn(&cli.global, common, action).await,
         Command::Reflect(args) => learn::reflect(&cli.global, args).await,

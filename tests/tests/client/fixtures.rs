@@ -301,3 +301,139 @@ pub async fn run(mut command: Command, stdin: Option<String>) -> Output {
     .await
     .expect("join")
 }
+
+pub const REWIND_SESSION: &str = "7a2b3c4d-0000-4000-8000-0000000be11d";
+
+/// A Claude Code session with a rewind, in the documented record shapes: turn 1 installs the
+/// dependencies; on the branch the user then abandoned, a prompt (line 6) gets a reply that
+/// deletes files and a second prompt (line 10) gets none; the user rewinds to the end of turn 1
+/// and asks something else (line 11, same parent as line 6), answered with two parallel tool
+/// calls (the second call and the first call's result hang off the chain as a side branch).
+pub fn claude_code_rewind_lines() -> Vec<String> {
+    let record = |uuid: &str, parent: Option<&str>, kind: &str, second: u32, extra: Value| {
+        let base = json!({
+            "parentUuid": parent, "isSidechain": false, "userType": "external", "cwd": CWD,
+            "sessionId": REWIND_SESSION, "version": "2.1.39", "gitBranch": "main", "type": kind,
+            "uuid": uuid, "timestamp": format!("2026-02-11T09:00:{second:02}.000Z")
+        });
+        with(base, extra).to_string()
+    };
+    let prompt = |text: &str| json!({"message": {"role": "user", "content": text}});
+    let assistant = |id: &str, content: Value| {
+        json!({"requestId": format!("req_{id}"), "message": {"model": "claude-opus-4-6", "id": format!("msg_{id}"),
+               "type": "message", "role": "assistant", "stop_reason": null, "content": content}})
+    };
+    let result = |call: &str, text: &str| json!({"message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content": text}]}});
+    let bash = |call: &str, command: &str| json!([{"type": "tool_use", "id": call, "name": "Bash", "input": {"command": command}}]);
+    vec![
+        record("u1", None, "user", 1, prompt("Install the dependencies")),
+        record(
+            "a1",
+            Some("u1"),
+            "assistant",
+            2,
+            assistant("1", bash("toolu_1", "pnpm install")),
+        ),
+        record(
+            "r1",
+            Some("a1"),
+            "user",
+            3,
+            result("toolu_1", "Done in 2.1s"),
+        ),
+        record(
+            "a2",
+            Some("r1"),
+            "assistant",
+            4,
+            assistant(
+                "2",
+                json!([{"type": "text", "text": "Installed with pnpm."}]),
+            ),
+        ),
+        record(
+            "s1",
+            Some("a2"),
+            "system",
+            5,
+            json!({"subtype": "turn_duration", "durationMs": 4000}),
+        ),
+        // The branch the user abandoned.
+        record(
+            "u2",
+            Some("a2"),
+            "user",
+            6,
+            prompt("Now delete the lockfile and node_modules"),
+        ),
+        record(
+            "a3",
+            Some("u2"),
+            "assistant",
+            7,
+            assistant("3", bash("toolu_2", "rm -rf pnpm-lock.yaml node_modules")),
+        ),
+        record("r2", Some("a3"), "user", 8, result("toolu_2", "")),
+        record(
+            "a4",
+            Some("r2"),
+            "assistant",
+            9,
+            assistant("4", json!([{"type": "text", "text": "Deleted both."}])),
+        ),
+        record(
+            "u3",
+            Some("a4"),
+            "user",
+            10,
+            prompt("Always wipe the cache too from now on"),
+        ),
+        // The rewind: a new prompt under the end of turn 1.
+        record(
+            "u4",
+            Some("a2"),
+            "user",
+            11,
+            prompt("Run the tests and the linter instead"),
+        ),
+        record(
+            "a5",
+            Some("u4"),
+            "assistant",
+            12,
+            assistant("5", bash("toolu_3", "pnpm test")),
+        ),
+        record(
+            "a6",
+            Some("a5"),
+            "assistant",
+            13,
+            assistant("5", bash("toolu_4", "pnpm lint")),
+        ),
+        record(
+            "r4",
+            Some("a6"),
+            "user",
+            14,
+            result("toolu_4", "0 problems"),
+        ),
+        record("r3", Some("a5"), "user", 15, result("toolu_3", "12 passed")),
+        record(
+            "a7",
+            Some("r3"),
+            "assistant",
+            16,
+            assistant(
+                "6",
+                json!([{"type": "text", "text": "Tests and lint pass."}]),
+            ),
+        ),
+        record(
+            "s2",
+            Some("a7"),
+            "system",
+            17,
+            json!({"subtype": "turn_duration", "durationMs": 5000}),
+        ),
+    ]
+}

@@ -253,3 +253,91 @@ async fn a_fresh_server_and_its_local_clients_need_no_configuration() {
     assert!(refused.stderr.contains("401"), "{}", refused.stderr);
     drop(server);
 }
+
+/// A rewind seen by the Stop hook: the abandoned turn was imported (and its extraction admitted)
+/// by an earlier Stop, while it was the live branch. When the session goes back and continues
+/// elsewhere, the next Stop marks that turn `failed` (its queued extraction no longer matches its
+/// source and is skipped), stores the unanswered abandoned prompt as injected, and imports the
+/// continued turn, which reads the abandoned one only as context.
+async fn stop_after_a_rewind_fails_the_abandoned_turn_already_imported(db: TestDb) {
+    use zuno_shared::learning::{SourceCheck, SourceSnapshot};
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let home = server.home();
+    let dir = tempfile::tempdir().unwrap();
+    let transcript = dir.path().join(format!("{REWIND_SESSION}.jsonl"));
+    let lines = claude_code_rewind_lines();
+    write_lines(&transcript, &lines[..9]);
+    let input = json!({"session_id": REWIND_SESSION, "cwd": CWD, "transcript_path": transcript,
+                       "hook_event_name": "Stop", "stop_hook_active": false});
+    let session = format!("cc-{REWIND_SESSION}");
+    let first = hook(home, &server.base, "Stop", input.clone()).await;
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(message_count(&server, &session).await, 4);
+    let (_, page) = server
+        .get(&format!("/api/jobs?kind=extract&sessionId={session}"))
+        .await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 2, "{page}");
+
+    append_lines(&transcript, &lines[9..]);
+    let second = hook(home, &server.base, "Stop", input.clone()).await;
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(second.stdout, "");
+    let (_, messages) = server
+        .get(&format!("/api/session/{session}/messages"))
+        .await;
+    let messages = messages.as_array().unwrap().clone();
+    let statuses: Vec<&str> = messages
+        .iter()
+        .map(|m| m["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "completed",
+            "completed",
+            "completed",
+            "failed",
+            "completed",
+            "completed",
+            "completed"
+        ]
+    );
+    assert_eq!(messages[4]["parts"][0]["injected"], true, "{}", messages[4]);
+    assert_eq!(messages[5]["parts"][0]["injected"], false);
+
+    let (_, page) = server
+        .get(&format!("/api/jobs?kind=extract&sessionId={session}"))
+        .await;
+    let jobs = page["jobs"].as_array().unwrap().clone();
+    assert_eq!(jobs.len(), 3, "{page}");
+    let mut tx = db.db.begin_read().await.unwrap();
+    let mut checked = 0;
+    for job in &jobs {
+        let snapshot = SourceSnapshot::load_in(&mut tx, job["id"].as_str().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let check = snapshot.check_in(&mut tx).await.unwrap();
+        if snapshot.end_message_id == messages[3]["id"].as_str().unwrap() {
+            assert!(
+                matches!(&check, SourceCheck::Changed(reason) if reason.contains("failed")),
+                "the abandoned turn's job no longer matches its source: {check:?}"
+            );
+            checked += 1;
+        } else {
+            assert!(matches!(check, SourceCheck::Current(_)), "{check:?}");
+        }
+    }
+    tx.rollback().await.unwrap();
+    assert_eq!(checked, 1);
+
+    let third = hook(home, &server.base, "Stop", input).await;
+    assert_eq!(third.code, 0, "{}", third.stderr);
+    assert_eq!(
+        message_count(&server, &session).await,
+        7,
+        "nothing new, nothing added"
+    );
+}
+
+zuno_tests::on_both_backends!(stop_after_a_rewind_fails_the_abandoned_turn_already_imported);

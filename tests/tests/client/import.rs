@@ -149,9 +149,109 @@ async fn codex_import_over_http_records_failures_and_aborts(db: TestDb) {
     assert_eq!(jobs.len(), 2, "the aborted turn is not a learning source");
 }
 
+/// A rewind imported over HTTP: the abandoned turn is stored `failed` and admits nothing; the
+/// turn the session continued with is learned from, with the abandoned turn bound only as
+/// read-only context.
+async fn a_rewound_claude_code_session_learns_only_from_the_branch_it_continued_on(db: TestDb) {
+    use zuno_shared::learning::{SourceCheck, SourceSnapshot};
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let temp = tempfile::tempdir().unwrap();
+    let file = temp.path().join(format!("{REWIND_SESSION}.jsonl"));
+    write_lines(&file, &claude_code_rewind_lines());
+    let home = tempfile::tempdir().unwrap();
+    let mut command = zuno(home.path());
+    command
+        .args(["import", "claude-code", "--json", "--server", &server.base])
+        .env("ZUNO_API_TOKEN", server.token())
+        .arg(&file);
+    let out = run(command, None).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["messagesAdded"], 7, "{report}");
+    assert_eq!(report["jobsAdmitted"], 2, "{report}");
+
+    let session = format!("cc-{REWIND_SESSION}");
+    let (_, messages) = server
+        .get(&format!("/api/session/{session}/messages"))
+        .await;
+    let statuses: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "completed",
+            "completed",
+            "completed",
+            "failed",
+            "completed",
+            "completed",
+            "completed"
+        ]
+    );
+    let jobs = extract_jobs(&server, &session).await;
+    assert_eq!(jobs.len(), 2, "turn 1 and the continued turn: {jobs:?}");
+    let continued = &messages[6];
+    let mut tx = db.db.begin_read().await.unwrap();
+    let mut found = false;
+    for job in &jobs {
+        let id = job["id"].as_str().unwrap();
+        let snapshot = SourceSnapshot::load_in(&mut tx, id).await.unwrap().unwrap();
+        if snapshot.end_message_id != continued["id"].as_str().unwrap() {
+            continue;
+        }
+        found = true;
+        let SourceCheck::Current(manifest) = snapshot.check_in(&mut tx).await.unwrap() else {
+            panic!("the continued turn's sources are current");
+        };
+        let abandoned = [
+            "delete the lockfile",
+            "rm -rf",
+            "Deleted both",
+            "wipe the cache",
+        ];
+        for record in &manifest.records {
+            let from_abandoned = abandoned.iter().any(|text| record.text.contains(text));
+            assert!(
+                !from_abandoned || record.context,
+                "an abandoned record is a source: {record:?}"
+            );
+        }
+        assert!(
+            manifest
+                .records
+                .iter()
+                .any(|r| r.context && r.text.contains("delete the lockfile")),
+            "the abandoned prompt is read-only context: {:?}",
+            manifest.records
+        );
+        assert!(
+            !manifest
+                .records
+                .iter()
+                .any(|r| r.text.contains("wipe the cache")),
+            "the unanswered abandoned prompt is no source and no context"
+        );
+        assert!(
+            manifest
+                .records
+                .iter()
+                .any(|r| !r.context && r.text.contains("Run the tests and the linter")),
+            "{:?}",
+            manifest.records
+        );
+    }
+    tx.rollback().await.unwrap();
+    assert!(found, "a job for the continued turn");
+}
+
 on_both_backends!(
     claude_code_import_over_http_is_idempotent_and_admits_closed_turns,
     codex_import_over_http_records_failures_and_aborts,
+    a_rewound_claude_code_session_learns_only_from_the_branch_it_continued_on,
 );
 
 #[tokio::test]

@@ -1,7 +1,10 @@
 //! Client surfaces as a user runs them: transcript import (Claude Code, Codex, Aider), the Claude
-//! Code hook client and installer, the `zuno mcp` stdio server, and the `learn`/`memory` commands.
+//! Code and Codex hook clients and installers, the Claude Code memory import, the `zuno mcp`
+//! stdio server, and the `learn`/`memory` commands.
 
 mod aider;
+mod claude_memory;
+mod codex;
 mod fixtures;
 mod hook;
 mod import;
@@ -9,3 +12,4 @@ mod install;
 mod learn;
 mod mcp;
 mod parse;
+mod schema;

@@ -54,6 +54,17 @@ async fn an_mcp_client_handshakes_lists_and_calls_the_tools_over_stdio() {
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
     assert_eq!(names, ["experience_search", "memory_read", "memory_update"]);
+    // Annotations as the MCP revisions rmcp implements define them.
+    for tool in &tools {
+        let annotations = tool.annotations.as_ref().expect("annotations");
+        let read_only = tool.name != "memory_update";
+        assert_eq!(annotations.read_only_hint, Some(read_only), "{}", tool.name);
+        assert_eq!(annotations.open_world_hint, Some(false), "{}", tool.name);
+        assert!(annotations.title.is_some(), "{}", tool.name);
+        if !read_only {
+            assert_eq!(annotations.destructive_hint, Some(true));
+        }
+    }
     let search = Value::Object(tools[0].input_schema.as_ref().clone());
     assert_eq!(search["type"], "object");
     assert_eq!(search["required"], json!(["query"]), "{search}");
@@ -118,16 +129,47 @@ async fn an_mcp_client_handshakes_lists_and_calls_the_tools_over_stdio() {
         .unwrap();
     assert_eq!(refused.is_error, Some(true));
 
-    // Arguments that do not match the schema are refused (rmcp answers with an error result).
-    let malformed = client
+    // Arguments that break the input schema are a malformed call: JSON-RPC -32602 naming the
+    // failing field, not a tool result.
+    for (arguments, field) in [
+        (json!({"bogus": 1}), "bogus"),
+        (json!({"target": "everything"}), "target"),
+        (json!({"limit": "ten"}), "limit"),
+    ] {
+        let refused = client
+            .call_tool(
+                CallToolRequestParams::new("memory_read")
+                    .with_arguments(self::arguments(arguments.clone())),
+            )
+            .await
+            .expect_err("a schema violation is a protocol error");
+        let rmcp::ServiceError::McpError(error) = refused else {
+            panic!("{refused:?}");
+        };
+        assert_eq!(
+            error.code,
+            rmcp::model::ErrorCode::INVALID_PARAMS,
+            "{arguments}"
+        );
+        assert_eq!(error.data, Some(json!({"field": field})), "{arguments}");
+        assert!(
+            error.message.contains(&format!("`{field}`")),
+            "{}",
+            error.message
+        );
+    }
+    let missing = client
         .call_tool(
-            CallToolRequestParams::new("memory_read")
-                .with_arguments(arguments(json!({"bogus": 1}))),
+            CallToolRequestParams::new("experience_search")
+                .with_arguments(self::arguments(json!({"limit": 5}))),
         )
         .await
-        .unwrap();
-    assert_eq!(malformed.is_error, Some(true), "{malformed:?}");
-    assert!(format!("{malformed:?}").contains("unknown field `bogus`"));
+        .expect_err("a missing required field");
+    let rmcp::ServiceError::McpError(error) = missing else {
+        panic!("{missing:?}");
+    };
+    assert_eq!(error.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+    assert_eq!(error.data, Some(json!({"field": "query"})));
     client.cancel().await.unwrap();
 }
 

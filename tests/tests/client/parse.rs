@@ -338,3 +338,127 @@ fn ids_from_untrusted_text_are_always_valid() {
     assert_eq!(name, "my repo!");
     assert_ne!(project_for_cwd("/a/app").0, project_for_cwd("/b/app").0);
 }
+
+#[test]
+fn a_claude_code_rewind_keeps_the_abandoned_branch_as_failed_context() {
+    let parsed = parse(Host::ClaudeCode, &claude_code_rewind_lines());
+    assert!(parsed.issues.is_empty(), "{:?}", parsed.issues);
+    let session = &parsed.sessions[0];
+    let shape: Vec<(&str, u64, Role, MessageStatus, bool)> = session
+        .messages
+        .iter()
+        .map(|m| {
+            (
+                m.key.as_str(),
+                m.line,
+                m.role,
+                m.status,
+                m.parts.iter().all(Part::is_injected),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            ("u1", 1, Role::User, MessageStatus::Completed, false),
+            ("a1", 2, Role::Assistant, MessageStatus::Completed, false),
+            // The abandoned branch, in file order: its turn did not happen (failed), and the
+            // prompt nobody answered is not a prompt of the next turn.
+            ("u2", 6, Role::User, MessageStatus::Completed, false),
+            ("a3", 7, Role::Assistant, MessageStatus::Failed, false),
+            ("u3", 10, Role::User, MessageStatus::Completed, true),
+            // The branch the session continued on, with both parallel calls and results.
+            ("u4", 11, Role::User, MessageStatus::Completed, false),
+            ("a5", 12, Role::Assistant, MessageStatus::Completed, false),
+        ]
+    );
+    assert_eq!(
+        tool_calls(&session.messages[6].parts),
+        vec![
+            ("Bash", ToolStatus::Completed, Some("12 passed")),
+            ("Bash", ToolStatus::Completed, Some("0 problems")),
+        ]
+    );
+    assert_eq!(session.title.as_deref(), Some("Install the dependencies"));
+}
+
+#[test]
+fn parallel_tool_calls_in_the_real_corpus_are_not_branches() {
+    // tool_heavy.jsonl has a parallel call whose record and result hang off the chain (lines
+    // 30 and 32): they stay in their turn, and nothing in the corpus is a rewind.
+    for name in [
+        "spotter/tool_heavy.jsonl",
+        "spotter/subagent.jsonl",
+        "spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
+        "zh-claudecode-web/b.converted.jsonl",
+    ] {
+        let file = corpus().join("claude-code-jsonl").join(name);
+        let reader = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
+        let parsed = import::parse(Host::ClaudeCode, reader, Position::default()).unwrap();
+        for session in &parsed.sessions {
+            assert!(
+                session
+                    .messages
+                    .iter()
+                    .all(|m| m.status != MessageStatus::Failed
+                        || m.parts.iter().any(|p| matches!(p, Part::Error { .. }))
+                        || session.messages.iter().any(|n| n.line > m.line
+                            && n.role == Role::User
+                            && n.parts.iter().any(|p| p
+                                .text()
+                                .is_some_and(|t| t.starts_with("[Request interrupted"))))),
+                "{name}: a failed turn without an error or an interrupt"
+            );
+        }
+    }
+    let file = corpus().join("claude-code-jsonl/spotter/tool_heavy.jsonl");
+    let reader = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
+    let parsed = import::parse(Host::ClaudeCode, reader, Position::default()).unwrap();
+    let turn = parsed.sessions[0]
+        .messages
+        .iter()
+        .find(|m| m.line == 27 || m.line == 29)
+        .expect("the turn of line 26's prompt");
+    let calls = tool_calls(&turn.parts);
+    assert!(calls.len() >= 3, "{calls:?}");
+    assert!(
+        calls
+            .iter()
+            .all(|(_, status, _)| *status != ToolStatus::Pending),
+        "both parallel calls got their results: {calls:?}"
+    );
+}
+
+#[test]
+fn compaction_summaries_in_the_real_corpus_stay_injected() {
+    // Each file has a compact_boundary (a new root whose logicalParentUuid points back) followed
+    // by the summary Claude Code wrote: the conversation continues across it, and the summary
+    // is never a prompt.
+    for (name, summary_line) in [
+        ("spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl", 1257),
+        ("fasthooks/sample_main_transcript.jsonl", 60),
+    ] {
+        let file = corpus().join("claude-code-jsonl").join(name);
+        let reader = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
+        let parsed = import::parse(Host::ClaudeCode, reader, Position::default()).unwrap();
+        let main = parsed
+            .sessions
+            .iter()
+            .find(|s| s.parent_ref.is_none())
+            .unwrap();
+        let summary = main
+            .messages
+            .iter()
+            .find(|m| m.line == summary_line)
+            .unwrap_or_else(|| panic!("{name}: the summary at line {summary_line}"));
+        assert_eq!(summary.role, Role::User);
+        assert!(summary.parts.iter().all(Part::is_injected), "{name}");
+        assert!(
+            main.messages
+                .iter()
+                .filter(|m| m.role == Role::User && m.line < summary_line)
+                .any(|m| !m.parts.iter().all(Part::is_injected)),
+            "{name}: the prompts before the compaction are still prompts"
+        );
+    }
+}

@@ -133,6 +133,7 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
         lines: lines.len() as u64,
         consumed_bytes: consumed,
         unrecognized,
+        chain: super::ChainEnds::default(),
     })
 }
 

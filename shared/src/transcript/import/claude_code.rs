@@ -6,17 +6,25 @@
 //! several per API response) and `tool_result` user records belong to it; it closes at the next
 //! prompt, a `system` `turn_duration`/`stop_hook_summary`/`compact_boundary` record, or the end
 //! of the file. Sidechain records (`isSidechain`, with `agentId`) form child sessions.
+//!
+//! Branches: `uuid`/`parentUuid` form a tree, and the conversation is the chain from the last
+//! record back to the root (across a compaction through `logicalParentUuid`), not file order.
+//! Parallel tool calls hang off that chain as side branches of one API response and stay part of
+//! their turn. A rewind (or an edited prompt) leaves a branch that starts with a user message
+//! the session did not continue from: its records are kept, in file order, but as a branch the
+//! user abandoned: its turns are stored `failed` (never a learning source; the turn after it reads
+//! it only as read-only context), and a prompt of it that got no reply is stored `injected`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 
 use serde_json::Value;
 
 use super::{
-    Host, ImportedSession, LineIssue, Parsed, Position, TurnBuilder, bounded, for_each_line,
-    timestamp_ms, title_from,
+    ChainEnds, Host, ImportedSession, LineIssue, Parsed, Position, TurnBuilder, bounded,
+    for_each_line, timestamp_ms, title_from,
 };
-use crate::transcript::{MessageStatus, Part, ToolStatus};
+use crate::transcript::{MessageStatus, Part, Role, ToolStatus};
 
 /// Prefixes of user text that Claude Code itself injected: never human prompts or corrections.
 const INJECTED_PREFIXES: &[&str] = &[
@@ -42,6 +50,15 @@ struct Group {
     cwd: Option<String>,
     title: Option<String>,
     turns: TurnBuilder,
+    /// Keys of the messages read from abandoned branches.
+    abandoned: HashSet<String>,
+}
+
+/// A conversation record kept for the second pass, with its group.
+struct Pending {
+    line: u64,
+    slot: usize,
+    record: Value,
 }
 
 /// Parses Claude Code records from `reader`.
@@ -50,7 +67,10 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
     let mut groups: Vec<Group> = Vec::new();
     let mut index: HashMap<(String, Option<String>), usize> = HashMap::new();
     let mut record_issues: Vec<LineIssue> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut tree = Tree::default();
     let (lines, consumed) = for_each_line(reader, start, &mut issues, |line, record| {
+        tree.link(&record);
         let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
         if !matches!(kind, "user" | "assistant" | "system") {
             // progress, file-history-snapshot, queue-operation, summary, attachment, …
@@ -80,6 +100,23 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
             });
             groups.len() - 1
         });
+        pending.push(Pending { line, slot, record });
+    })?;
+    let abandoned = tree.abandoned(&pending);
+    let chain = ChainEnds {
+        last: tree.last.clone(),
+        outside_parents: pending
+            .iter()
+            .filter(|p| p.record.get("type").and_then(Value::as_str) == Some("user"))
+            .filter(|p| starts_a_branch(&p.record))
+            .filter_map(|p| {
+                let uuid = p.record.get("uuid").and_then(Value::as_str)?;
+                let parent = tree.parent.get(uuid)?.as_deref()?;
+                (!tree.parent.contains_key(parent)).then(|| parent.to_owned())
+            })
+            .collect(),
+    };
+    for Pending { line, slot, record } in pending {
         let group = &mut groups[slot];
         if group.cwd.is_none() {
             group.cwd = record.get("cwd").and_then(Value::as_str).map(str::to_owned);
@@ -88,10 +125,22 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
             .get("uuid")
             .and_then(Value::as_str)
             .map_or_else(|| format!("line-{line}"), str::to_owned);
+        let off_branch = abandoned.contains(&line);
+        if off_branch {
+            group.abandoned.insert(record_key.clone());
+        }
         let at = timestamp_ms(record.get("timestamp"));
+        let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
         let result = match kind {
-            "user" => user_record(group, &record, &record_key, line, at),
-            "assistant" => assistant_record(group, &record, &record_key, line, at),
+            "user" => user_record(group, &record, &record_key, line, at, off_branch),
+            "assistant" => {
+                let result = assistant_record(group, &record, &record_key, line, at);
+                if off_branch {
+                    // The user went back and continued elsewhere: this turn did not happen.
+                    group.turns.fail_turn();
+                }
+                result
+            }
             _ => {
                 system_record(group, &record);
                 Ok(())
@@ -100,7 +149,7 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
         if let Err(reason) = result {
             record_issues.push(LineIssue { line, reason });
         }
-    })?;
+    }
     issues.append(&mut record_issues);
     issues.sort_by_key(|issue| issue.line);
     let sessions = groups
@@ -113,13 +162,15 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
                 ),
                 None => (group.session_id.clone(), None),
             };
+            let mut messages = group.turns.finish();
+            unanswered_abandoned_prompts_are_injected(&mut messages, &group.abandoned);
             ImportedSession {
                 host: Host::ClaudeCode,
                 external_ref,
                 parent_ref,
                 cwd: group.cwd,
                 title: group.title,
-                messages: group.turns.finish(),
+                messages,
             }
         })
         .collect();
@@ -129,7 +180,167 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
         lines,
         consumed_bytes: consumed,
         unrecognized: None,
+        chain,
     })
+}
+
+/// A prompt on an abandoned branch that no abandoned reply follows would otherwise join the next
+/// turn's window as if the user had asked it there; it is stored as injected text instead.
+fn unanswered_abandoned_prompts_are_injected(
+    messages: &mut [super::ImportedMessage],
+    abandoned: &HashSet<String>,
+) {
+    for index in 0..messages.len() {
+        let message = &messages[index];
+        if message.role != Role::User || !abandoned.contains(&message.key) {
+            continue;
+        }
+        let answered = messages
+            .get(index + 1)
+            .is_some_and(|next| next.role == Role::Assistant && abandoned.contains(&next.key));
+        if answered {
+            continue;
+        }
+        for part in &mut messages[index].parts {
+            if let Part::Text { injected, .. } = part {
+                *injected = true;
+            }
+        }
+    }
+}
+
+/// The `uuid` → parent links of every record read (progress records included: a prompt's
+/// parent is often one), to find the branch the session continued on.
+#[derive(Default)]
+struct Tree {
+    parent: HashMap<String, Option<String>>,
+    /// The last record with a `uuid`, in file order.
+    last: Option<String>,
+}
+
+/// Where a record stands relative to the branch the session continued on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// On the chain from the last record back to the root.
+    Continued,
+    /// On a side branch that is part of the conversation (a parallel tool call and its
+    /// result), or whose ancestry is not in the file (a malformed line broke the chain, or the
+    /// parent was written before the part being parsed).
+    Kept,
+    /// Below a user message the session did not continue from (a rewind).
+    Abandoned,
+}
+
+impl Tree {
+    fn link(&mut self, record: &Value) {
+        let Some(uuid) = record.get("uuid").and_then(Value::as_str) else {
+            return;
+        };
+        let parent = ["parentUuid", "logicalParentUuid"]
+            .iter()
+            .find_map(|field| record.get(*field).and_then(Value::as_str))
+            .map(str::to_owned);
+        self.parent.insert(uuid.to_owned(), parent);
+        self.last = Some(uuid.to_owned());
+    }
+
+    /// The lines of `records` on abandoned branches, per group: the continued branch is the
+    /// chain from the group's last user or assistant record back to its root.
+    fn abandoned(&self, records: &[Pending]) -> HashSet<u64> {
+        fn uuid_of(record: &Value) -> Option<&str> {
+            record.get("uuid").and_then(Value::as_str)
+        }
+        let mut records_by_uuid: HashMap<&str, &Value> = HashMap::new();
+        let mut leaves: HashMap<usize, &str> = HashMap::new();
+        for pending in records {
+            if let Some(uuid) = uuid_of(&pending.record) {
+                records_by_uuid.insert(uuid, &pending.record);
+                if matches!(
+                    pending.record.get("type").and_then(Value::as_str),
+                    Some("user" | "assistant")
+                ) {
+                    leaves.insert(pending.slot, uuid);
+                }
+            }
+        }
+        let mut standing: HashMap<&str, Standing> = HashMap::new();
+        for leaf in leaves.values() {
+            let mut current = Some(*leaf);
+            while let Some(uuid) = current {
+                if standing.insert(uuid, Standing::Continued).is_some() {
+                    break;
+                }
+                current = self.parent.get(uuid).and_then(|p| p.as_deref());
+            }
+        }
+        let mut lines = HashSet::new();
+        for pending in records {
+            let Some(uuid) = uuid_of(&pending.record) else {
+                continue;
+            };
+            if self.standing(uuid, &records_by_uuid, &mut standing) == Standing::Abandoned {
+                lines.insert(pending.line);
+            }
+        }
+        lines
+    }
+
+    /// Walks up from `uuid` to the first ancestor whose standing is known; the record just
+    /// below the continued branch decides for the whole walk.
+    fn standing<'a>(
+        &'a self,
+        uuid: &'a str,
+        records: &HashMap<&str, &Value>,
+        known: &mut HashMap<&'a str, Standing>,
+    ) -> Standing {
+        let mut walk: Vec<&str> = Vec::new();
+        let mut current = uuid;
+        let found = loop {
+            if let Some(standing) = known.get(current) {
+                break *standing;
+            }
+            walk.push(current);
+            let parent = self.parent.get(current).and_then(|p| p.as_deref());
+            match parent {
+                Some(parent) if walk.len() <= self.parent.len() => {
+                    if known.get(parent) == Some(&Standing::Continued) {
+                        // `current` starts a side branch off the continued one.
+                        break if records.get(current).is_some_and(|r| starts_a_branch(r)) {
+                            Standing::Abandoned
+                        } else {
+                            Standing::Kept
+                        };
+                    }
+                    current = parent;
+                }
+                _ => break Standing::Kept,
+            }
+        };
+        let found = if found == Standing::Continued {
+            Standing::Kept
+        } else {
+            found
+        };
+        for step in walk {
+            known.insert(step, found);
+        }
+        known.get(uuid).copied().unwrap_or(found)
+    }
+}
+
+/// Whether a record that leaves the continued branch starts a branch the user abandoned: a user
+/// message that is not a tool result (a prompt, a command, its caveat). Assistant records and
+/// tool results off the branch are the parallel calls of one response.
+fn starts_a_branch(record: &Value) -> bool {
+    if record.get("type").and_then(Value::as_str) != Some("user") {
+        return false;
+    }
+    match record.get("message").and_then(|m| m.get("content")) {
+        Some(Value::Array(parts)) => !parts
+            .iter()
+            .any(|part| part.get("type").and_then(Value::as_str) == Some("tool_result")),
+        _ => true,
+    }
 }
 
 fn user_record(
@@ -138,6 +349,7 @@ fn user_record(
     key: &str,
     line: u64,
     at: Option<i64>,
+    abandoned: bool,
 ) -> Result<(), String> {
     let content = record
         .get("message")
@@ -184,7 +396,7 @@ fn user_record(
         || INJECTED_PREFIXES
             .iter()
             .any(|prefix| text.trim_start().starts_with(prefix));
-    if !injected && group.title.is_none() {
+    if !injected && !abandoned && group.title.is_none() {
         group.title = title_from(&text);
     }
     group.turns.user(key, line, at, &text, injected);

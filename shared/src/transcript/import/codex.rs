@@ -207,6 +207,7 @@ pub fn parse_with_session(
         lines,
         consumed_bytes: consumed,
         unrecognized: None,
+        chain: super::ChainEnds::default(),
     })
 }
 

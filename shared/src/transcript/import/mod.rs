@@ -132,6 +132,19 @@ pub struct Parsed {
     /// Set when the file as a whole is not a transcript of the host (the line says where that
     /// shows): nothing in it was imported, and callers refuse it as bad input.
     pub unrecognized: Option<LineIssue>,
+    /// Claude Code only: where what was read attaches to the conversation tree.
+    pub chain: ChainEnds,
+}
+
+/// How a part of a Claude Code log read from a watermark attaches to what came before it: a
+/// reader that remembers the last record it saw can tell that the session went back to an
+/// earlier point (a rewind) when a new branch starts under another record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChainEnds {
+    /// The `uuid` of the last record read.
+    pub last: Option<String>,
+    /// Parents, not among the records read, of the user messages that start a branch.
+    pub outside_parents: Vec<String>,
 }
 
 /// Where parsing starts: a byte offset at a line boundary and the number of lines before it.
