@@ -147,7 +147,16 @@ fn secret_shape(text: &str) -> Option<&'static str> {
             return Some("password");
         }
     }
-    if WORD.find_iter(text).any(|word| looks_random(word.as_str())) {
+    // A word with several `/` is a path: only its segments can be random (a temporary
+    // directory's name is not a secret, and a path is not one long random word).
+    let random = |word: &str| {
+        if word.matches('/').count() >= 2 {
+            word.split('/').any(looks_random)
+        } else {
+            looks_random(word)
+        }
+    };
+    if WORD.find_iter(text).any(|word| random(word.as_str())) {
         return Some("high_entropy");
     }
     None
@@ -315,6 +324,19 @@ pub fn plan(
         }
     }
     Ok(after)
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    #[test]
+    fn paths_with_random_directory_names_are_not_secrets() {
+        assert_eq!(
+            secret_shape("Imported from /tmp/.tmpqtKX0D/.claude/projects/-tmp--tmpa1TT04/memory/MEMORY.md:3"),
+            None
+        );
+    }
 }
 
 #[cfg(test)]
