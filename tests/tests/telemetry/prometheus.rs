@@ -30,6 +30,9 @@ const LEASE_MS: u64 = 2_000;
 /// job was rescued, so its late write is the fenced one.
 const PROVIDER_TIMEOUT_MS: u64 = 6_000;
 
+/// The API's operator token: the server refuses unauthenticated requests.
+const API_TOKEN: &str = "telemetry-test-token-0123456789";
+
 /// Replaces Grafana's interval variables in dashboard expressions. The whole test runs within
 /// this window, so every increase it caused is inside it.
 const WINDOW: &str = "5m";
@@ -71,7 +74,8 @@ async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
 
     // The API alone (no in-process workers), then one extract worker on the same SQLite file.
     let mut api = zuno_command("zuno", &home);
-    api.args(["serve", "--bind", "127.0.0.1:0"]);
+    api.args(["serve", "--bind", "127.0.0.1:0"])
+        .env("ZUNO_API_TOKEN", API_TOKEN);
     let (_api, api_address) = spawn_api(api, &temp.path().join("api.log")).await;
     let metrics_address = format!("127.0.0.1:{}", free_port());
     let mut worker = zuno_command("zuno-worker-extract", &home);
@@ -137,8 +141,16 @@ async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     );
 
     // Traffic.
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {API_TOKEN}").parse().unwrap(),
+    );
     let api = Api {
-        http: http.clone(),
+        http: reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap(),
         base: format!("http://{api_address}"),
     };
     api.post("/api/projects", json!({"id": "p", "name": "p"}))
