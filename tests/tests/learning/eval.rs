@@ -3,10 +3,16 @@
 //! extractor (`rules-2`) is deterministic, so its figures are pinned: a change that makes the
 //! learner keep more junk, find fewer lessons or recall worse fails here. The floors are the
 //! figures `docs/benchmarks.md` reports (measured with `zuno learn eval`).
+//!
+//! The model path (`model-1`) is pinned the same way on recorded answers: the cassettes in
+//! `tests/learning-eval/cassettes/model-1` hold what the label oracle (a model answering like a
+//! careful one, `zuno-record-cassettes`) said to every request of the pipeline; replaying them
+//! runs the real extraction, maintenance and recall over those answers. A change in what the
+//! pipeline sends a model finds no recording, fails the job, and fails here.
 
 use std::path::{Path, PathBuf};
 
-use zuno_api::eval::{EvalOptions, Report, StoreChoice};
+use zuno_api::eval::{CassetteMode, EvalOptions, Report, StoreChoice};
 use zuno_shared::config::Config;
 
 /// The figures `docs/benchmarks.md` reports for `rules-2` (the lower of the two backends, which
@@ -47,7 +53,58 @@ async fn run(store: StoreChoice) -> Report {
         .expect("the harness runs")
 }
 
+/// The model path's figures on the recorded answers (`docs/benchmarks.md`, the lower backend).
+const MODEL_MIN_PRECISION: f64 = 0.98;
+const MODEL_MIN_LESSON_RECALL: f64 = 0.88;
+const MODEL_MIN_RECALL_AT_5: f64 = 0.82;
+const MODEL_MAX_FALSE_RECALL: f64 = 0.07;
+
+struct Floors {
+    extractor: &'static str,
+    precision: f64,
+    lesson_recall: f64,
+    recall_at_5: f64,
+    false_recall: f64,
+}
+
+const RULES_2: Floors = Floors {
+    extractor: "rules-2",
+    precision: MIN_PRECISION,
+    lesson_recall: MIN_LESSON_RECALL,
+    recall_at_5: MIN_RECALL_AT_5,
+    false_recall: MAX_FALSE_RECALL,
+};
+
+const MODEL_1: Floors = Floors {
+    extractor: "model-1",
+    precision: MODEL_MIN_PRECISION,
+    lesson_recall: MODEL_MIN_LESSON_RECALL,
+    recall_at_5: MODEL_MIN_RECALL_AT_5,
+    false_recall: MODEL_MAX_FALSE_RECALL,
+};
+
+async fn replay(store: StoreChoice) -> Report {
+    let options = EvalOptions {
+        labels: dev_labels(),
+        corpus: repository().join("../shared/corpus"),
+        repository: repository(),
+        store,
+        // Replay never reaches the provider's address: every answer comes from the cassettes.
+        config: zuno_tests::fake_provider::learning_config("http://127.0.0.1:9", 30_000),
+        cassettes: Some(CassetteMode::Replay(
+            repository().join("tests/learning-eval/cassettes/model-1"),
+        )),
+    };
+    zuno_api::eval::run(&options)
+        .await
+        .expect("the harness runs")
+}
+
 fn assert_figures(report: &Report) {
+    assert_floors(report, &RULES_2);
+}
+
+fn assert_floors(report: &Report, floors: &Floors) {
     let text = zuno_api::eval::print_text(report);
     let total = &report.total;
     for file in &report.files {
@@ -63,7 +120,16 @@ fn assert_figures(report: &Report) {
             file.report.labels,
             file.report.unlabelled
         );
-        assert_eq!(file.report.extractor, "rules-2");
+        assert_eq!(file.report.extractor, floors.extractor);
+        for (job, count) in &file.report.jobs {
+            assert!(
+                !job.ends_with(":failed") && !job.ends_with(":dead"),
+                "{}: {count} {job} jobs (a request without a recording? re-record with \
+                 zuno-record-cassettes)\n{}",
+                file.report.labels,
+                zuno_api::eval::print_text(report)
+            );
+        }
     }
     let at_least = |name: &str, value: Option<f64>, floor: f64| {
         let value = value.unwrap_or(0.0);
@@ -72,12 +138,12 @@ fn assert_figures(report: &Report) {
             "{name} {value:.3} fell below {floor}\n{text}"
         );
     };
-    at_least("precision", total.precision, MIN_PRECISION);
-    at_least("lesson recall", total.lesson_recall, MIN_LESSON_RECALL);
-    at_least("recall@5", total.recall_at_5, MIN_RECALL_AT_5);
+    at_least("precision", total.precision, floors.precision);
+    at_least("lesson recall", total.lesson_recall, floors.lesson_recall);
+    at_least("recall@5", total.recall_at_5, floors.recall_at_5);
     let false_recall = total.false_recall.unwrap_or(0.0);
     assert!(
-        false_recall <= MAX_FALSE_RECALL,
+        false_recall <= floors.false_recall,
         "false recall {false_recall:.3}\n{text}"
     );
     assert_eq!(total.counts.cross_project_items, 0, "{text}");
@@ -101,5 +167,21 @@ async fn postgres_dev_set_figures_hold() {
             admin_url: zuno_tests::postgres_admin_url(),
         })
         .await,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_model_path_figures_hold_on_recorded_answers() {
+    assert_floors(&replay(StoreChoice::Sqlite).await, &MODEL_1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_model_path_figures_hold_on_recorded_answers() {
+    assert_floors(
+        &replay(StoreChoice::Postgres {
+            admin_url: zuno_tests::postgres_admin_url(),
+        })
+        .await,
+        &MODEL_1,
     );
 }
