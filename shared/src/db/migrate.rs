@@ -425,3 +425,22 @@ pub(super) async fn fingerprint(db: &Db) -> Result<String, MigrationError> {
 fn normalize(sql: &str) -> String {
     sql.split_whitespace().collect::<Vec<_>>().join(" ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS};
+
+    /// The two schemas say the same thing: the same numbered migrations, with the same names,
+    /// in both directories.
+    #[test]
+    fn both_backends_have_the_same_migrations() {
+        let list = |migrator: &sqlx::migrate::Migrator| -> Vec<(i64, String)> {
+            migrator
+                .iter()
+                .map(|migration| (migration.version, migration.description.to_string()))
+                .collect()
+        };
+        assert_eq!(list(&SQLITE_MIGRATIONS), list(&POSTGRES_MIGRATIONS));
+        assert!(!list(&SQLITE_MIGRATIONS).is_empty());
+    }
+}
