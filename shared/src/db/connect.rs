@@ -49,7 +49,16 @@ impl ConnectOptions {
 
 pub(super) async fn connect(options: &ConnectOptions) -> Result<Db, StoreError> {
     if options.is_postgres() {
-        let connect = PgConnectOptions::from_str(&options.url)?.application_name("zuno");
+        // A session left idle inside a transaction (a frozen or cut-off worker) would hold its
+        // row locks, and with them the rescue of its expired lease, until the server notices
+        // the dead client; the server ends such sessions itself, whatever its own settings.
+        let idle_timeout = format!("{}ms", Db::IDLE_IN_TRANSACTION_TIMEOUT.as_millis());
+        let connect = PgConnectOptions::from_str(&options.url)?
+            .application_name("zuno")
+            .options([(
+                "idle_in_transaction_session_timeout",
+                idle_timeout.as_str(),
+            )]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(Db::ACQUIRE_TIMEOUT)
