@@ -3,7 +3,11 @@
 //! worker-extract=3`, on a private project name and free host ports. It must become healthy in
 //! start order, learn from a closed turn end to end (API → ledger → an extract worker → the fake
 //! provider → a verified experience) and be scraped whole by its Prometheus (every replica of
-//! the scaled worker included); then `down -v` removes it.
+//! the scaled worker included); then `down -v` removes it. Beyond extraction, the fake provider
+//! answers maintenance plans and pattern grouping in their own schemas, so the maintain and
+//! aggregate jobs of three sessions repeating one correction complete (none fails) and mining
+//! groups them into a pattern. A killed worker comes back (`restart: always`) and a stopping
+//! one gets more than its 30 s grace (`stop_grace_period`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -77,6 +81,22 @@ impl Stack {
             output.status
         );
         stdout
+    }
+
+    /// The ids of the containers of one service.
+    async fn service_containers(&self, service: &str) -> Vec<String> {
+        super::docker::docker(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=com.docker.compose.project={}", self.project),
+            "--filter",
+            &format!("label=com.docker.compose.service={service}"),
+        ])
+        .await
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
     }
 
     /// Each running container of the project: (service, health or state).
@@ -396,6 +416,93 @@ async fn the_local_compose_stack_starts_scales_and_learns_end_to_end() {
         experience["title"],
         started.elapsed()
     );
+
+    // Beyond extraction: two more sessions repeat the correction, so mining has three records
+    // and asks the fake for pattern groups; maintenance asks it for plans. Every job completes.
+    for _ in 0..2 {
+        let session = api.post("/api/projects/demo/sessions", json!({})).await["id"]
+            .as_str()
+            .expect("session id")
+            .to_owned();
+        let messages = format!("/api/session/{session}/messages");
+        api.post(
+            &messages,
+            json!({"role": "user", "parts": [{"type": "text", "text": CORRECTION}]}),
+        )
+        .await;
+        api.post(
+            &messages,
+            json!({"role": "assistant", "status": "completed", "parts": [
+                {"type": "tool_call", "toolName": "bash", "arguments": {"cmd": "pnpm i"},
+                 "result": "ok", "status": "completed"}]}),
+        )
+        .await;
+    }
+    let jobs = zuno_tests::eventually(
+        "every job settles and one aggregation groups the three corrections",
+        Duration::from_secs(120),
+        || async {
+            let page = api.get("/api/jobs?limit=1000").await?;
+            let jobs = page["jobs"].as_array()?.clone();
+            for job in &jobs {
+                assert_ne!(job["state"], "failed", "no job fails: {job}");
+            }
+            let of = |kind: &'static str| jobs.iter().filter(move |j| j["kind"] == kind);
+            let done = jobs.iter().all(|j| j["state"] == "completed")
+                && of("extract").count() == 3
+                && of("maintain").count() >= 1
+                && of("aggregate_project").any(|j| j["result"]["outcome"] == "aggregated");
+            if !done {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            done.then_some(jobs)
+        },
+    )
+    .await;
+    let kinds: Vec<&str> = jobs.iter().filter_map(|j| j["kind"].as_str()).collect();
+    eprintln!("jobs after three sessions: {kinds:?}");
+    let patterns = api
+        .get("/api/projects/demo/learn/patterns")
+        .await
+        .expect("patterns");
+    assert_eq!(patterns[0]["sessionCount"], 3, "{patterns}");
+
+    // Capacity comes back after `docker kill`, and `docker stop` waits out the grace period.
+    let worker = stack
+        .service_containers("worker-maintain")
+        .await
+        .pop()
+        .expect("a worker-maintain container");
+    let policy = super::docker::docker(&[
+        "inspect",
+        "--format",
+        "{{ .HostConfig.RestartPolicy.Name }} {{ .Config.StopTimeout }}",
+        &worker,
+    ])
+    .await;
+    assert_eq!(policy.trim(), "always 40", "restart policy and stop timeout");
+    super::docker::docker(&["kill", &worker]).await;
+    zuno_tests::eventually(
+        "the killed worker is restarted and healthy again",
+        Duration::from_secs(90),
+        || async {
+            let state = super::docker::docker(&[
+                "inspect",
+                "--format",
+                "{{ .RestartCount }} {{ if .State.Health }}{{ .State.Health.Status }}{{ end }}",
+                &worker,
+            ])
+            .await;
+            let mut parts = state.split_whitespace();
+            let restarts: u64 = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            let back = restarts >= 1 && parts.next() == Some("healthy");
+            if !back {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            back.then_some(())
+        },
+    )
+    .await;
 
     // Prometheus scrapes every service, every replica of the scaled worker included (found
     // through Docker's DNS), and sees the completed extraction.
