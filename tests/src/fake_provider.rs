@@ -1073,4 +1073,79 @@ mod tests {
             json!({ "experiences": [], "memories": [] })
         );
     }
+
+    /// A native schema name decides; without one the system prompt's answer shape does, on
+    /// each wire format's own place for it.
+    #[test]
+    fn request_kinds_are_read_from_the_schema_name_or_the_system_prompt() {
+        let anthropic = json!({
+            "system": "anything",
+            "tool_choice": { "type": "tool", "name": "zuno_memory_plan" },
+            "messages": [],
+        });
+        assert_eq!(RequestKind::of(&anthropic), RequestKind::MaintenancePlan);
+        let responses = json!({
+            "instructions": "Answer with one JSON object: {\"groups\": [{\"concept\", \"rules\": [], \"pattern_ids\": []}]}.",
+            "text": { "format": { "type": "json_schema", "name": "zuno_pattern_groups" } },
+        });
+        assert_eq!(RequestKind::of(&responses), RequestKind::GlobalGrouping);
+        let chat = |system: &str| json!({ "messages": [
+            { "role": "system", "content": system },
+            { "role": "user", "content": "<input>\n{}\n</input>" },
+        ]});
+        assert_eq!(
+            RequestKind::of(&chat("Answer with one JSON object: {\"groups\": [{\"pattern_id\": null}]}")),
+            RequestKind::ProjectGrouping
+        );
+        assert_eq!(
+            RequestKind::of(&chat("Answer with one JSON object: {\"score\": <0..1>}")),
+            RequestKind::EvaluationGrade
+        );
+        assert_eq!(
+            RequestKind::of(&chat("each step, answer with {\"action\": \"call\"}")),
+            RequestKind::EvaluationStep
+        );
+        assert_eq!(RequestKind::of(&chat("Hello")), RequestKind::Unknown);
+        let (system, user) = zuno_worker_extract::prompt::build(&finish(vec![]), false);
+        assert_eq!(
+            RequestKind::of(&json!({ "system": system, "messages": [{ "role": "user", "content": user }] })),
+            RequestKind::Extraction
+        );
+    }
+
+    #[test]
+    fn default_answers_cite_only_given_ids() {
+        let plan = maintenance_plan_answer(&json!({
+            "experiences": [{ "id": "exp_a" }],
+            "hints": [
+                { "experience_id": "exp_a", "target": "project", "action": "add", "content": "Use pnpm.", "old_text": null, "reason": "user rule" },
+                { "experience_id": "exp_gone", "target": "project", "action": "add", "content": "x", "old_text": null, "reason": "r" },
+            ],
+        }));
+        assert_eq!(plan["changes"].as_array().unwrap().len(), 1, "{plan}");
+        assert_eq!(plan["changes"][0]["experience_ids"], json!(["exp_a"]));
+        let groups = project_grouping_answer(&json!({
+            "experiences": [
+                { "id": "exp_a", "title": "pnpm", "summary": "Use  pnpm.", "resolution": null },
+                { "id": "exp_b", "title": "pnpm again", "summary": "use pnpm.", "resolution": null },
+                { "id": "exp_c", "title": "uv", "summary": "Use uv.", "resolution": null },
+            ],
+            "patterns": [{ "pattern_id": "pat_1", "concept": "uv", "rules": ["use UV."] }],
+        }));
+        assert_eq!(
+            groups,
+            json!({ "groups": [
+                { "pattern_id": null, "concept": "pnpm", "rules": ["Use  pnpm."], "experience_ids": ["exp_a", "exp_b"] },
+                { "pattern_id": "pat_1", "concept": "uv", "rules": ["Use uv."], "experience_ids": ["exp_c"] },
+            ]})
+        );
+        let global = global_grouping_answer(&json!({ "patterns": [
+            { "pattern_id": "pat_1", "project": "a", "concept": "pnpm", "rules": ["Use pnpm."] },
+            { "pattern_id": "pat_2", "project": "b", "concept": "pnpm too", "rules": ["use  pnpm."] },
+        ]}));
+        assert_eq!(
+            global,
+            json!({ "groups": [{ "concept": "pnpm", "rules": ["Use pnpm."], "pattern_ids": ["pat_1", "pat_2"] }] })
+        );
+    }
 }
