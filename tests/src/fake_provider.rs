@@ -450,7 +450,12 @@ impl FakeProvider {
     /// Replies not consumed yet (shared and per kind).
     pub fn remaining(&self) -> usize {
         let script = self.shared.lock();
-        script.replies.len() + script.replies_for.values().map(VecDeque::len).sum::<usize>()
+        script.replies.len()
+            + script
+                .replies_for
+                .values()
+                .map(VecDeque::len)
+                .sum::<usize>()
     }
 
     /// How many requests of each kind were received (of those `requests()` still holds).
@@ -1089,12 +1094,16 @@ mod tests {
             "text": { "format": { "type": "json_schema", "name": "zuno_pattern_groups" } },
         });
         assert_eq!(RequestKind::of(&responses), RequestKind::GlobalGrouping);
-        let chat = |system: &str| json!({ "messages": [
-            { "role": "system", "content": system },
-            { "role": "user", "content": "<input>\n{}\n</input>" },
-        ]});
+        let chat = |system: &str| {
+            json!({ "messages": [
+                { "role": "system", "content": system },
+                { "role": "user", "content": "<input>\n{}\n</input>" },
+            ]})
+        };
         assert_eq!(
-            RequestKind::of(&chat("Answer with one JSON object: {\"groups\": [{\"pattern_id\": null}]}")),
+            RequestKind::of(&chat(
+                "Answer with one JSON object: {\"groups\": [{\"pattern_id\": null}]}"
+            )),
             RequestKind::ProjectGrouping
         );
         assert_eq!(
@@ -1108,7 +1117,9 @@ mod tests {
         assert_eq!(RequestKind::of(&chat("Hello")), RequestKind::Unknown);
         let (system, user) = zuno_worker_extract::prompt::build(&finish(vec![]), false);
         assert_eq!(
-            RequestKind::of(&json!({ "system": system, "messages": [{ "role": "user", "content": user }] })),
+            RequestKind::of(
+                &json!({ "system": system, "messages": [{ "role": "user", "content": user }] })
+            ),
             RequestKind::Extraction
         );
     }

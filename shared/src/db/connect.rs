@@ -55,10 +55,7 @@ pub(super) async fn connect(options: &ConnectOptions) -> Result<Db, StoreError> 
         let idle_timeout = format!("{}ms", Db::IDLE_IN_TRANSACTION_TIMEOUT.as_millis());
         let connect = PgConnectOptions::from_str(&options.url)?
             .application_name("zuno")
-            .options([(
-                "idle_in_transaction_session_timeout",
-                idle_timeout.as_str(),
-            )]);
+            .options([("idle_in_transaction_session_timeout", idle_timeout.as_str())]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(Db::ACQUIRE_TIMEOUT)

@@ -69,7 +69,9 @@ async fn a_database_outage_is_503_with_retry_after_and_a_retried_turn_is_stored_
     assert_eq!(problem["status"], 503, "{problem}");
     assert_eq!(problem["code"], "unavailable", "{problem}");
     // Reads fail the same way, not as 500.
-    let (status, _) = server.get(&format!("/api/session/{session}/messages")).await;
+    let (status, _) = server
+        .get(&format!("/api/session/{session}/messages"))
+        .await;
     assert_eq!(status, 503);
 
     // The client keeps retrying after the advertised wait; the database comes back once the

@@ -480,7 +480,11 @@ async fn the_local_compose_stack_starts_scales_and_learns_end_to_end() {
         &worker,
     ])
     .await;
-    assert_eq!(policy.trim(), "always 40", "restart policy and stop timeout");
+    assert_eq!(
+        policy.trim(),
+        "always 40",
+        "restart policy and stop timeout"
+    );
     super::docker::docker(&["kill", &worker]).await;
     zuno_tests::eventually(
         "the killed worker is restarted and healthy again",

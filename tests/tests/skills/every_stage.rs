@@ -35,11 +35,13 @@ async fn drain_every_stage(server: &TestServer, name: &str) {
             config.clone(),
             client.clone(),
         )))
-        .register(Arc::new(zuno_worker_maintain::maintain::MaintainHandler::new(
-            config,
-            server.state.memory.clone(),
-            client.clone(),
-        )))
+        .register(Arc::new(
+            zuno_worker_maintain::maintain::MaintainHandler::new(
+                config,
+                server.state.memory.clone(),
+                client.clone(),
+            ),
+        ))
         .register(Arc::new(
             zuno_worker_mine::mine::AggregateProjectHandler::new(skills.clone(), client.clone()),
         ))
@@ -185,8 +187,7 @@ async fn every_stage_completes_over_openai_chat(db: TestDb) {
 }
 
 async fn every_stage_completes_over_anthropic_messages_with_native_schemas(db: TestDb) {
-    every_stage_completes_against_the_auto_answering_fake(db, ProviderApi::AnthropicMessages)
-        .await;
+    every_stage_completes_against_the_auto_answering_fake(db, ProviderApi::AnthropicMessages).await;
 }
 
 on_both_backends!(

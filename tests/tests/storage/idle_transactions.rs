@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use zuno_shared::db::Db;
+use zuno_shared::db::{ConnectOptions, Db};
 use zuno_tests::TestDb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,7 +34,9 @@ async fn an_idle_transaction_is_ended_by_the_server_and_its_row_locks_released()
         .unwrap();
 
     // Another process takes the row as soon as the server has ended the idle session.
-    let other = db.reopen().await;
+    let other = Db::connect(&ConnectOptions::new(db.url.clone()))
+        .await
+        .unwrap();
     let other = other.as_postgres().unwrap();
     zuno_tests::eventually(
         "the idle transaction's row lock is released",
