@@ -109,8 +109,8 @@ impl StoreError {
 
 /// True when `error` says the database cannot be reached rather than that a statement failed:
 /// the pool timed out or was closed, the socket broke, or the server ended or refused the
-/// session (SQLSTATE class 08, and 57P01–57P03: terminated by an administrator, crash
-/// recovery, starting up or shutting down). Workers retry these instead of recording a job
+/// session (SQLSTATE class 08; 57P01–57P03: terminated by an administrator, crash recovery,
+/// starting up or shutting down; 25P03: ended for idling inside a transaction). Workers retry these instead of recording a job
 /// failure, and the API answers 503 with `Retry-After` instead of 500.
 pub fn is_connection_error(error: &sqlx::Error) -> bool {
     match error {
@@ -120,7 +120,7 @@ pub fn is_connection_error(error: &sqlx::Error) -> bool {
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Tls(_) => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "25P03")
         }),
         _ => false,
     }

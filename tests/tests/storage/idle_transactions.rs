@@ -55,8 +55,39 @@ async fn an_idle_transaction_is_ended_by_the_server_and_its_row_locks_released()
         },
     )
     .await;
-    sqlx::query("SELECT 1")
+    let ended = sqlx::query("SELECT 1")
         .execute(&mut *frozen)
         .await
         .expect_err("the server ended the idle session");
+    // The process that wakes up finds its connection gone, which callers retry (not a job
+    // failure, not a 500).
+    assert!(zuno_shared::db::is_connection_error(&ended), "{ended:?}");
+}
+
+/// A session the server ends (`pg_terminate_backend`: an administrator, a failover) is a
+/// connection error, whichever way the driver reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ended_by_the_server_is_a_connection_error() {
+    let db = TestDb::postgres().await;
+    let pool = db.db.as_postgres().unwrap();
+    let mut victim = pool.begin().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *victim)
+        .await
+        .unwrap();
+    let other = Db::connect(&ConnectOptions::new(db.url.clone()))
+        .await
+        .unwrap();
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(other.as_postgres().unwrap())
+        .await
+        .unwrap();
+    assert!(ended);
+    let error = sqlx::query("SELECT 1")
+        .execute(&mut *victim)
+        .await
+        .expect_err("the session was ended");
+    eprintln!("{error:?}");
+    assert!(zuno_shared::db::is_connection_error(&error), "{error:?}");
 }
