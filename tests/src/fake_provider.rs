@@ -1159,4 +1159,46 @@ mod tests {
             json!({ "groups": [{ "concept": "pnpm", "rules": ["Use pnpm."], "pattern_ids": ["pat_1", "pat_2"] }] })
         );
     }
+
+    /// Replies scripted for one kind answer only requests of that kind, before the shared
+    /// script; the rest of the requests take the shared script in order.
+    #[tokio::test]
+    async fn replies_scripted_for_a_kind_answer_only_that_kind() {
+        let provider = FakeProvider::start().await;
+        provider.push_for(
+            RequestKind::MaintenancePlan,
+            [Reply::answer(r#"{"changes": []}"#)],
+        );
+        provider.push([Reply::answer("shared")]);
+        let http = reqwest::Client::new();
+        let ask = |system: &'static str| {
+            let http = http.clone();
+            let url = format!("{}/chat/completions", provider.base_url());
+            async move {
+                let body: Value = http
+                    .post(url)
+                    .json(&json!({ "model": "m", "messages": [{ "role": "system", "content": system }] }))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                body["choices"][0]["message"]["content"].clone()
+            }
+        };
+        assert_eq!(ask("Answer: {\"score\": 1}").await, json!("shared"));
+        assert_eq!(
+            ask("Answer with one JSON object: {\"changes\": []}").await,
+            json!(r#"{"changes": []}"#)
+        );
+        assert_eq!(provider.remaining(), 0);
+        assert_eq!(
+            provider.kinds(),
+            BTreeMap::from([
+                (RequestKind::MaintenancePlan, 1),
+                (RequestKind::EvaluationGrade, 1)
+            ])
+        );
+    }
 }

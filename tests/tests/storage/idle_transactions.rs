@@ -91,3 +91,20 @@ async fn a_session_ended_by_the_server_is_a_connection_error() {
     eprintln!("{error:?}");
     assert!(zuno_shared::db::is_connection_error(&error), "{error:?}");
 }
+
+/// An operator's own value in the database URL is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_transaction_timeout_in_the_url_is_kept() {
+    let db = TestDb::postgres().await;
+    let separator = if db.url.contains('?') { '&' } else { '?' };
+    let url = format!(
+        "{}{separator}options=-c%20idle_in_transaction_session_timeout%3D5s",
+        db.url
+    );
+    let configured = Db::connect(&ConnectOptions::new(url)).await.unwrap();
+    let setting: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+        .fetch_one(configured.as_postgres().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(setting, "5s");
+}
