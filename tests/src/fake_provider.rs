@@ -7,10 +7,15 @@
 //! cassettes in `shared/corpus/provider-fixtures` (read in place). Every request is recorded
 //! for assertions. With the script used up it answers 500 saying so.
 //!
+//! Requests are told apart by what they ask for ([`RequestKind`]: extraction, maintenance plan,
+//! project or global pattern grouping, evaluation step or grade), read from the schema name of
+//! native structured output or else from the system prompt. A test may script replies for one
+//! kind ([`FakeProvider::push_for`]); those come before the shared script.
+//!
 //! In *auto-answer* mode ([`FakeProvider::start_auto`], the `zuno-fake-provider` binary the
-//! docker-compose stack runs) a request without a scripted reply is answered with a valid
-//! extraction derived from the request itself ([`auto_answer`]), so a stack with no real model
-//! still learns something.
+//! docker-compose stack runs) a request without a scripted reply is answered with a valid answer
+//! of its own kind derived from the request itself ([`auto_answer`]), so a stack with no real
+//! model learns through every stage: extraction, maintenance, mining and evaluation.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -78,7 +83,7 @@ enum ReplyKind {
         gate: Gate,
         then: Box<Reply>,
     },
-    /// The extraction [`auto_answer`] derives from the request.
+    /// The answer of the request's kind [`auto_answer`] derives from the request.
     Auto,
 }
 
@@ -135,8 +140,8 @@ impl Reply {
         })
     }
 
-    /// The extraction answer [`auto_answer`] derives from the request, in the called endpoint's
-    /// success envelope.
+    /// The answer of the request's kind that [`auto_answer`] derives from the request, in the
+    /// called endpoint's success envelope.
     pub fn auto() -> Reply {
         Reply::from_kind(ReplyKind::Auto)
     }
@@ -215,11 +220,132 @@ impl ReceivedRequest {
             .get(&name.to_ascii_lowercase())
             .map(String::as_str)
     }
+
+    /// What the request asks for.
+    pub fn kind(&self) -> RequestKind {
+        RequestKind::of(&self.body)
+    }
+}
+
+/// What a learning request asks the model for; each kind has its own answer schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RequestKind {
+    /// `zuno_extraction`: experiences and memory hints of one closed turn.
+    Extraction,
+    /// `zuno_memory_plan`: changes to resident Memory.
+    MaintenancePlan,
+    /// `zuno_pattern_groups` over one project's experiences.
+    ProjectGrouping,
+    /// `zuno_pattern_groups` over promoted patterns across projects.
+    GlobalGrouping,
+    /// `zuno_eval_step`: one step of an offline attempt.
+    EvaluationStep,
+    /// `zuno_eval_grade`: the grade of one attempt.
+    EvaluationGrade,
+    /// Anything else (not a request a Zuno worker sends).
+    Unknown,
+}
+
+impl RequestKind {
+    pub const ALL: [RequestKind; 7] = [
+        RequestKind::Extraction,
+        RequestKind::MaintenancePlan,
+        RequestKind::ProjectGrouping,
+        RequestKind::GlobalGrouping,
+        RequestKind::EvaluationStep,
+        RequestKind::EvaluationGrade,
+        RequestKind::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKind::Extraction => "extraction",
+            RequestKind::MaintenancePlan => "maintenance_plan",
+            RequestKind::ProjectGrouping => "project_grouping",
+            RequestKind::GlobalGrouping => "global_grouping",
+            RequestKind::EvaluationStep => "evaluation_step",
+            RequestKind::EvaluationGrade => "evaluation_grade",
+            RequestKind::Unknown => "unknown",
+        }
+    }
+
+    /// Reads the kind of a request body of any of the three wire formats: the schema name of
+    /// native structured output when there is one, else the answer shape the system prompt
+    /// asks for. Both pattern groupings share a schema; the global one groups `pattern_ids`.
+    pub fn of(body: &Value) -> RequestKind {
+        let system = system_prompt(body);
+        let global_grouping = system.contains("\"pattern_ids\"");
+        match schema_name(body) {
+            Some("zuno_extraction") => return RequestKind::Extraction,
+            Some("zuno_memory_plan") => return RequestKind::MaintenancePlan,
+            Some("zuno_pattern_groups") if global_grouping => return RequestKind::GlobalGrouping,
+            Some("zuno_pattern_groups") => return RequestKind::ProjectGrouping,
+            Some("zuno_eval_step") => return RequestKind::EvaluationStep,
+            Some("zuno_eval_grade") => return RequestKind::EvaluationGrade,
+            _ => {}
+        }
+        if system.contains("\"experience_ordinal\"") {
+            RequestKind::Extraction
+        } else if system.contains("{\"changes\"") {
+            RequestKind::MaintenancePlan
+        } else if system.contains("{\"groups\"") && global_grouping {
+            RequestKind::GlobalGrouping
+        } else if system.contains("{\"groups\"") {
+            RequestKind::ProjectGrouping
+        } else if system.contains("{\"score\"") {
+            RequestKind::EvaluationGrade
+        } else if system.contains("{\"action\"") {
+            RequestKind::EvaluationStep
+        } else if framed_sources(body).is_some() {
+            RequestKind::Extraction
+        } else {
+            RequestKind::Unknown
+        }
+    }
+}
+
+/// The schema name of native structured output: Chat `response_format.json_schema.name`,
+/// Responses `text.format.name`, or the forced tool of Anthropic Messages.
+fn schema_name(body: &Value) -> Option<&str> {
+    body.pointer("/response_format/json_schema/name")
+        .or_else(|| body.pointer("/text/format/name"))
+        .or_else(|| {
+            body.get("tool_choice")
+                .filter(|choice| choice["type"] == "tool")
+                .and_then(|choice| choice.get("name"))
+        })
+        .and_then(Value::as_str)
+}
+
+/// The system prompt: Chat's system message, Responses `instructions` or Anthropic `system`
+/// (a string or text blocks); empty when there is none.
+fn system_prompt(body: &Value) -> String {
+    let text = |value: &Value| match value {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|block| block["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    };
+    if let Some(system) = body.get("system").or_else(|| body.get("instructions")) {
+        return text(system);
+    }
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|message| message["role"] == "system" || message["role"] == "developer")
+        .map(|message| text(&message["content"]))
+        .unwrap_or_default()
 }
 
 #[derive(Default)]
 struct Script {
     replies: VecDeque<Reply>,
+    /// Replies for one kind of request, used before `replies`.
+    replies_for: BTreeMap<RequestKind, VecDeque<Reply>>,
     received: Vec<ReceivedRequest>,
     /// Requests received in all (`received` is bounded in auto-answer mode).
     count: usize,
@@ -309,9 +435,36 @@ impl FakeProvider {
         self.shared.lock().received.clone()
     }
 
-    /// Replies not consumed yet.
+    /// Appends replies to the script of one request kind: a request of that kind takes them
+    /// before the shared script.
+    pub fn push_for(&self, kind: RequestKind, replies: impl IntoIterator<Item = Reply>) -> &Self {
+        self.shared
+            .lock()
+            .replies_for
+            .entry(kind)
+            .or_default()
+            .extend(replies);
+        self
+    }
+
+    /// Replies not consumed yet (shared and per kind).
     pub fn remaining(&self) -> usize {
-        self.shared.lock().replies.len()
+        let script = self.shared.lock();
+        script.replies.len()
+            + script
+                .replies_for
+                .values()
+                .map(VecDeque::len)
+                .sum::<usize>()
+    }
+
+    /// How many requests of each kind were received (of those `requests()` still holds).
+    pub fn kinds(&self) -> BTreeMap<RequestKind, usize> {
+        let mut kinds = BTreeMap::new();
+        for request in &self.shared.lock().received {
+            *kinds.entry(request.kind()).or_insert(0) += 1;
+        }
+        kinds
     }
 
     /// Requests received since start (in auto-answer mode `requests()` keeps only the latest).
@@ -350,8 +503,10 @@ async fn handle(
             script.received.remove(0);
         }
         let reply = script
-            .replies
-            .pop_front()
+            .replies_for
+            .get_mut(&request.kind())
+            .and_then(VecDeque::pop_front)
+            .or_else(|| script.replies.pop_front())
             .or_else(|| shared.auto.then(Reply::auto));
         (reply, script.count)
     };
@@ -527,12 +682,187 @@ fn envelope(
     }
 }
 
-/// A valid extraction answer derived from a learning request: the `<sources>` JSON framed in
+/// A valid answer of the request's own kind, derived from the request; deterministic, so the
+/// stack's behaviour is repeatable:
+/// - extraction: [`extraction_answer`];
+/// - maintenance plan: every raw hint in the input becomes the change it proposes, citing its
+///   experience (what the no-model rule does);
+/// - project grouping: experiences stating the same rule (their resolution, else summary,
+///   compared case- and space-insensitively) form one group, continuing an existing pattern
+///   that has that rule;
+/// - global grouping: promoted patterns with the same rules form one group;
+/// - evaluation step: the attempt answers at once; evaluation grade: a pass.
+///
+/// An unknown request gets an empty object.
+pub fn auto_answer(body: &Value) -> Value {
+    match RequestKind::of(body) {
+        RequestKind::Extraction => extraction_answer(body),
+        RequestKind::MaintenancePlan => maintenance_plan_answer(&framed_input(body)),
+        RequestKind::ProjectGrouping => project_grouping_answer(&framed_input(body)),
+        RequestKind::GlobalGrouping => global_grouping_answer(&framed_input(body)),
+        RequestKind::EvaluationStep => json!({
+            "action": "answer",
+            "answer": "Done: the task was handled as the tools' recorded results allow.",
+        }),
+        RequestKind::EvaluationGrade => json!({
+            "score": 1.0,
+            "passed": true,
+            "critical": false,
+            "reason": "fake provider: every attempt passes",
+        }),
+        RequestKind::Unknown => json!({}),
+    }
+}
+
+/// The JSON a worker framed as `<input>…</input>` in the first user message (`Null` without).
+fn framed_input(body: &Value) -> Value {
+    fn find(value: &Value) -> Option<Value> {
+        match value {
+            Value::String(text) => {
+                let start = text.find("<input>")? + "<input>".len();
+                let end = start + text[start..].find("</input>")?;
+                serde_json::from_str(text[start..end].trim()).ok()
+            }
+            Value::Array(items) => items.iter().find_map(find),
+            Value::Object(map) => map.values().find_map(find),
+            _ => None,
+        }
+    }
+    body.get("messages")
+        .or_else(|| body.get("input"))
+        .and_then(find)
+        .unwrap_or(Value::Null)
+}
+
+fn maintenance_plan_answer(input: &Value) -> Value {
+    let known: Vec<&str> = input["experiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|experience| experience["id"].as_str())
+        .collect();
+    let changes: Vec<Value> = input["hints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|hint| {
+            hint["experience_id"]
+                .as_str()
+                .is_some_and(|id| known.contains(&id))
+        })
+        .take(32)
+        .map(|hint| {
+            json!({
+                "target": hint["target"],
+                "action": hint["action"],
+                "content": hint["content"],
+                "old_text": hint["old_text"],
+                "reason": hint["reason"],
+                "confidence": 0.8,
+                "experience_ids": [hint["experience_id"]],
+            })
+        })
+        .collect();
+    json!({ "changes": changes })
+}
+
+fn normalized_rule(rule: &str) -> String {
+    rule.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+fn project_grouping_answer(input: &Value) -> Value {
+    let mut groups: Vec<(String, Value)> = Vec::new();
+    for experience in input["experiences"].as_array().into_iter().flatten() {
+        let Some(id) = experience["id"].as_str() else {
+            continue;
+        };
+        let Some(rule) = experience["resolution"]
+            .as_str()
+            .or_else(|| experience["summary"].as_str())
+            .filter(|rule| !rule.trim().is_empty())
+        else {
+            continue;
+        };
+        let key = normalized_rule(rule);
+        match groups.iter_mut().find(|(existing, _)| *existing == key) {
+            Some((_, group)) => group["experience_ids"]
+                .as_array_mut()
+                .expect("built as an array")
+                .push(json!(id)),
+            None => {
+                let continued = input["patterns"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|pattern| {
+                        pattern["rules"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .any(|existing| normalized_rule(existing) == key)
+                    })
+                    .map(|pattern| pattern["pattern_id"].clone())
+                    .unwrap_or(Value::Null);
+                let title = experience["title"].as_str().unwrap_or_default().trim();
+                let concept = if title.is_empty() { rule.trim() } else { title };
+                groups.push((
+                    key,
+                    json!({
+                        "pattern_id": continued,
+                        "concept": concept,
+                        "rules": [rule.trim()],
+                        "experience_ids": [id],
+                    }),
+                ));
+            }
+        }
+    }
+    json!({ "groups": groups.into_iter().map(|(_, group)| group).collect::<Vec<_>>() })
+}
+
+fn global_grouping_answer(input: &Value) -> Value {
+    let mut groups: Vec<(Vec<String>, Value)> = Vec::new();
+    for pattern in input["patterns"].as_array().into_iter().flatten() {
+        let Some(id) = pattern["pattern_id"].as_str() else {
+            continue;
+        };
+        let rules: Vec<&str> = pattern["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if rules.is_empty() {
+            continue;
+        }
+        let key: Vec<String> = rules.iter().map(|rule| normalized_rule(rule)).collect();
+        match groups.iter_mut().find(|(existing, _)| *existing == key) {
+            Some((_, group)) => group["pattern_ids"]
+                .as_array_mut()
+                .expect("built as an array")
+                .push(json!(id)),
+            None => groups.push((
+                key,
+                json!({
+                    "concept": pattern["concept"].as_str().filter(|c| !c.trim().is_empty()).unwrap_or(rules[0]),
+                    "rules": rules,
+                    "pattern_ids": [id],
+                }),
+            )),
+        }
+    }
+    json!({ "groups": groups.into_iter().map(|(_, group)| group).collect::<Vec<_>>() })
+}
+
+/// A valid extraction answer derived from an extraction request: the `<sources>` JSON framed in
 /// the user message is parsed, and the first `user_statement` source becomes one `correction`
 /// experience citing its first sentence verbatim (so citation validation accepts it). Without
-/// such a source (or for a request that is not an extraction) the answer is empty lists, which
-/// is also valid. Deterministic, so the stack's behaviour is repeatable.
-pub fn auto_answer(body: &Value) -> Value {
+/// such a source the answer is empty lists, which is also valid.
+pub fn extraction_answer(body: &Value) -> Value {
     let statement = framed_sources(body)
         .unwrap_or_default()
         .into_iter()
@@ -744,8 +1074,131 @@ mod tests {
             json!({ "experiences": [], "memories": [] })
         );
         assert_eq!(
-            auto_answer(&json!({ "messages": [] })),
+            extraction_answer(&json!({ "messages": [] })),
             json!({ "experiences": [], "memories": [] })
+        );
+    }
+
+    /// A native schema name decides; without one the system prompt's answer shape does, on
+    /// each wire format's own place for it.
+    #[test]
+    fn request_kinds_are_read_from_the_schema_name_or_the_system_prompt() {
+        let anthropic = json!({
+            "system": "anything",
+            "tool_choice": { "type": "tool", "name": "zuno_memory_plan" },
+            "messages": [],
+        });
+        assert_eq!(RequestKind::of(&anthropic), RequestKind::MaintenancePlan);
+        let responses = json!({
+            "instructions": "Answer with one JSON object: {\"groups\": [{\"concept\", \"rules\": [], \"pattern_ids\": []}]}.",
+            "text": { "format": { "type": "json_schema", "name": "zuno_pattern_groups" } },
+        });
+        assert_eq!(RequestKind::of(&responses), RequestKind::GlobalGrouping);
+        let chat = |system: &str| {
+            json!({ "messages": [
+                { "role": "system", "content": system },
+                { "role": "user", "content": "<input>\n{}\n</input>" },
+            ]})
+        };
+        assert_eq!(
+            RequestKind::of(&chat(
+                "Answer with one JSON object: {\"groups\": [{\"pattern_id\": null}]}"
+            )),
+            RequestKind::ProjectGrouping
+        );
+        assert_eq!(
+            RequestKind::of(&chat("Answer with one JSON object: {\"score\": <0..1>}")),
+            RequestKind::EvaluationGrade
+        );
+        assert_eq!(
+            RequestKind::of(&chat("each step, answer with {\"action\": \"call\"}")),
+            RequestKind::EvaluationStep
+        );
+        assert_eq!(RequestKind::of(&chat("Hello")), RequestKind::Unknown);
+        let (system, user) = zuno_worker_extract::prompt::build(&finish(vec![]), false);
+        assert_eq!(
+            RequestKind::of(
+                &json!({ "system": system, "messages": [{ "role": "user", "content": user }] })
+            ),
+            RequestKind::Extraction
+        );
+    }
+
+    #[test]
+    fn default_answers_cite_only_given_ids() {
+        let plan = maintenance_plan_answer(&json!({
+            "experiences": [{ "id": "exp_a" }],
+            "hints": [
+                { "experience_id": "exp_a", "target": "project", "action": "add", "content": "Use pnpm.", "old_text": null, "reason": "user rule" },
+                { "experience_id": "exp_gone", "target": "project", "action": "add", "content": "x", "old_text": null, "reason": "r" },
+            ],
+        }));
+        assert_eq!(plan["changes"].as_array().unwrap().len(), 1, "{plan}");
+        assert_eq!(plan["changes"][0]["experience_ids"], json!(["exp_a"]));
+        let groups = project_grouping_answer(&json!({
+            "experiences": [
+                { "id": "exp_a", "title": "pnpm", "summary": "Use  pnpm.", "resolution": null },
+                { "id": "exp_b", "title": "pnpm again", "summary": "use pnpm.", "resolution": null },
+                { "id": "exp_c", "title": "uv", "summary": "Use uv.", "resolution": null },
+            ],
+            "patterns": [{ "pattern_id": "pat_1", "concept": "uv", "rules": ["use UV."] }],
+        }));
+        assert_eq!(
+            groups,
+            json!({ "groups": [
+                { "pattern_id": null, "concept": "pnpm", "rules": ["Use  pnpm."], "experience_ids": ["exp_a", "exp_b"] },
+                { "pattern_id": "pat_1", "concept": "uv", "rules": ["Use uv."], "experience_ids": ["exp_c"] },
+            ]})
+        );
+        let global = global_grouping_answer(&json!({ "patterns": [
+            { "pattern_id": "pat_1", "project": "a", "concept": "pnpm", "rules": ["Use pnpm."] },
+            { "pattern_id": "pat_2", "project": "b", "concept": "pnpm too", "rules": ["use  pnpm."] },
+        ]}));
+        assert_eq!(
+            global,
+            json!({ "groups": [{ "concept": "pnpm", "rules": ["Use pnpm."], "pattern_ids": ["pat_1", "pat_2"] }] })
+        );
+    }
+
+    /// Replies scripted for one kind answer only requests of that kind, before the shared
+    /// script; the rest of the requests take the shared script in order.
+    #[tokio::test]
+    async fn replies_scripted_for_a_kind_answer_only_that_kind() {
+        let provider = FakeProvider::start().await;
+        provider.push_for(
+            RequestKind::MaintenancePlan,
+            [Reply::answer(r#"{"changes": []}"#)],
+        );
+        provider.push([Reply::answer("shared")]);
+        let http = reqwest::Client::new();
+        let ask = |system: &'static str| {
+            let http = http.clone();
+            let url = format!("{}/chat/completions", provider.base_url());
+            async move {
+                let body: Value = http
+                    .post(url)
+                    .json(&json!({ "model": "m", "messages": [{ "role": "system", "content": system }] }))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                body["choices"][0]["message"]["content"].clone()
+            }
+        };
+        assert_eq!(ask("Answer: {\"score\": 1}").await, json!("shared"));
+        assert_eq!(
+            ask("Answer with one JSON object: {\"changes\": []}").await,
+            json!(r#"{"changes": []}"#)
+        );
+        assert_eq!(provider.remaining(), 0);
+        assert_eq!(
+            provider.kinds(),
+            BTreeMap::from([
+                (RequestKind::MaintenancePlan, 1),
+                (RequestKind::EvaluationGrade, 1)
+            ])
         );
     }
 }

@@ -7,6 +7,7 @@ pub mod label_oracle;
 pub mod otlp_receiver;
 pub mod processes;
 pub mod server;
+pub mod tcp_proxy;
 
 use std::sync::Arc;
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use zuno_api::http::{AppState, router};
 use zuno_shared::config::Config;
+use zuno_shared::db::Db;
 
 use crate::TestDb;
 
@@ -28,11 +29,13 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    pub async fn start(
-        db: &TestDb,
-        mut config: Config,
-        operator_token: Option<&str>,
-    ) -> TestServer {
+    pub async fn start(db: &TestDb, config: Config, operator_token: Option<&str>) -> TestServer {
+        TestServer::start_on(db.db.clone(), config, operator_token).await
+    }
+
+    /// Serves on `db`, a handle of the caller's making (e.g. one that reaches the database
+    /// through a proxy the test can cut).
+    pub async fn start_on(db: Db, mut config: Config, operator_token: Option<&str>) -> TestServer {
         let home = tempfile::tempdir().expect("temp home");
         let paths = zuno_shared::paths::Paths::resolve(Some(home.path()));
         if config.server.worktree_roots.is_empty() {
@@ -50,7 +53,7 @@ impl TestServer {
         };
         let state = AppState::new(
             Arc::new(config),
-            db.db.clone(),
+            db,
             zuno_shared::clock::system_clock(),
             paths,
             Some(&token),

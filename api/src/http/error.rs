@@ -2,6 +2,10 @@
 //!
 //! 4xx bodies explain what was wrong (and name the field); 5xx bodies are generic and the real
 //! error is logged where it is converted.
+//!
+//! A database outage (the pool timed out, the connection was refused, closed or terminated) is
+//! 503 with `Retry-After`, wherever in a route it surfaced: a client that retries 503 gets its
+//! write stored once the database is back, instead of dropping it on a 500.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -151,16 +155,46 @@ fn status_parts(status: StatusCode) -> (StatusCode, &'static str, &'static str) 
     (status, code, title)
 }
 
+/// Seconds a client should wait before retrying a 503: long enough for a pool to reconnect
+/// after a database restart, short enough that a hook's turn is not held up for long.
+pub const RETRY_AFTER_SECONDS: u64 = 2;
+
+/// True when a store error anywhere in `error`'s chain says the database cannot be reached.
+fn is_database_outage(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<zuno_shared::db::StoreError>()
+            .is_some_and(zuno_shared::db::StoreError::is_connection)
+            || cause
+                .downcast_ref::<sqlx::Error>()
+                .is_some_and(zuno_shared::db::is_connection_error)
+    })
+}
+
+impl ApiError {
+    /// The error as answered: an internal error caused by a database outage (a domain error
+    /// wrapping the store's) is the outage.
+    fn classified(self) -> ApiError {
+        match self {
+            ApiError::Internal(error) if is_database_outage(&error) => {
+                ApiError::Unavailable(format!("database unavailable: {error:#}"))
+            }
+            other => other,
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        match &self {
+        let this = self.classified();
+        match &this {
             ApiError::Internal(error) => {
                 tracing::error!(error = format!("{error:#}"), "request failed");
             }
             ApiError::Unavailable(reason) => tracing::warn!(%reason, "dependency unavailable"),
             _ => {}
         }
-        let problem = self.problem();
+        let problem = this.problem();
         let status =
             StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, axum::Json(problem)).into_response();
@@ -168,10 +202,18 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if matches!(self, ApiError::Unauthorized) {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        match this {
+            ApiError::Unauthorized => {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::Unavailable(_) => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+            }
+            _ => {}
         }
         response
     }
@@ -221,7 +263,7 @@ impl From<zuno_shared::db::StoreError> for ApiError {
 
 fn store_error(error: zuno_shared::db::StoreError) -> ApiError {
     if error.is_connection() {
-        return ApiError::Unavailable(error.to_string());
+        return ApiError::Unavailable(format!("database unavailable: {error}"));
     }
     if let Some(message) = error.constraint_violation() {
         return ApiError::Conflict(format!("the request conflicts with stored data: {message}"));

@@ -47,9 +47,23 @@ impl ConnectOptions {
     }
 }
 
+const IDLE_IN_TRANSACTION_SETTING: &str = "idle_in_transaction_session_timeout";
+
 pub(super) async fn connect(options: &ConnectOptions) -> Result<Db, StoreError> {
     if options.is_postgres() {
-        let connect = PgConnectOptions::from_str(&options.url)?.application_name("zuno");
+        // A session left idle inside a transaction (a frozen or cut-off worker) would hold its
+        // row locks, and with them the rescue of its expired lease, until the server notices
+        // the dead client; the server ends such sessions itself, whatever its own settings. An
+        // operator's own value in the URL (`?options=-c idle_in_transaction_session_timeout=…`)
+        // is kept.
+        let mut connect = PgConnectOptions::from_str(&options.url)?.application_name("zuno");
+        let operator_set = connect
+            .get_options()
+            .is_some_and(|set| set.contains(IDLE_IN_TRANSACTION_SETTING));
+        if !operator_set {
+            let idle_timeout = format!("{}ms", Db::IDLE_IN_TRANSACTION_TIMEOUT.as_millis());
+            connect = connect.options([(IDLE_IN_TRANSACTION_SETTING, idle_timeout.as_str())]);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(Db::ACQUIRE_TIMEOUT)

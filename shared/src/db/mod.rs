@@ -86,16 +86,7 @@ impl StoreError {
     /// True when the error is a broken or refused connection rather than a statement failure,
     /// so callers (workers) retry instead of recording a job failure.
     pub fn is_connection(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Database(
-                sqlx::Error::Io(_)
-                    | sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::WorkerCrashed
-                    | sqlx::Error::Tls(_)
-            )
-        )
+        matches!(self, StoreError::Database(error) if is_connection_error(error))
     }
 
     /// True when a unique or check constraint rejected the statement.
@@ -113,6 +104,25 @@ impl StoreError {
             }
             _ => None,
         }
+    }
+}
+
+/// True when `error` says the database cannot be reached rather than that a statement failed:
+/// the pool timed out or was closed, the socket broke, or the server ended or refused the
+/// session (SQLSTATE class 08; 57P01–57P03: terminated by an administrator, crash recovery,
+/// starting up or shutting down; 25P03: ended for idling inside a transaction). Workers retry these instead of recording a job
+/// failure, and the API answers 503 with `Retry-After` instead of 500.
+pub fn is_connection_error(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "25P03")
+        }),
+        _ => false,
     }
 }
 
@@ -258,6 +268,12 @@ impl Db {
 
     /// Pool acquire timeout applied to both backends.
     pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// How long a Postgres session may sit idle inside a transaction before the server ends
+    /// it (set on every pooled connection). A live process keeps its transactions busy (model
+    /// calls happen outside them), so only a frozen or cut-off process reaches it; it is well
+    /// below the 60 s default lease, so such a process's locks are gone before its lease can
+    /// be rescued.
+    pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
 }
 
 impl Tx {

@@ -1,7 +1,8 @@
 //! The fake model provider as a standalone service, for the docker-compose stack: it serves the
-//! same server the tests use (`zuno_tests::fake_provider`) in auto-answer mode, so every
-//! extraction request gets a valid answer citing the turn's first user statement and the stack
-//! learns something without a real model or key.
+//! same server the tests use (`zuno_tests::fake_provider`) in auto-answer mode, so every request
+//! gets a valid answer of its own kind (an extraction citing the turn's first user statement, a
+//! maintenance plan, pattern groups, an evaluation step or grade) and the stack learns through
+//! every stage without a real model or key.
 //!
 //! Configure Zuno with a provider whose `base_url` is `http://HOST:PORT/v1` (any of the three
 //! wire formats) and `learning.extractor_model` naming it.

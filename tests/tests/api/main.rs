@@ -7,6 +7,7 @@ mod events;
 mod ingestion;
 mod learning;
 mod openapi;
+mod outage;
 mod page;
 mod recall;
 mod security;

@@ -3,7 +3,11 @@
 //! worker-extract=3`, on a private project name and free host ports. It must become healthy in
 //! start order, learn from a closed turn end to end (API → ledger → an extract worker → the fake
 //! provider → a verified experience) and be scraped whole by its Prometheus (every replica of
-//! the scaled worker included); then `down -v` removes it.
+//! the scaled worker included); then `down -v` removes it. Beyond extraction, the fake provider
+//! answers maintenance plans and pattern grouping in their own schemas, so the maintain and
+//! aggregate jobs of three corrected sessions complete (none fails) and mining turns the fake's
+//! groups into patterns. A worker that exits is restarted, a `docker kill`ed one comes back
+//! with `up -d`, and a stopping one gets more than its 30 s grace (`stop_grace_period`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -77,6 +81,22 @@ impl Stack {
             output.status
         );
         stdout
+    }
+
+    /// The ids of the containers of one service.
+    async fn service_containers(&self, service: &str) -> Vec<String> {
+        super::docker::docker(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=com.docker.compose.project={}", self.project),
+            "--filter",
+            &format!("label=com.docker.compose.service={service}"),
+        ])
+        .await
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
     }
 
     /// Each running container of the project: (service, health or state).
@@ -181,6 +201,32 @@ impl Api {
             _ => None,
         }
     }
+}
+
+/// Waits until `service` runs exactly one container, healthy, restarted by Docker at least
+/// `restarts` times.
+async fn healthy_again(stack: &Stack, service: &str, what: &str, restarts: u64) {
+    zuno_tests::eventually(what, Duration::from_secs(90), || async {
+        let containers = stack.service_containers(service).await;
+        let mut back = containers.len() == 1;
+        for container in &containers {
+            let state = super::docker::docker(&[
+                "inspect",
+                "--format",
+                "{{ .RestartCount }} {{ if .State.Health }}{{ .State.Health.Status }}{{ end }}",
+                container,
+            ])
+            .await;
+            let mut parts = state.split_whitespace();
+            let count: u64 = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            back &= count >= restarts && parts.next() == Some("healthy");
+        }
+        if !back {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        back.then_some(())
+    })
+    .await;
 }
 
 /// A query-string value: everything but RFC 3986 unreserved characters percent-encoded.
@@ -397,6 +443,125 @@ async fn the_local_compose_stack_starts_scales_and_learns_end_to_end() {
         started.elapsed()
     );
 
+    // Beyond extraction: two more sessions with other corrections give mining three new
+    // records, so it asks the fake for pattern groups; maintenance asks it for plans. (The same
+    // correction again would reinforce the first experience, not add a record.) Every job
+    // completes.
+    for correction in [
+        "No, run the tests with cargo nextest.",
+        "Wrong file: the settings live in config.toml.",
+    ] {
+        let session = api.post("/api/projects/demo/sessions", json!({})).await["id"]
+            .as_str()
+            .expect("session id")
+            .to_owned();
+        let messages = format!("/api/session/{session}/messages");
+        api.post(
+            &messages,
+            json!({"role": "user", "parts": [{"type": "text", "text": correction}]}),
+        )
+        .await;
+        api.post(
+            &messages,
+            json!({"role": "assistant", "status": "completed", "parts": [
+                {"type": "tool_call", "toolName": "bash", "arguments": {"cmd": "ls"},
+                 "result": "ok", "status": "completed"}]}),
+        )
+        .await;
+    }
+    let jobs = zuno_tests::eventually(
+        "every job settles and one aggregation groups the three experiences",
+        Duration::from_secs(120),
+        || async {
+            let page = api.get("/api/jobs?limit=1000").await?;
+            let jobs = page["jobs"].as_array()?.clone();
+            for job in &jobs {
+                assert_ne!(job["state"], "failed", "no job fails: {job}");
+            }
+            let of = |kind: &'static str| jobs.iter().filter(move |j| j["kind"] == kind);
+            let done = jobs.iter().all(|j| j["state"] == "completed")
+                && of("extract").count() == 3
+                && of("maintain").count() >= 1
+                && of("aggregate_project").any(|j| j["result"]["outcome"] == "aggregated");
+            if !done {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            done.then_some(jobs)
+        },
+    )
+    .await;
+    let kinds: Vec<&str> = jobs.iter().filter_map(|j| j["kind"].as_str()).collect();
+    eprintln!("jobs after three sessions: {kinds:?}");
+    let patterns = api
+        .get("/api/projects/demo/learn/patterns")
+        .await
+        .expect("patterns");
+    let rules = patterns.to_string();
+    assert!(
+        rules.contains(CORRECTION) && rules.contains("cargo nextest"),
+        "the fake's groups became patterns: {patterns}"
+    );
+
+    // Capacity comes back. A worker that exits by itself (a crash, the OOM killer; here a
+    // signal from inside the container) is restarted by Docker. `docker kill` is an operator's
+    // stop, which no restart policy undoes on this engine: `docker compose up -d` brings the
+    // worker back. `docker stop` waits out the workers' 30 s grace before SIGKILL.
+    let worker = stack
+        .service_containers("worker-maintain")
+        .await
+        .pop()
+        .expect("a worker-maintain container");
+    let policy = super::docker::docker(&[
+        "inspect",
+        "--format",
+        "{{ .HostConfig.RestartPolicy.Name }} {{ .Config.StopTimeout }}",
+        &worker,
+    ])
+    .await;
+    assert_eq!(
+        policy.trim(),
+        "unless-stopped 40",
+        "restart policy and stop timeout"
+    );
+    super::docker::docker(&["exec", &worker, "sh", "-c", "kill -TERM 1"]).await;
+    healthy_again(
+        &stack,
+        "worker-maintain",
+        "a worker that exited is restarted",
+        1,
+    )
+    .await;
+    super::docker::docker(&["kill", &worker]).await;
+    zuno_tests::eventually(
+        "the killed worker stays down",
+        Duration::from_secs(30),
+        || async {
+            let state =
+                super::docker::docker(&["inspect", "--format", "{{ .State.Status }}", &worker])
+                    .await;
+            let exited = state.trim() == "exited";
+            if !exited {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            exited.then_some(())
+        },
+    )
+    .await;
+    stack
+        .run(&[
+            "up",
+            "-d",
+            "--scale",
+            &format!("worker-extract={EXTRACT_REPLICAS}"),
+        ])
+        .await;
+    healthy_again(
+        &stack,
+        "worker-maintain",
+        "`up -d` brings the killed worker back",
+        0,
+    )
+    .await;
     // Prometheus scrapes every service, every replica of the scaled worker included (found
     // through Docker's DNS), and sees the completed extraction.
     let prometheus = format!("http://127.0.0.1:{}", stack.prometheus_port);

@@ -260,10 +260,9 @@ impl Fleet {
                     "postgres",
                     "-c",
                     "max_connections=200",
-                    // A frozen or cut-off worker may hold a transaction open (and with it a job
-                    // row's lock); the server ends such sessions, as a fleet's server should.
-                    "-c",
-                    "idle_in_transaction_session_timeout=5s",
+                    // No `idle_in_transaction_session_timeout` here: a frozen or cut-off worker's
+                    // open transaction (and a job row's lock with it) is ended by the setting
+                    // every Zuno connection carries, whatever the server's configuration.
                 ],
             )
             .await;

@@ -323,3 +323,74 @@ async fn a_postgres_restart_under_load_is_survived() {
     let summary = fleet.assert_ledger_promises(&admitted, SETTLE).await;
     eprintln!("postgres restart: {summary:?}");
 }
+
+/// Ends every worker connection at once (`pg_terminate_backend`, as a database blip or a
+/// failover does) at a moment when a settlement is in flight: a worker connection inside a
+/// transaction whose latest statement wrote the probe's effect, which only the settlement
+/// transaction does. Returns how many worker connections were inside a transaction. The test's
+/// own connections (from the host, through the published port) are spared.
+async fn blip_during_a_settlement(fleet: &Fleet) -> i64 {
+    let pool = fleet.db.as_postgres().expect("the fleet runs on Postgres");
+    zuno_tests::eventually(
+        "a settlement is in flight when the blip comes",
+        Duration::from_secs(60),
+        || async {
+            let (inside, terminated): (i64, i64) = sqlx::query_as(
+                "WITH workers AS ( \
+                   SELECT pid, xact_start, query FROM pg_stat_activity \
+                   WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() \
+                     AND client_addr IS DISTINCT FROM (SELECT client_addr FROM pg_stat_activity WHERE pid = pg_backend_pid())), \
+                 settling AS (SELECT COUNT(*) AS n FROM workers WHERE xact_start IS NOT NULL AND query LIKE '%probe_effect%') \
+                 SELECT (SELECT COUNT(*) FROM workers WHERE xact_start IS NOT NULL), \
+                        COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) \
+                 FROM workers WHERE (SELECT n FROM settling) > 0",
+            )
+            .fetch_one(pool)
+            .await
+            .ok()?;
+            if terminated == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                return None;
+            }
+            Some(inside)
+        },
+    )
+    .await
+}
+
+/// The database drops every worker connection three times while a settlement is in flight,
+/// under steady load: the workers reconnect, and every job is
+/// applied exactly once (none lost, none duplicated, attempts within the ceiling).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_blips_during_settlement_lose_and_duplicate_nothing() {
+    require_docker!();
+    let fleet = Arc::new(Fleet::start("blip").await);
+    let workers = ["w1", "w2"];
+    for worker in workers {
+        fleet.worker(worker, WorkerSpec::holding(100)).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_admissions(
+        fleet.clone(),
+        "blip",
+        Duration::from_millis(50),
+        stop.clone(),
+    );
+    for worker in workers {
+        works_again(&fleet, worker, 0).await;
+    }
+    let mut interrupted = Vec::new();
+    for _ in 0..3 {
+        interrupted.push(blip_during_a_settlement(&fleet).await);
+        let after = fleet.ledger.now_ms();
+        for worker in workers {
+            works_again(&fleet, worker, after).await;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let admitted = load.await.unwrap();
+
+    let summary = fleet.assert_ledger_promises(&admitted, SETTLE).await;
+    eprintln!("database blips (transactions cut: {interrupted:?}): {summary:?}");
+    assert!(interrupted.iter().all(|n| *n >= 1), "{interrupted:?}");
+}

@@ -5,6 +5,7 @@
 mod apply;
 mod end_to_end;
 mod evaluation;
+mod every_stage;
 mod global;
 mod harness;
 mod mining;

@@ -1,0 +1,129 @@
+//! A database outage is 503 with `Retry-After` as problem JSON, never 500, and a client that
+//! retries after the advertised wait gets its turn stored once the database is back.
+//!
+//! The API reaches its Postgres database through a TCP proxy the test cuts: open connections
+//! close and new ones are dropped at once, as when the server goes away.
+
+use std::time::Duration;
+
+use serde_json::json;
+use zuno_shared::config::Config;
+use zuno_shared::db::{ConnectOptions, Db};
+use zuno_tests::TestDb;
+use zuno_tests::server::{TestServer, decode};
+use zuno_tests::tcp_proxy::TcpProxy;
+
+use crate::ingestion::project_and_session;
+
+/// `url` with its host and port replaced by `address`.
+fn through(url: &str, address: std::net::SocketAddr) -> (String, String) {
+    let mut parsed = reqwest::Url::parse(url).expect("database URL");
+    let host = parsed
+        .host_str()
+        .filter(|host| !host.is_empty())
+        .expect("a TCP host in the test database URL")
+        .to_owned();
+    let target = format!("{host}:{}", parsed.port().unwrap_or(5432));
+    parsed.set_host(Some("127.0.0.1")).unwrap();
+    parsed.set_port(Some(address.port())).unwrap();
+    (parsed.to_string(), target)
+}
+
+async fn post_turn(server: &TestServer, session: &str, text: &str) -> reqwest::Response {
+    server
+        .client
+        .post(server.url(&format!("/api/session/{session}/messages")))
+        .json(&json!({"role": "user", "parts": [{"type": "text", "text": text}]}))
+        .send()
+        .await
+        .expect("the API answers")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_outage_is_503_with_retry_after_and_a_retried_turn_is_stored_once() {
+    let db = TestDb::postgres().await;
+    let (_, target) = through(&db.url, "127.0.0.1:1".parse().unwrap());
+    let proxy = TcpProxy::start(target).await.unwrap();
+    let (proxied_url, _) = through(&db.url, proxy.address());
+    let api_db = Db::connect(&ConnectOptions::new(proxied_url))
+        .await
+        .expect("connect through the proxy");
+    let server = TestServer::start_on(api_db, Config::default(), None).await;
+    let session = project_and_session(&server, "p1").await;
+
+    proxy.cut();
+    let text = "No, use pnpm instead of npm.";
+    let response = post_turn(&server, &session, text).await;
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let retry_after: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .expect("Retry-After in seconds");
+    assert!(retry_after >= 1, "{retry_after}");
+    let (_, problem) = decode(response).await;
+    assert_eq!(problem["status"], 503, "{problem}");
+    assert_eq!(problem["code"], "unavailable", "{problem}");
+    // Reads fail the same way, not as 500.
+    let (status, _) = server
+        .get(&format!("/api/session/{session}/messages"))
+        .await;
+    assert_eq!(status, 503);
+
+    // The client keeps retrying after the advertised wait; the database comes back once the
+    // client has met the outage.
+    let (statuses, mut seen) = tokio::sync::mpsc::unbounded_channel::<u16>();
+    let client = {
+        let base = server.url("");
+        let http = server.client.clone();
+        let session = session.clone();
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let response = http
+                    .post(format!("{base}/api/session/{session}/messages"))
+                    .json(&json!({"role": "user", "parts": [{"type": "text", "text": text}]}))
+                    .send()
+                    .await
+                    .expect("the API answers");
+                let status = response.status().as_u16();
+                answers.push(status);
+                let _ = statuses.send(status);
+                if status != 503 || tokio::time::Instant::now() > deadline {
+                    return answers;
+                }
+                let wait: u64 = response.headers()["retry-after"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                tokio::time::sleep(Duration::from_secs(wait)).await;
+            }
+        })
+    };
+    let first = tokio::time::timeout(Duration::from_secs(30), seen.recv())
+        .await
+        .expect("the client's first answer");
+    assert_eq!(first, Some(503));
+    proxy.restore();
+    let answers = client.await.unwrap();
+    assert_eq!(answers.last(), Some(&201), "{answers:?}");
+    assert!(
+        answers[..answers.len() - 1].iter().all(|s| *s == 503),
+        "{answers:?}"
+    );
+
+    let stored: Vec<String> = sqlx::query_scalar(
+        "SELECT p.text FROM message_part p JOIN message m ON m.id = p.message_id WHERE m.session_id = $1",
+    )
+    .bind(&session)
+    .fetch_all(db.db.as_postgres().unwrap())
+    .await
+    .unwrap();
+    assert_eq!(stored, vec![text.to_owned()], "stored exactly once");
+}
