@@ -20,7 +20,7 @@ pub mod usage;
 pub mod validate;
 
 pub use ingestion::{
-    LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError, RULES_2_EXTRACTOR_VERSION,
+    CATCH_UP_LIMIT, LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError, RULES_2_EXTRACTOR_VERSION,
     RULES_EXTRACTOR_VERSION, ReflectOutcome, ReflectScope, RepairAction, RepairReport,
     SessionDeletion, TurnOutcome, extractor_version,
 };

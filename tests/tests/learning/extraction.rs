@@ -400,7 +400,41 @@ async fn the_daily_token_cap_pauses_automatic_extraction_only(db: TestDb) {
     assert_eq!(manual.state, JobState::Completed);
 }
 
+async fn verified_extractions_in_one_bucket_admit_one_aggregation_check(db: TestDb) {
+    let mut config = Config::default();
+    // One bucket for the whole test, whatever the time of day.
+    config.learning.aggregation.interval_ms = 1 << 50;
+    let world = World::new(db, config).await;
+    for _ in 0..4 {
+        let session = world.session().await;
+        world.corrected_turn(&session).await;
+    }
+    let report = world.run_extract().await;
+    assert_eq!(report.completed, 4, "{report:?}");
+    assert_eq!(
+        world
+            .scalar("SELECT COUNT(*) FROM experience_record WHERE verification = 'verified'")
+            .await,
+        4
+    );
+    let checks = world
+        .ledger
+        .list(&JobFilter {
+            kind: Some(JobKind::AggregateProject),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        checks.len(),
+        1,
+        "each extraction's check joined the queued one: {checks:?}"
+    );
+    assert_eq!(checks[0].state, JobState::Queued);
+}
+
 on_both_backends!(
+    verified_extractions_in_one_bucket_admit_one_aggregation_check,
     the_rules_extractor_turns_a_correction_into_a_verified_cited_experience,
     the_model_extractor_stores_verified_and_unverified_experiences,
     refused_items_are_skipped_and_siblings_keep_their_ordinals,
