@@ -5,7 +5,7 @@ use zuno_shared::config::Config;
 use zuno_shared::learning::events;
 use zuno_shared::learning::projection;
 use zuno_shared::ledger::{JobFilter, JobKind, JobState};
-use zuno_shared::transcript::Part;
+use zuno_shared::transcript::{Part, ToolStatus};
 use zuno_tests::fake_provider::{FakeProvider, Reply};
 use zuno_tests::{TestDb, on_both_backends};
 
@@ -405,9 +405,23 @@ async fn verified_extractions_in_one_bucket_admit_one_aggregation_check(db: Test
     // One bucket for the whole test, whatever the time of day.
     config.learning.aggregation.interval_ms = 1 << 50;
     let world = World::new(db, config).await;
-    for _ in 0..4 {
+    for correction in [
+        "No, never use npm here; always use pnpm. It keeps the lockfile consistent.",
+        "No, never push to main; always open a pull request. Reviews catch mistakes.",
+        "No, never commit the .env file; always use the vault. It holds the secrets.",
+        "No, never skip the tests; always run cargo nextest. It finds flaky tests.",
+    ] {
         let session = world.session().await;
-        world.corrected_turn(&session).await;
+        world.user(&session, correction).await;
+        world
+            .assistant(
+                &session,
+                vec![
+                    tool("bash", r#"{"command":"true"}"#, "ok", ToolStatus::Completed),
+                    text("Done."),
+                ],
+            )
+            .await;
     }
     let report = world.run_extract().await;
     assert_eq!(report.completed, 4, "{report:?}");
