@@ -624,3 +624,54 @@ on_both_backends!(
     an_experience_stamped_by_a_slow_host_clock_is_still_mined,
     one_bucket_queues_one_check_and_one_follow_up_during_a_run,
 );
+
+/// On Postgres, transactions commit in any order; the experience sequence must not. A second
+/// writer of the same project waits for the first one's commit, so it can never make a larger
+/// `seq` visible while a smaller one is still uncommitted (a reader would pass the gap for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_experience_sequence_follows_commit_order() {
+    let world = World::new(
+        TestDb::postgres().await,
+        zuno_shared::config::Config::default(),
+    )
+    .await;
+    let session = world.session().await;
+    let insert = "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, confidence, \
+                    verification, content_digest, created_at, updated_at) \
+                  VALUES ($1, $2, $3, 'extraction', 'correction', 'x', 'x', 0.9, 'verified', 'd', 1, 1) RETURNING seq";
+    let mut first = world.db.db.begin().await.unwrap();
+    let first_seq: i64 = zuno_shared::on_tx!(&mut first, conn => sqlx::query_scalar(insert)
+        .bind("exp_first").bind(PROJECT).bind(&session).fetch_one(conn).await)
+    .unwrap();
+    let other = world.db.reopen().await;
+    let second_session = session.clone();
+    let second = tokio::spawn(async move {
+        let mut tx = other.begin().await.unwrap();
+        let seq: i64 = zuno_shared::on_tx!(&mut tx, conn => sqlx::query_scalar(insert)
+            .bind("exp_second").bind(PROJECT).bind(&second_session).fetch_one(conn).await)
+        .unwrap();
+        tx.commit().await.unwrap();
+        seq
+    });
+    eventually(
+        "the second writer waits for the first one's commit",
+        std::time::Duration::from_secs(30),
+        || async {
+            let waiting: i64 = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO experience_record%'")
+                .fetch_one(pool).await)
+            .unwrap();
+            (waiting == 1).then_some(())
+        },
+    )
+    .await;
+    assert!(!second.is_finished());
+    first.commit().await.unwrap();
+    let second_seq = second.await.unwrap();
+    assert!(
+        second_seq > first_seq,
+        "{second_seq} must follow {first_seq}"
+    );
+}
+
