@@ -69,11 +69,7 @@ impl Ledger {
     }
 
     /// A job by id, read inside `tx`.
-    pub async fn get_in(
-        &self,
-        tx: &mut crate::db::Tx,
-        job_id: &str,
-    ) -> Result<Job, LedgerError> {
+    pub async fn get_in(&self, tx: &mut crate::db::Tx, job_id: &str) -> Result<Job, LedgerError> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE id = $1");
         let row: Option<JobRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(job_id)

@@ -8,8 +8,7 @@ use super::pattern::{ELIGIBLE, evidence_digest, lock_scope_in, project_key, wate
 use super::{SkillError, SkillService};
 use crate::db::{StoreError, Tx};
 use crate::ledger::{
-    Admission, JobIdentity, JobKind, JobOrigin, JobState, Ledger, LedgerError, NewJob,
-    bucket_start,
+    Admission, JobIdentity, JobKind, JobOrigin, JobState, Ledger, LedgerError, NewJob, bucket_start,
 };
 
 /// The evidence identity of a project check: the digest of the eligible experiences past the

@@ -118,7 +118,8 @@ async fn historical_mutations_are_classified_from_their_snapshots_never_replayed
 /// its revision, and an edited one is preserved and recorded as an external edit.
 async fn the_maintain_worker_reconciles_and_repairs_files_when_it_starts(db: TestDb) {
     let env = Env::new(db).await;
-    env.apply(add(Scope::Project, "Use pnpm.", Origin::Tool)).await;
+    env.apply(add(Scope::Project, "Use pnpm.", Origin::Tool))
+        .await;
     let document = env.document_id(Scope::Project).await;
     let interrupted = historical(&env, &document, "applying", &[], &["Use pnpm."]).await;
     let rules = env.rules_path();

@@ -530,7 +530,11 @@ async fn an_experience_stamped_by_a_slow_host_clock_is_still_mined(db: TestDb) {
     provider.push([lint_groups(&late)]);
     check(&world).await;
     assert_eq!(world.run_mine().await.completed, 1);
-    assert_eq!(provider.request_count(), 2, "the late experiences are mined");
+    assert_eq!(
+        provider.request_count(),
+        2,
+        "the late experiences are mined"
+    );
     assert_eq!(offered_ids(&provider, 1), sorted(late));
 }
 
@@ -545,7 +549,12 @@ async fn one_bucket_queues_one_check_and_one_follow_up_during_a_run(db: TestDb) 
     .await;
     // A check per new experience (as after each verified extraction) while the job is queued.
     let mut admissions = Vec::new();
-    for text in ["Use pnpm, not npm", "Install with pnpm", "CI uses pnpm", "pnpm in scripts"] {
+    for text in [
+        "Use pnpm, not npm",
+        "Install with pnpm",
+        "CI uses pnpm",
+        "pnpm in scripts",
+    ] {
         let session = world.session().await;
         world.experience(&session, text, text).await;
         admissions.push(world.skills.admit_project_check(PROJECT).await.unwrap());
@@ -585,7 +594,10 @@ async fn one_bucket_queues_one_check_and_one_follow_up_during_a_run(db: TestDb) 
         world.experience(&session, text, text).await;
         during.push(world.skills.admit_project_check(PROJECT).await.unwrap());
     }
-    assert!(during[0].is_new(), "the first new evidence schedules a follow-up");
+    assert!(
+        during[0].is_new(),
+        "the first new evidence schedules a follow-up"
+    );
     let follow_up = during[0].job().clone();
     assert!(
         during[1..]
@@ -674,4 +686,3 @@ async fn postgres_experience_sequence_follows_commit_order() {
         "{second_seq} must follow {first_seq}"
     );
 }
-
