@@ -12,11 +12,14 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    run_worker(
-        "zuno-worker-maintain",
-        args.worker,
-        source_gate,
-        zuno_worker_maintain::handlers,
-    )
+    run_worker("zuno-worker-maintain", args.worker, source_gate, |env| {
+        // Before the first claim, so a host that runs only maintenance workers (no `zuno serve`)
+        // still gets its Memory files repaired when a worker starts.
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current()
+                .block_on(zuno_worker_maintain::reconcile_at_start(env))
+        });
+        zuno_worker_maintain::handlers(env)
+    })
     .await
 }

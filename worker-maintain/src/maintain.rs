@@ -326,7 +326,8 @@ impl JobHandler for MaintainHandler {
                         if published.insert(staged.document_id.clone())
                             && let Err(error) = self.memory.publish(&staged.document_id).await
                         {
-                            // Committed entries stay available; the projection is repaired at start-up.
+                            // Committed entries stay available; the file is restored when `zuno serve` or
+                            // `zuno-worker-maintain` next starts (start-up reconciliation).
                             tracing::warn!(%error, "memory projection failed after maintenance");
                         }
                     }

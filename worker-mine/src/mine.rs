@@ -202,10 +202,15 @@ impl JobHandler for AggregateProjectHandler {
         let min_new = i64::from(config.learning.aggregation.min_new_records);
         let max_rules = config.learning.skill.max_learned_rules as usize;
         let db = ctx.ledger.db().clone();
-        let mut read = db.begin_read().await?;
-        let (new_records, inputs) = new_inputs_in(&mut read, &project_id, MAX_INPUTS).await?;
+        // The inputs are read under the scope lock admissions take, so evidence committed with an
+        // admission that found this job queued is read here (see `admit_project_check_in`).
+        let mut read = db.begin().await?;
+        pattern::lock_scope_in(&mut read, &project_key(&project_id), ctx.ledger.now_ms()).await?;
+        let read_inputs = new_inputs_in(&mut read, &project_id, MAX_INPUTS).await?;
         let patterns = patterns_in(&mut read, Some(&project_id)).await?;
-        read.rollback().await?;
+        read.commit().await?;
+        let new_records = read_inputs.new_records;
+        let inputs = &read_inputs.inputs;
         if new_records < min_new {
             // The count gate is about grouping; an applied Skill whose evidence disappeared
             // (forgotten, superseded, source changed) is proposed for revocation regardless.
@@ -257,7 +262,7 @@ impl JobHandler for AggregateProjectHandler {
                 })
                 .collect()
         } else {
-            deterministic_groups(&inputs)
+            deterministic_groups(inputs)
         };
 
         let mut settlement = ctx.begin_settlement().await?;
@@ -281,20 +286,15 @@ impl JobHandler for AggregateProjectHandler {
             merged.push(serde_json::json!({ "patternId": pattern_id, "merge": merge }));
         }
         let revocations = propose_revocations_in(tx, &project_id, now).await?;
-        // The watermark passes every new record this job saw (eligible or not).
-        let (mark_at, mark_id) = pattern::watermark_in(tx, &project_key(&project_id)).await?;
-        let newest: Option<(i64, String)> = zuno_shared::on_tx!(tx, conn => sqlx::query_as(
-                "SELECT created_at, id FROM experience_record WHERE project_id = $1 AND status = 'active' \
-                 AND (created_at > $2 OR (created_at = $2 AND id > $3)) ORDER BY created_at DESC, id DESC LIMIT 1")
-            .bind(&project_id).bind(mark_at).bind(&mark_id).fetch_optional(conn).await)?;
-        let newest = match (inputs.len() as i64 == MAX_INPUTS, inputs.last()) {
-            // A full batch: continue after the last grouped input next time.
-            (true, Some(last)) => Some((last.created_at, last.id.clone())),
-            _ => newest,
-        };
-        if let Some((at, id)) = &newest {
-            advance_watermark_in(tx, &project_key(&project_id), *at, id, now).await?;
-        }
+        // The watermark moves only over what this job read: an experience committed while the
+        // model was grouping is past the read's horizon and waits for the next run.
+        advance_watermark_in(
+            tx,
+            &project_key(&project_id),
+            read_inputs.consumed_through(),
+            now,
+        )
+        .await?;
         let result = serde_json::json!({
             "outcome": "aggregated",
             "mode": if model_mode(&config) { "model" } else { "rules" },

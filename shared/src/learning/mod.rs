@@ -20,8 +20,8 @@ pub mod usage;
 pub mod validate;
 
 pub use ingestion::{
-    LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError, RULES_2_EXTRACTOR_VERSION,
-    RULES_EXTRACTOR_VERSION, ReflectOutcome, ReflectScope, RepairAction, RepairReport,
-    SessionDeletion, TurnOutcome, extractor_version,
+    CATCH_UP_LIMIT, LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError,
+    RULES_2_EXTRACTOR_VERSION, RULES_EXTRACTOR_VERSION, ReflectOutcome, ReflectScope, RepairAction,
+    RepairReport, SessionDeletion, TurnOutcome, extractor_version,
 };
 pub use snapshot::{SourceCheck, SourceGate, SourceSnapshot, cited_sources, manifest_for};

@@ -229,17 +229,19 @@ impl JobIdentity {
         identity
     }
 
-    /// Project aggregation: one job per project, interval bucket and evidence identity.
+    /// Project aggregation: the `run`-th job of a project's interval bucket (0 first, then one
+    /// follow-up at a time). `evidence_digest` records the evidence it was admitted for; it is
+    /// not part of the identity, so new evidence joins a queued job instead of adding one.
     pub fn aggregate_project(
         project_id: &str,
         bucket_start: i64,
+        run: u32,
         evidence_digest: &str,
     ) -> JobIdentity {
         let bucket = bucket_start.to_string();
-        let mut identity = JobIdentity::new(
-            JobKind::AggregateProject,
-            &[project_id, &bucket, evidence_digest],
-        );
+        let run = run.to_string();
+        let mut identity =
+            JobIdentity::new(JobKind::AggregateProject, &[project_id, &bucket, &run]);
         identity.project_id = Some(project_id.to_owned());
         identity.bucket_start = Some(bucket_start);
         identity.input_digest = Some(evidence_digest.to_owned());

@@ -68,6 +68,19 @@ impl Ledger {
         Ok(row.map(Job::try_from).transpose()?)
     }
 
+    /// A job by id, read inside `tx`.
+    pub async fn get_in(&self, tx: &mut crate::db::Tx, job_id: &str) -> Result<Job, LedgerError> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE id = $1");
+        let row: Option<JobRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(job_id)
+            .fetch_optional(conn)
+            .await)?;
+        match row {
+            Some(row) => Ok(Job::try_from(row)?),
+            None => Err(LedgerError::NotFound(job_id.to_owned())),
+        }
+    }
+
     pub async fn get(&self, job_id: &str) -> Result<Job, LedgerError> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE id = $1");
         let row: Option<JobRow> = crate::on_db!(self.db(), pool =>

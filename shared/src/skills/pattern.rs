@@ -152,6 +152,8 @@ pub fn evidence_digest<S: AsRef<str>>(ids: &[S]) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Input {
     pub id: String,
+    /// The project's commit-ordered experience sequence (see [`watermark_in`]).
+    pub seq: i64,
     pub kind: String,
     pub session_id: Option<String>,
     pub title: String,
@@ -165,12 +167,14 @@ pub fn project_key(project_id: &str) -> String {
     format!("project:{project_id}")
 }
 
-/// The project's watermark: the newest experience a completed aggregation consumed.
-pub async fn watermark_in(tx: &mut Tx, key: &str) -> Result<(i64, String), StoreError> {
-    let mark: Option<(i64, String)> = crate::on_tx!(tx, conn => sqlx::query_as(
-            "SELECT watermark_at, watermark_id FROM learning_aggregation WHERE scope_key = $1")
+/// The project's watermark: the last experience `seq` a completed aggregation read (0 before
+/// the first). `seq` is assigned by the database in commit order per project, so every
+/// experience past the watermark is one no aggregation has read, whatever the hosts' clocks say.
+pub async fn watermark_in(tx: &mut Tx, key: &str) -> Result<i64, StoreError> {
+    let mark: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+            "SELECT watermark_seq FROM learning_aggregation WHERE scope_key = $1")
         .bind(key).fetch_optional(conn).await)?;
-    Ok(mark.unwrap_or((i64::MIN, String::new())))
+    Ok(mark.unwrap_or(0))
 }
 
 /// The scope key of the global aggregation (its serialisation row; it has no watermark).
@@ -178,54 +182,92 @@ pub const GLOBAL_KEY: &str = "global";
 
 /// Serialises the settlements of one aggregation scope (`project:<id>` or [`GLOBAL_KEY`]):
 /// upserts the scope's `learning_aggregation` row, whose lock is held until the caller's
-/// transaction ends. Two checks of one scope (different evidence identities in one bucket, or
-/// several hosts) may run at once; without this, both could find no pattern for the same
-/// evidence under Postgres' read-committed isolation and each create one. A missing row reads
-/// as "no watermark", so the row it inserts changes nothing else. (SQLite's write transactions
-/// are already serial.)
+/// transaction ends. Two checks of one scope (a follow-up and the run it follows, or several
+/// hosts) may run at once; without this, both could find no pattern for the same evidence under
+/// Postgres' read-committed isolation and each create one. Admission of a project check and an
+/// aggregation's read of its inputs take the same lock, so evidence committed with an admission
+/// that found a job still queued is read by that job. A missing row reads as "no watermark", so
+/// the row it inserts changes nothing else. (SQLite's write transactions are already serial.)
 pub async fn lock_scope_in(tx: &mut Tx, key: &str, now: i64) -> Result<(), StoreError> {
     crate::on_tx!(tx, conn => sqlx::query(
-            "INSERT INTO learning_aggregation (scope_key, watermark_at, watermark_id, updated_at) VALUES ($1, $2, '', $3) \
+            "INSERT INTO learning_aggregation (scope_key, watermark_seq, updated_at) VALUES ($1, 0, $2) \
              ON CONFLICT (scope_key) DO UPDATE SET updated_at = excluded.updated_at")
-        .bind(key).bind(i64::MIN).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(key).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
     Ok(())
 }
 
+/// Moves the watermark forward to `seq` (never back: a follow-up that settles first keeps its
+/// further mark).
 pub async fn advance_watermark_in(
     tx: &mut Tx,
     key: &str,
-    at: i64,
-    id: &str,
+    seq: i64,
     now: i64,
 ) -> Result<(), StoreError> {
     crate::on_tx!(tx, conn => sqlx::query(
-            "INSERT INTO learning_aggregation (scope_key, watermark_at, watermark_id, updated_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (scope_key) DO UPDATE SET watermark_at = excluded.watermark_at, watermark_id = excluded.watermark_id, \
-               updated_at = excluded.updated_at")
-        .bind(key).bind(at).bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+            "INSERT INTO learning_aggregation (scope_key, watermark_seq, updated_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (scope_key) DO UPDATE SET watermark_seq = CASE \
+               WHEN excluded.watermark_seq > learning_aggregation.watermark_seq THEN excluded.watermark_seq \
+               ELSE learning_aggregation.watermark_seq END, updated_at = excluded.updated_at")
+        .bind(key).bind(seq).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
     Ok(())
 }
 
-/// New project experiences past the watermark: how many there are (any verification), and the
-/// eligible ones (at most `limit`), oldest first.
+/// What one aggregation read of a project's new experiences saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewInputs {
+    /// The newest `seq` of the project when the read began: the read covers exactly the
+    /// experiences in `(watermark, horizon]`, so anything committed later waits for the next run.
+    pub horizon: i64,
+    /// Live experiences in the covered range (any verification).
+    pub new_records: i64,
+    /// The eligible ones, oldest first, at most the read's limit.
+    pub inputs: Vec<Input>,
+    limit: i64,
+}
+
+impl NewInputs {
+    /// Where the watermark moves once these inputs are consumed: after the last grouped input
+    /// when the batch was full (the rest of the range waits for the next run), else to the
+    /// horizon (the read passed every experience up to it, eligible or not).
+    pub fn consumed_through(&self) -> i64 {
+        match self.inputs.last() {
+            Some(last) if self.inputs.len() as i64 >= self.limit => last.seq,
+            _ => self.horizon,
+        }
+    }
+}
+
+/// New project experiences past the watermark up to the project's newest `seq` at the start of
+/// the read: how many live ones there are (any verification), and the eligible ones (at most
+/// `limit`), oldest first.
 pub async fn new_inputs_in(
     tx: &mut Tx,
     project_id: &str,
     limit: i64,
-) -> Result<(i64, Vec<Input>), StoreError> {
-    let (at, id) = watermark_in(tx, &project_key(project_id)).await?;
-    let total: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
+) -> Result<NewInputs, StoreError> {
+    let watermark = watermark_in(tx, &project_key(project_id)).await?;
+    let newest: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+            "SELECT MAX(seq) FROM experience_record WHERE project_id = $1")
+        .bind(project_id).fetch_one(conn).await)?;
+    let horizon = newest.unwrap_or(0).max(watermark);
+    let new_records: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
             "SELECT COUNT(*) FROM experience_record e WHERE e.project_id = $1 AND e.status = 'active' \
-             AND (e.created_at > $2 OR (e.created_at = $2 AND e.id > $3))")
-        .bind(project_id).bind(at).bind(&id).fetch_one(conn).await)?;
+             AND e.seq > $2 AND e.seq <= $3")
+        .bind(project_id).bind(watermark).bind(horizon).fetch_one(conn).await)?;
     let sql = format!(
-        "SELECT e.id, e.kind, e.session_id, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
-         WHERE e.project_id = $1 AND {ELIGIBLE} AND (e.created_at > $2 OR (e.created_at = $2 AND e.id > $3)) \
-         ORDER BY e.created_at, e.id LIMIT $4"
+        "SELECT e.id, e.seq, e.kind, e.session_id, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
+         WHERE e.project_id = $1 AND {ELIGIBLE} AND e.seq > $2 AND e.seq <= $3 \
+         ORDER BY e.seq LIMIT $4"
     );
     let inputs: Vec<Input> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id).bind(at).bind(&id).bind(limit).fetch_all(conn).await)?;
-    Ok((total, inputs))
+        .bind(project_id).bind(watermark).bind(horizon).bind(limit).fetch_all(conn).await)?;
+    Ok(NewInputs {
+        horizon,
+        new_records,
+        inputs,
+        limit,
+    })
 }
 
 /// A group proposed by the miner (already validated: every cited id is known).

@@ -1,12 +1,15 @@
-//! Admission of aggregation checks (spec 002 "Slow path"): one job per project, interval bucket
-//! (`learning.aggregation.interval_ms`, 24 h) and evidence identity, and one global job per
-//! bucket (`learning.global_promotion.interval_ms`, 7 days) and digest of the promoted project
+//! Admission of aggregation checks (spec 002 "Slow path"): per project and interval bucket
+//! (`learning.aggregation.interval_ms`, 24 h) at most one job is queued at a time, and evidence
+//! arriving while one runs schedules exactly one follow-up; one global job per bucket
+//! (`learning.global_promotion.interval_ms`, 7 days) and digest of the promoted project
 //! evidence. Several hosts checking together admit the same identity, so they share one job.
 
-use super::pattern::{ELIGIBLE, evidence_digest, project_key, watermark_in};
+use super::pattern::{ELIGIBLE, evidence_digest, lock_scope_in, project_key, watermark_in};
 use super::{SkillError, SkillService};
 use crate::db::{StoreError, Tx};
-use crate::ledger::{Admission, JobIdentity, JobOrigin, Ledger, LedgerError, NewJob, bucket_start};
+use crate::ledger::{
+    Admission, JobIdentity, JobKind, JobOrigin, JobState, Ledger, LedgerError, NewJob, bucket_start,
+};
 
 /// The evidence identity of a project check: the digest of the eligible experiences past the
 /// aggregation watermark and of the applied Skills whose evidence disappeared (so a check after
@@ -15,13 +18,13 @@ pub async fn project_evidence_digest_in(
     tx: &mut Tx,
     project_id: &str,
 ) -> Result<String, StoreError> {
-    let (at, id) = watermark_in(tx, &project_key(project_id)).await?;
+    let watermark = watermark_in(tx, &project_key(project_id)).await?;
     let sql = format!(
         "SELECT e.id FROM experience_record e WHERE e.project_id = $1 AND {ELIGIBLE} \
-         AND (e.created_at > $2 OR (e.created_at = $2 AND e.id > $3)) ORDER BY e.id"
+         AND e.seq > $2 ORDER BY e.id"
     );
     let mut ids: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id).bind(at).bind(&id).fetch_all(conn).await)?;
+        .bind(project_id).bind(watermark).fetch_all(conn).await)?;
     for orphaned in super::candidate::orphaned_applied_in(tx, project_id).await? {
         ids.push(format!("revoke:{orphaned}"));
     }
@@ -40,6 +43,13 @@ pub async fn promoted_evidence_digest_in(tx: &mut Tx) -> Result<String, StoreErr
 
 /// Admits the project check for the current bucket in the caller's transaction (after a
 /// successful extraction, periodically, and at restart).
+///
+/// A queued job of the bucket is returned as it is: it has not read its inputs yet, and it will
+/// read this transaction's evidence (the aggregation reads under the same scope lock this takes
+/// first). A job of the bucket already admitted for exactly this evidence is returned too.
+/// Otherwise the bucket's next run is admitted: the first job, or the one follow-up of a job
+/// that is running (or done) without this evidence. The lock also serialises concurrent
+/// checks, and the run number in the identity makes a duplicate impossible even without it.
 pub async fn admit_project_check_in(
     ledger: &Ledger,
     tx: &mut Tx,
@@ -47,17 +57,38 @@ pub async fn admit_project_check_in(
     project_id: &str,
     origin: JobOrigin,
 ) -> Result<Admission, LedgerError> {
+    lock_scope_in(tx, &project_key(project_id), ledger.now_ms()).await?;
     let digest = project_evidence_digest_in(tx, project_id).await?;
     let bucket = bucket_start(
         ledger.now_ms(),
         i64::try_from(interval_ms.max(1)).unwrap_or(i64::MAX),
     );
-    let job = NewJob::new(
-        JobIdentity::aggregate_project(project_id, bucket, &digest),
-        origin,
-    )
-    .with_trace_parent(crate::telemetry::current_traceparent());
-    ledger.admit_in(tx, job).await
+    let runs: Vec<(String, String, Option<String>)> = crate::on_tx!(tx, conn => sqlx::query_as(
+            "SELECT id, state, input_digest FROM learning_job \
+             WHERE kind = $1 AND project_id = $2 AND bucket_start = $3 ORDER BY id")
+        .bind(JobKind::AggregateProject.as_str()).bind(project_id).bind(bucket)
+        .fetch_all(conn).await)?;
+    let queued = runs
+        .iter()
+        .find(|(_, state, _)| state.as_str() == JobState::Queued.as_str());
+    let same_evidence = runs
+        .iter()
+        .find(|(_, _, admitted_for)| admitted_for.as_deref() == Some(digest.as_str()));
+    if let Some((id, _, _)) = queued.or(same_evidence) {
+        crate::telemetry::metrics::ledger().admitted(JobKind::AggregateProject, "existing");
+        return Ok(Admission::Existing(ledger.get_in(tx, id).await?));
+    }
+    // Runs are numbered from 0; a gap (jobs removed with their session) is skipped over.
+    let mut run = u32::try_from(runs.len()).unwrap_or(u32::MAX);
+    loop {
+        let identity = JobIdentity::aggregate_project(project_id, bucket, run, &digest);
+        if ledger.find_in(tx, &identity).await?.is_none() {
+            let job = NewJob::new(identity, origin)
+                .with_trace_parent(crate::telemetry::current_traceparent());
+            return ledger.admit_in(tx, job).await;
+        }
+        run = run.saturating_add(1);
+    }
 }
 
 /// Admits the global check for the current bucket over the current promoted evidence.

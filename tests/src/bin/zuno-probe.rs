@@ -134,6 +134,7 @@ async fn main() -> anyhow::Result<()> {
             let identity = JobIdentity::aggregate_project(
                 &project,
                 bucket_start(now_ms, period_ms),
+                0,
                 "evidence",
             );
             let admission = ledger

@@ -5,7 +5,7 @@ use zuno_shared::config::Config;
 use zuno_shared::learning::events;
 use zuno_shared::learning::projection;
 use zuno_shared::ledger::{JobFilter, JobKind, JobState};
-use zuno_shared::transcript::Part;
+use zuno_shared::transcript::{Part, ToolStatus};
 use zuno_tests::fake_provider::{FakeProvider, Reply};
 use zuno_tests::{TestDb, on_both_backends};
 
@@ -400,7 +400,55 @@ async fn the_daily_token_cap_pauses_automatic_extraction_only(db: TestDb) {
     assert_eq!(manual.state, JobState::Completed);
 }
 
+async fn verified_extractions_in_one_bucket_admit_one_aggregation_check(db: TestDb) {
+    let mut config = Config::default();
+    // One bucket for the whole test, whatever the time of day.
+    config.learning.aggregation.interval_ms = 1 << 50;
+    let world = World::new(db, config).await;
+    for correction in [
+        "No, never use npm here; always use pnpm. It keeps the lockfile consistent.",
+        "No, never push to main; always open a pull request. Reviews catch mistakes.",
+        "No, never commit the .env file; always use the vault. It holds the secrets.",
+        "No, never skip the tests; always run cargo nextest. It finds flaky tests.",
+    ] {
+        let session = world.session().await;
+        world.user(&session, correction).await;
+        world
+            .assistant(
+                &session,
+                vec![
+                    tool("bash", r#"{"command":"true"}"#, "ok", ToolStatus::Completed),
+                    text("Done."),
+                ],
+            )
+            .await;
+    }
+    let report = world.run_extract().await;
+    assert_eq!(report.completed, 4, "{report:?}");
+    assert_eq!(
+        world
+            .scalar("SELECT COUNT(*) FROM experience_record WHERE verification = 'verified'")
+            .await,
+        4
+    );
+    let checks = world
+        .ledger
+        .list(&JobFilter {
+            kind: Some(JobKind::AggregateProject),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        checks.len(),
+        1,
+        "each extraction's check joined the queued one: {checks:?}"
+    );
+    assert_eq!(checks[0].state, JobState::Queued);
+}
+
 on_both_backends!(
+    verified_extractions_in_one_bucket_admit_one_aggregation_check,
     the_rules_extractor_turns_a_correction_into_a_verified_cited_experience,
     the_model_extractor_stores_verified_and_unverified_experiences,
     refused_items_are_skipped_and_siblings_keep_their_ordinals,

@@ -338,6 +338,98 @@ async fn catch_up_admits_missed_recent_turns(db: TestDb) {
     );
 }
 
+/// Stores a completed turn without admitting anything (as if no server ran); returns the
+/// assistant message's id.
+async fn stored_turn(world: &World, session: &str, user: &str, assistant: &str) -> String {
+    let mut tx = world.db.db.begin().await.unwrap();
+    let store = world.ingestion.store();
+    for (role, status, body) in [
+        (Role::User, None, user),
+        (Role::Assistant, Some(MessageStatus::Completed), assistant),
+    ] {
+        let message = store
+            .append_message_in(
+                &mut tx,
+                session,
+                &NewMessage {
+                    id: None,
+                    role,
+                    status,
+                    parts: vec![text(body)],
+                    created_at: None,
+                },
+            )
+            .await
+            .unwrap();
+        if role == Role::Assistant {
+            tx.commit().await.unwrap();
+            return message.id;
+        }
+    }
+    unreachable!("the loop returns after the assistant message")
+}
+
+async fn catch_up_moves_past_ineligible_turns_to_older_eligible_ones(db: TestDb) {
+    use zuno_shared::learning::CATCH_UP_LIMIT;
+    let world = World::new(db, Config::default()).await;
+    let older = world.session().await;
+    let mut eligible = Vec::new();
+    for _ in 0..3 {
+        eligible.push(
+            stored_turn(
+                &world,
+                &older,
+                "No, use the staging database instead.",
+                "Switched to staging.",
+            )
+            .await,
+        );
+    }
+    // Completed an hour before everything else.
+    for id in &eligible {
+        zuno_shared::on_db!(world.db.db, pool => sqlx::query(
+                "UPDATE message SET completed_at = completed_at - 3600000 WHERE id = $1")
+            .bind(id).execute(pool).await.map(|d| d.rows_affected()))
+        .unwrap();
+    }
+    let recent = world.session().await;
+    let small_talk = CATCH_UP_LIMIT as usize + 6;
+    for _ in 0..small_talk {
+        stored_turn(&world, &recent, "hello", "Hi.").await;
+    }
+    let extraction_jobs = "SELECT COUNT(*) FROM learning_job WHERE kind = 'extract'";
+
+    // First start-up: the newest 64 turns, none eligible.
+    let first = world.ingestion.catch_up().await.unwrap();
+    assert_eq!(first.len(), CATCH_UP_LIMIT as usize);
+    assert!(
+        first
+            .iter()
+            .all(|o| o.eligibility.as_ref().is_some_and(|e| !e.eligible))
+    );
+    assert_eq!(world.scalar(extraction_jobs).await, 0);
+    // Second start-up: the rest of the small talk, then the older eligible turns.
+    let second = world.ingestion.catch_up().await.unwrap();
+    assert_eq!(second.len(), 6 + eligible.len());
+    assert_eq!(world.scalar(extraction_jobs).await, 3);
+    for id in &eligible {
+        assert!(
+            second
+                .iter()
+                .any(|o| &o.message.id == id && o.admission.as_ref().is_some_and(|a| a.is_new())),
+            "{id} was admitted"
+        );
+    }
+    assert_eq!(
+        world
+            .scalar("SELECT COUNT(*) FROM learning_turn_inspection WHERE outcome = 'not_eligible'")
+            .await,
+        small_talk as i64
+    );
+    // Third start-up: nothing left to look at.
+    assert!(world.ingestion.catch_up().await.unwrap().is_empty());
+}
+
 on_both_backends!(
     reprocess_returns_the_existing_job_unchanged,
     reflection_is_keyed_by_its_exact_input_and_revokes_older_input,
@@ -346,4 +438,5 @@ on_both_backends!(
     remember_is_explicit_verified_user_evidence,
     history_repair_previews_then_queues_once,
     catch_up_admits_missed_recent_turns,
+    catch_up_moves_past_ineligible_turns_to_older_eligible_ones,
 );

@@ -4,6 +4,7 @@
 
 use zuno_shared::memory::service::{MemoryError, Origin};
 use zuno_shared::memory::store::Scope;
+use zuno_tests::processes::binary;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, add, strings};
@@ -112,4 +113,69 @@ async fn historical_mutations_are_classified_from_their_snapshots_never_replayed
     assert_eq!(env.revision(Scope::Project).await, 2);
 }
 
-on_both_backends!(historical_mutations_are_classified_from_their_snapshots_never_replayed);
+/// A host that runs only `zuno-worker-maintain` (no `zuno serve`) reconciles when the worker
+/// process starts: an interrupted mutation is classified, a deleted projection is restored from
+/// its revision, and an edited one is preserved and recorded as an external edit.
+async fn the_maintain_worker_reconciles_and_repairs_files_when_it_starts(db: TestDb) {
+    let env = Env::new(db).await;
+    env.apply(add(Scope::Project, "Use pnpm.", Origin::Tool))
+        .await;
+    let document = env.document_id(Scope::Project).await;
+    let interrupted = historical(&env, &document, "applying", &[], &["Use pnpm."]).await;
+    let rules = env.rules_path();
+    let accepted = std::fs::read_to_string(&rules).unwrap();
+    std::fs::remove_file(&rules).unwrap();
+
+    let other_worktree = env.dir.path().join("other-repo");
+    std::fs::create_dir(&other_worktree).unwrap();
+    env.project("other", &other_worktree).await;
+    let mut other = add(Scope::Project, "Run cargo nextest.", Origin::Tool);
+    other.project_id = Some("other".into());
+    env.apply(other).await;
+    let other_rules = other_worktree.join(".zuno").join("RULES.md");
+    let edited = format!(
+        "{}- Edited by hand.\n",
+        std::fs::read_to_string(&other_rules).unwrap()
+    );
+    std::fs::write(&other_rules, &edited).unwrap();
+
+    let output = tokio::process::Command::new(binary("zuno-worker-maintain"))
+        .args([
+            "--database-url",
+            &env.db.url,
+            "--worker-id",
+            "maintain-start",
+            "--exit-when-idle",
+        ])
+        .env("ZUNO_HOME", &env.home)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&rules).unwrap(),
+        accepted,
+        "the deleted projection is restored"
+    );
+    assert_eq!(env.candidate(&interrupted).await.state, "applied");
+    assert_eq!(
+        std::fs::read_to_string(&other_rules).unwrap(),
+        edited,
+        "an edit is preserved"
+    );
+    let state: String = zuno_shared::on_db!(env.db.db, pool => sqlx::query_scalar(
+            "SELECT state FROM memory_projection WHERE path = $1")
+        .bind(other_rules.display().to_string()).fetch_one(pool).await)
+    .unwrap();
+    assert_eq!(state, "external_edit");
+}
+
+on_both_backends!(
+    historical_mutations_are_classified_from_their_snapshots_never_replayed,
+    the_maintain_worker_reconciles_and_repairs_files_when_it_starts,
+);

@@ -137,9 +137,25 @@ impl World {
         title: &str,
         summary: &str,
     ) -> String {
-        let id = zuno_shared::ids::new_id("exp");
-        // Strictly increasing creation times keep the watermark order deterministic.
+        // Strictly increasing creation times keep listings by time deterministic.
         let at = self.ledger.now_ms() + self.tick.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.experience_written_at(project, session, kind, verification, title, summary, at)
+            .await
+    }
+
+    /// An experience whose `created_at` is `at` (as a host with that clock would write it).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn experience_written_at(
+        &self,
+        project: &str,
+        session: &str,
+        kind: &str,
+        verification: &str,
+        title: &str,
+        summary: &str,
+        at: i64,
+    ) -> String {
+        let id = zuno_shared::ids::new_id("exp");
         zuno_shared::on_db!(self.db.db, pool => sqlx::query(
                 "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, confidence, \
                    verification, content_digest, created_at, updated_at) \

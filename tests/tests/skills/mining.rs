@@ -2,11 +2,11 @@
 //! reopening, promotion, and one job per bucket and evidence identity.
 
 use serde_json::json;
-use zuno_shared::ledger::{JobKind, JobState};
+use zuno_shared::ledger::{AllowAll, ClaimRequest, JobKind, JobState};
 use zuno_shared::skills::SkillError;
 use zuno_shared::skills::pattern::{self, Group, Merge};
-use zuno_tests::fake_provider::FakeProvider;
-use zuno_tests::{TestDb, on_both_backends};
+use zuno_tests::fake_provider::{FakeProvider, Gate, Reply};
+use zuno_tests::{TestDb, eventually, on_both_backends};
 
 use crate::harness::{PROJECT, World, groups, model_config};
 
@@ -194,7 +194,7 @@ async fn a_bad_cited_id_twice_fails_and_writes_nothing(db: TestDb) {
     );
     assert_eq!(
         world
-            .scalar("SELECT COUNT(*) FROM learning_aggregation")
+            .scalar("SELECT COUNT(*) FROM learning_aggregation WHERE watermark_seq > 0")
             .await,
         0,
         "the watermark did not move"
@@ -386,13 +386,241 @@ async fn several_hosts_checking_together_create_one_job(db: TestDb) {
     assert_eq!(a[0].job().id, b[0].job().id);
     assert_eq!(world.jobs(JobKind::AggregateProject).await.len(), 1);
     assert_eq!(world.jobs(JobKind::AggregateGlobal).await.len(), 1);
-    // New evidence is a new identity within the same bucket.
+    // New evidence joins the queued job of the bucket: it has not read its inputs yet.
     let session = world.session().await;
     world.experience(&session, "x", "x").await;
-    world.skills.admit_checks().await.unwrap();
+    let again = world.skills.admit_checks().await.unwrap();
+    assert!(!again[0].is_new());
+    assert_eq!(again[0].job().id, a[0].job().id);
+    assert_eq!(world.jobs(JobKind::AggregateProject).await.len(), 1);
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+/// The experience ids the model was shown in request `index`.
+fn offered_ids(provider: &FakeProvider, index: usize) -> Vec<String> {
+    let request = &provider.requests()[index];
+    let user = request.body["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_else(|| panic!("no user message in {}", request.body))
+        .to_owned();
+    let input = user
+        .trim_start_matches("<input>\n")
+        .trim_end_matches("\n</input>");
+    let input: serde_json::Value = serde_json::from_str(input).unwrap();
+    sorted(
+        input["experiences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_str().unwrap().to_owned())
+            .collect(),
+    )
+}
+
+async fn three_in_new_sessions(world: &World, texts: [&str; 3]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for text in texts {
+        let session = world.session().await;
+        ids.push(world.experience(&session, text, text).await);
+    }
+    ids
+}
+
+const LINT: [&str; 3] = [
+    "Run the linter before pushing",
+    "Lint before you push",
+    "Never push unlinted code",
+];
+
+fn lint_groups(ids: &[String]) -> Reply {
+    groups(
+        json!([{ "pattern_id": null, "concept": "Lint first", "rules": ["Run the linter before pushing."], "experience_ids": ids }]),
+    )
+}
+
+async fn experiences_written_during_a_slow_aggregation_are_mined_next_time(db: TestDb) {
+    let provider = FakeProvider::start().await;
+    let world = World::new(db, model_config(provider.base_url())).await;
+    let first = three_in_new_sessions(
+        &world,
+        ["Use pnpm, not npm", "Install with pnpm", "CI uses pnpm"],
+    )
+    .await;
+    let gate = Gate::new();
+    provider.push([Reply::held(
+        &gate,
+        groups(
+            json!([{ "pattern_id": null, "concept": "Use pnpm", "rules": ["Install packages with pnpm."], "experience_ids": first }]),
+        ),
+    )]);
+    check(&world).await;
+    // While the model is grouping, three more experiences are written.
+    let write_during_the_call = async {
+        eventually(
+            "the aggregation's model request",
+            std::time::Duration::from_secs(30),
+            || async { (provider.request_count() == 1).then_some(()) },
+        )
+        .await;
+        let late = three_in_new_sessions(&world, LINT).await;
+        gate.open();
+        late
+    };
+    let (report, late) = tokio::join!(world.run_mine(), write_during_the_call);
+    assert_eq!(report.completed, 1, "{report:?}");
+    assert_eq!(offered_ids(&provider, 0), sorted(first.clone()));
+
+    provider.push([lint_groups(&late)]);
+    check(&world).await;
+    let report = world.run_mine().await;
+    assert_eq!(report.completed, 1, "{report:?}");
+    assert_eq!(
+        provider.request_count(),
+        2,
+        "the experiences written during the first run reach the model"
+    );
+    assert_eq!(offered_ids(&provider, 1), sorted(late.clone()));
+    let patterns = world.skills.patterns(Some(PROJECT)).await.unwrap();
+    let lint = patterns
+        .iter()
+        .find(|p| p.concept == "Lint first")
+        .expect("the late experiences became a pattern");
+    assert_eq!(sorted(lint.experience_ids.clone()), sorted(late));
+}
+
+async fn an_experience_stamped_by_a_slow_host_clock_is_still_mined(db: TestDb) {
+    let provider = FakeProvider::start().await;
+    let world = World::new(db, model_config(provider.base_url())).await;
+    let first = three_in_new_sessions(
+        &world,
+        ["Use pnpm, not npm", "Install with pnpm", "CI uses pnpm"],
+    )
+    .await;
+    provider.push([groups(
+        json!([{ "pattern_id": null, "concept": "Use pnpm", "rules": ["Install packages with pnpm."], "experience_ids": first }]),
+    )]);
+    check(&world).await;
+    assert_eq!(world.run_mine().await.completed, 1);
+    // Written after that run by a host whose clock is an hour behind: older `created_at` than
+    // everything already mined.
+    let behind = world.ledger.now_ms() - 3_600_000;
+    let mut late = Vec::new();
+    for (offset, text) in LINT.into_iter().enumerate() {
+        let session = world.session().await;
+        late.push(
+            world
+                .experience_written_at(
+                    PROJECT,
+                    &session,
+                    "correction",
+                    "verified",
+                    text,
+                    text,
+                    behind + offset as i64,
+                )
+                .await,
+        );
+    }
+    provider.push([lint_groups(&late)]);
+    check(&world).await;
+    assert_eq!(world.run_mine().await.completed, 1);
+    assert_eq!(
+        provider.request_count(),
+        2,
+        "the late experiences are mined"
+    );
+    assert_eq!(offered_ids(&provider, 1), sorted(late));
+}
+
+async fn one_bucket_queues_one_check_and_one_follow_up_during_a_run(db: TestDb) {
+    // A fixed clock keeps every check inside one bucket.
+    let clock = zuno_shared::clock::ManualClock::starting_at(1_800_000_000_000);
+    let world = World::with_clock(
+        db,
+        zuno_shared::config::Config::default(),
+        std::sync::Arc::new(clock),
+    )
+    .await;
+    // A check per new experience (as after each verified extraction) while the job is queued.
+    let mut admissions = Vec::new();
+    for text in [
+        "Use pnpm, not npm",
+        "Install with pnpm",
+        "CI uses pnpm",
+        "pnpm in scripts",
+    ] {
+        let session = world.session().await;
+        world.experience(&session, text, text).await;
+        admissions.push(world.skills.admit_project_check(PROJECT).await.unwrap());
+    }
+    assert!(admissions[0].is_new());
+    let first = admissions[0].job().id.clone();
+    assert!(
+        admissions[1..]
+            .iter()
+            .all(|a| !a.is_new() && a.job().id == first),
+        "{admissions:?}"
+    );
+    assert_eq!(world.jobs(JobKind::AggregateProject).await.len(), 1);
+
+    // The job starts running; evidence arriving now schedules exactly one follow-up.
+    let kinds = [JobKind::AggregateProject];
+    let claimed = world
+        .ledger
+        .claim(
+            &ClaimRequest {
+                worker_id: "mine-1",
+                kinds: &kinds,
+                limit: 1,
+                lease_ms: 60_000,
+                scopes: None,
+            },
+            &AllowAll,
+        )
+        .await
+        .unwrap()
+        .claimed;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].job.id, first);
+    let mut during = Vec::new();
+    for text in LINT {
+        let session = world.session().await;
+        world.experience(&session, text, text).await;
+        during.push(world.skills.admit_project_check(PROJECT).await.unwrap());
+    }
+    assert!(
+        during[0].is_new(),
+        "the first new evidence schedules a follow-up"
+    );
+    let follow_up = during[0].job().clone();
+    assert!(
+        during[1..]
+            .iter()
+            .all(|a| !a.is_new() && a.job().id == follow_up.id),
+        "later evidence joins the same follow-up: {during:?}"
+    );
     let jobs = world.jobs(JobKind::AggregateProject).await;
-    assert_eq!(jobs.len(), 2);
-    assert_eq!(jobs[0].bucket_start, jobs[1].bucket_start);
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let state = |id: &str| jobs.iter().find(|j| j.id == id).unwrap().state;
+    assert_eq!(state(&first), JobState::Running);
+    assert_eq!(state(&follow_up.id), JobState::Queued);
+    assert_eq!(follow_up.bucket_start, claimed[0].job.bucket_start);
+    // Unchanged evidence does not add a third job.
+    assert!(
+        !world
+            .skills
+            .admit_project_check(PROJECT)
+            .await
+            .unwrap()
+            .is_new()
+    );
+    assert_eq!(world.jobs(JobKind::AggregateProject).await.len(), 2);
 }
 
 on_both_backends!(
@@ -404,4 +632,57 @@ on_both_backends!(
     unchanged_evidence_keeps_a_promoted_pattern_and_its_version,
     promote_bypasses_the_count_gate_but_not_review,
     several_hosts_checking_together_create_one_job,
+    experiences_written_during_a_slow_aggregation_are_mined_next_time,
+    an_experience_stamped_by_a_slow_host_clock_is_still_mined,
+    one_bucket_queues_one_check_and_one_follow_up_during_a_run,
 );
+
+/// On Postgres, transactions commit in any order; the experience sequence must not. A second
+/// writer of the same project waits for the first one's commit, so it can never make a larger
+/// `seq` visible while a smaller one is still uncommitted (a reader would pass the gap for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_experience_sequence_follows_commit_order() {
+    let world = World::new(
+        TestDb::postgres().await,
+        zuno_shared::config::Config::default(),
+    )
+    .await;
+    let session = world.session().await;
+    let insert = "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, confidence, \
+                    verification, content_digest, created_at, updated_at) \
+                  VALUES ($1, $2, $3, 'extraction', 'correction', 'x', 'x', 0.9, 'verified', 'd', 1, 1) RETURNING seq";
+    let mut first = world.db.db.begin().await.unwrap();
+    let first_seq: i64 = zuno_shared::on_tx!(&mut first, conn => sqlx::query_scalar(insert)
+        .bind("exp_first").bind(PROJECT).bind(&session).fetch_one(conn).await)
+    .unwrap();
+    let other = world.db.reopen().await;
+    let second_session = session.clone();
+    let second = tokio::spawn(async move {
+        let mut tx = other.begin().await.unwrap();
+        let seq: i64 = zuno_shared::on_tx!(&mut tx, conn => sqlx::query_scalar(insert)
+            .bind("exp_second").bind(PROJECT).bind(&second_session).fetch_one(conn).await)
+        .unwrap();
+        tx.commit().await.unwrap();
+        seq
+    });
+    eventually(
+        "the second writer waits for the first one's commit",
+        std::time::Duration::from_secs(30),
+        || async {
+            let waiting: i64 = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO experience_record%'")
+                .fetch_one(pool).await)
+            .unwrap();
+            (waiting == 1).then_some(())
+        },
+    )
+    .await;
+    assert!(!second.is_finished());
+    first.commit().await.unwrap();
+    let second_seq = second.await.unwrap();
+    assert!(
+        second_seq > first_seq,
+        "{second_seq} must follow {first_seq}"
+    );
+}

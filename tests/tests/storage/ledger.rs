@@ -448,7 +448,7 @@ async fn one_interval_bucket_creates_one_job_across_hosts(db: TestDb) {
         tasks.push(tokio::spawn(async move {
             let bucket = bucket_start(now, DAY);
             let job = NewJob::new(
-                JobIdentity::aggregate_project("proj", bucket, "evidence-v1"),
+                JobIdentity::aggregate_project("proj", bucket, 0, "evidence-v1"),
                 JobOrigin::Periodic,
             );
             ledger.admit(job).await.unwrap()
@@ -462,7 +462,7 @@ async fn one_interval_bucket_creates_one_job_across_hosts(db: TestDb) {
     }
     assert_eq!(created, 1);
     let next_bucket = NewJob::new(
-        JobIdentity::aggregate_project("proj", bucket_start(base + DAY, DAY), "evidence-v1"),
+        JobIdentity::aggregate_project("proj", bucket_start(base + DAY, DAY), 0, "evidence-v1"),
         JobOrigin::Periodic,
     );
     assert!(

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 pub use manual::ReflectOutcome;
 pub use manual::{ManualError, ReflectScope};
-pub use repair::{REPAIR_BATCH as REPAIR_BATCH_LIMIT, RepairAction, RepairReport};
+pub use repair::{CATCH_UP_LIMIT, REPAIR_BATCH as REPAIR_BATCH_LIMIT, RepairAction, RepairReport};
 pub use retention::SessionDeletion;
 
 use super::eligibility::{self, Eligibility};

@@ -330,13 +330,18 @@ impl LearningIngestion {
     }
 
     /// Start-up catch-up: checks up to 64 completed assistant turns from the last seven days
-    /// that have no current-version extraction job, and admits the eligible ones.
+    /// that have no current-version extraction job and were not inspected before, and admits the
+    /// eligible ones. A turn with nothing to admit (not eligible, or refused by its session's
+    /// policy) is recorded as inspected, so the next start-up moves on to older turns instead of
+    /// re-reading the same newest ones forever. While automatic extraction is switched off
+    /// globally, eligible turns are left unrecorded: they are admitted once it is switched on.
     pub async fn catch_up(&self) -> Result<Vec<TurnOutcome>, TranscriptError> {
         let now = self.ledger.now_ms();
         let sql = "SELECT m.id FROM message m \
                    WHERE m.role = 'assistant' AND m.status = 'completed' AND m.completed_at >= $1 \
                      AND NOT EXISTS (SELECT 1 FROM learning_job j WHERE j.kind = 'extract' AND j.session_id = m.session_id \
                        AND j.source_message_id = m.id AND j.extractor_version = $2 AND j.input_digest IS NULL) \
+                     AND NOT EXISTS (SELECT 1 FROM learning_turn_inspection i WHERE i.message_id = m.id) \
                    ORDER BY m.completed_at DESC, m.id DESC LIMIT $3";
         let ids: Vec<String> = crate::on_db!(self.store.db(), pool => sqlx::query_scalar(sql)
             .bind(now - CATCH_UP_WINDOW_MS).bind(self.extractor_version()).bind(CATCH_UP_LIMIT).fetch_all(pool).await)?;
@@ -347,9 +352,55 @@ impl LearningIngestion {
             let outcome = self
                 .close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, false, None)
                 .await?;
+            if let Some(inspection) = self.nothing_to_admit(&outcome) {
+                record_inspection_in(&mut tx, &id, inspection, now).await?;
+            }
             tx.commit().await?;
             outcomes.push(outcome);
         }
         Ok(outcomes)
     }
+
+    /// Why catch-up need never look at this turn again, if so.
+    fn nothing_to_admit(&self, outcome: &TurnOutcome) -> Option<Inspection> {
+        if outcome.admission.is_some() {
+            return None;
+        }
+        let eligible = outcome.eligibility.as_ref().is_some_and(|e| e.eligible);
+        if !eligible {
+            return Some(Inspection::NotEligible);
+        }
+        match &outcome.not_admitted {
+            Some(reason) if self.config.learning.post_turn_enabled() => {
+                Some(Inspection::NotAdmitted(reason.clone()))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What catch-up found in a turn it will not admit.
+enum Inspection {
+    NotEligible,
+    /// Eligible, but its session's policy (exclusion, generation, a forgotten source) refused it.
+    NotAdmitted(String),
+}
+
+async fn record_inspection_in(
+    tx: &mut Tx,
+    message_id: &str,
+    inspection: Inspection,
+    now: i64,
+) -> Result<(), TranscriptError> {
+    let (outcome, detail) = match inspection {
+        Inspection::NotEligible => ("not_eligible", None),
+        Inspection::NotAdmitted(reason) => ("not_admitted", Some(reason)),
+    };
+    crate::on_tx!(tx, conn => sqlx::query(
+            "INSERT INTO learning_turn_inspection (message_id, outcome, detail, inspected_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (message_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, \
+               inspected_at = excluded.inspected_at")
+        .bind(message_id).bind(outcome).bind(detail).bind(now)
+        .execute(conn).await.map(|d| d.rows_affected()))?;
+    Ok(())
 }

@@ -1,0 +1,47 @@
+-- Mining reads project experiences in the order the database committed them, not by a host's
+-- clock: `seq` is assigned inside the inserting transaction from a per-project counter row. The
+-- counter row stays locked until that transaction ends, so a later `seq` of the same project is
+-- never visible before an earlier one: a reader that saw `seq = n` can never later find a new
+-- row below `n`, and a watermark on `seq` loses nothing.
+CREATE TABLE experience_sequence (
+    project_id  TEXT PRIMARY KEY REFERENCES project (id) ON DELETE CASCADE,
+    last_seq    BIGINT NOT NULL CHECK (last_seq >= 0)
+);
+
+ALTER TABLE experience_record ADD COLUMN seq BIGINT NOT NULL DEFAULT 0;
+UPDATE experience_record SET seq = ranked.n
+FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY project_id ORDER BY created_at, id) AS n FROM experience_record) AS ranked
+WHERE ranked.id = experience_record.id;
+INSERT INTO experience_sequence (project_id, last_seq)
+    SELECT project_id, MAX(seq) FROM experience_record GROUP BY project_id;
+CREATE UNIQUE INDEX experience_project_seq ON experience_record (project_id, seq);
+
+CREATE FUNCTION zuno_assign_experience_seq() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO experience_sequence (project_id, last_seq) VALUES (NEW.project_id, 1)
+    ON CONFLICT (project_id) DO UPDATE SET last_seq = experience_sequence.last_seq + 1
+    RETURNING last_seq INTO NEW.seq;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER experience_assign_seq BEFORE INSERT ON experience_record
+    FOR EACH ROW EXECUTE FUNCTION zuno_assign_experience_seq();
+
+-- The aggregation watermark is the last `seq` a completed aggregation read (0: none yet).
+ALTER TABLE learning_aggregation ADD COLUMN watermark_seq BIGINT NOT NULL DEFAULT 0;
+UPDATE learning_aggregation SET watermark_seq = COALESCE((
+    SELECT MAX(e.seq) FROM experience_record e
+    WHERE 'project:' || e.project_id = learning_aggregation.scope_key
+      AND (e.created_at < learning_aggregation.watermark_at
+           OR (e.created_at = learning_aggregation.watermark_at AND e.id <= learning_aggregation.watermark_id))), 0);
+ALTER TABLE learning_aggregation DROP COLUMN watermark_at;
+ALTER TABLE learning_aggregation DROP COLUMN watermark_id;
+
+-- Turns start-up catch-up inspected and found with nothing to admit (not eligible, or refused
+-- by the session's policy), so later start-ups move on to older turns instead of re-reading them.
+CREATE TABLE learning_turn_inspection (
+    message_id    TEXT PRIMARY KEY REFERENCES message (id) ON DELETE CASCADE,
+    outcome       TEXT NOT NULL CHECK (outcome IN ('not_eligible', 'not_admitted')),
+    detail        TEXT,
+    inspected_at  BIGINT NOT NULL
+);
