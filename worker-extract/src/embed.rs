@@ -95,7 +95,7 @@ impl JobHandler for EmbedHandler {
         );
         let digest = semantic::text_digest(&text);
         if stored.as_deref() == Some(digest.as_str()) {
-            let mut settlement = ctx.begin_settlement().await?;
+            let settlement = ctx.begin_settlement().await?;
             let result = serde_json::json!({ "model": model, "alreadyEmbedded": true });
             return Ok(settlement.complete(result).await?);
         }

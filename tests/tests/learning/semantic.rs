@@ -1,0 +1,292 @@
+//! The optional semantic recall layer end to end, on both backends: an experience is embedded by
+//! an `embed` job of the extract worker (against the fake embeddings server), a paraphrase that
+//! shares no word with it recalls it through `context`, an unrelated prompt does not, provider
+//! errors are retried through the ledger, and without an embeddings provider nothing changes and
+//! nothing is sent.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use zuno_shared::config::Config;
+use zuno_shared::learning::experience::ExperienceOrigin;
+use zuno_shared::learning::recall::semantic;
+use zuno_shared::learning::retrieval::{self, PromptContext};
+use zuno_shared::ledger::{JobFilter, JobKind, JobState};
+use zuno_shared::runtime::process::{Settings, WorkerEnv};
+use zuno_shared::runtime::{RunReport, Runner, RunnerConfig};
+use zuno_tests::fake_embeddings::FakeEmbeddings;
+use zuno_tests::{TestDb, on_both_backends};
+
+use crate::harness::World;
+
+/// The lesson: how this repository installs dependencies, in words the prompt never uses.
+const LESSON: &str = "Add dependencies with pnpm add so the lockfile stays consistent";
+/// The same need in other words: no word (nor stem) in common with the lesson.
+const PARAPHRASE: &str = "How do I install packages?";
+const UNRELATED: &str = "Rotate the database credentials monthly";
+const MODEL: &str = "fake-embed-1";
+
+fn embeddings_config(fake: &FakeEmbeddings) -> Config {
+    let mut config = Config::default();
+    config.embeddings = Some(fake.config(MODEL, 0.6));
+    config
+}
+
+async fn remember(world: &World, text: &str) -> String {
+    world
+        .ingestion
+        .record("proj", None, ExperienceOrigin::Remember, text)
+        .await
+        .unwrap()
+        .unwrap()
+        .id
+}
+
+/// Runs the extract worker's handlers, exactly as `zuno-worker-extract` registers them, until
+/// the queue is empty.
+async fn run_extract_worker(world: &World) -> RunReport {
+    let home = tempfile::tempdir().unwrap();
+    let env = WorkerEnv {
+        settings: Settings {
+            paths: zuno_shared::paths::Paths::resolve(Some(home.path())),
+            config: (*world.config).clone(),
+        },
+        ledger: world.ledger.clone(),
+    };
+    let mut config = RunnerConfig::new("extract-semantic-test");
+    config.exit_when_idle = true;
+    let mut runner = Runner::new(world.ledger.clone(), config).with_gate(Arc::new(
+        zuno_shared::learning::SourceGate::new(world.config.clone(), world.ledger.clock().clone()),
+    ));
+    for handler in zuno_worker_extract::handlers(&env).unwrap() {
+        runner = runner.register(handler);
+    }
+    runner.run(CancellationToken::new()).await
+}
+
+async fn embed_jobs(world: &World) -> Vec<zuno_shared::ledger::Job> {
+    world
+        .ledger
+        .list(&JobFilter {
+            kind: Some(JobKind::Embed),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap()
+}
+
+async fn context(world: &World, session: &str, prompt: &str) -> PromptContext {
+    retrieval::assemble(
+        &world.db.db,
+        &world.config,
+        session,
+        prompt,
+        world.ledger.now_ms(),
+    )
+    .await
+    .unwrap()
+    .expect("the session exists")
+}
+
+async fn receipt_retrieval(world: &World, receipt_id: &str) -> serde_json::Value {
+    retrieval::receipt(&world.db.db, receipt_id)
+        .await
+        .unwrap()
+        .expect("the receipt was stored")
+        .retrieval
+}
+
+async fn an_embedded_experience_is_recalled_by_a_paraphrase_and_not_by_an_unrelated_prompt(
+    db: TestDb,
+) {
+    let fake = FakeEmbeddings::start().await;
+    let world = World::new(db, embeddings_config(&fake)).await;
+    let lesson = remember(&world, LESSON).await;
+    let jobs = embed_jobs(&world).await;
+    assert_eq!(jobs.len(), 1, "storing the experience queues its embedding");
+    assert_eq!(jobs[0].state, JobState::Queued);
+
+    let report = run_extract_worker(&world).await;
+    assert_eq!(report.completed, 1, "{report:?}");
+    let (dims, bytes, model): (i64, Vec<u8>, String) = zuno_shared::on_db!(world.db.db, pool =>
+        sqlx::query_as("SELECT dims, vector, model FROM experience_embedding WHERE experience_id = $1")
+            .bind(&lesson).fetch_one(pool).await)
+    .unwrap();
+    assert_eq!((dims, bytes.len(), model.as_str()), (256, 1024, MODEL));
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0]["model"], MODEL);
+    assert!(
+        requests[0]["input"][0].as_str().unwrap().contains(LESSON),
+        "{requests:?}"
+    );
+
+    let session = world.session().await;
+    let recalled = context(&world, &session, PARAPHRASE).await;
+    assert_eq!(recalled.experience_ids, [lesson.clone()], "{recalled:?}");
+    let section = recalled
+        .sections
+        .iter()
+        .find(|s| s.name == "learning.experiences")
+        .expect("the experience was injected");
+    assert!(section.content.contains("pnpm add"), "{}", section.content);
+    // The receipt records how it was found, and replays the exact section.
+    let record = receipt_retrieval(&world, &recalled.receipt_id).await;
+    let fused = &record["semantic"]["fused"][0];
+    assert_eq!(fused["id"], lesson.as_str());
+    assert_eq!(fused["lexicalRank"], serde_json::Value::Null);
+    assert_eq!(fused["vectorRank"], 1);
+    assert!(fused["similarity"].as_f64().unwrap() >= 0.6, "{record}");
+    assert_eq!(record["selected"], serde_json::json!([lesson]));
+    let replayed = retrieval::receipt(&world.db.db, &recalled.receipt_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(replayed.sections, recalled.sections);
+
+    let unrelated = context(&world, &session, UNRELATED).await;
+    assert!(unrelated.experience_ids.is_empty(), "{unrelated:?}");
+    // Both prompts were embedded, nothing else was sent.
+    assert_eq!(fake.requests().len(), 3);
+
+    // Lexical recall alone does not find it: the layer is what bridged the paraphrase.
+    let lexical = retrieval::search(
+        &world.db.db,
+        "proj",
+        PARAPHRASE,
+        5,
+        Default::default(),
+        world.ledger.now_ms(),
+    )
+    .await
+    .unwrap();
+    assert!(lexical.is_empty(), "{lexical:?}");
+}
+
+async fn without_an_embeddings_provider_nothing_is_queued_sent_or_changed(db: TestDb) {
+    let fake = FakeEmbeddings::start().await;
+    let world = World::new(db, Config::default()).await;
+    let lesson = remember(&world, LESSON).await;
+    assert!(embed_jobs(&world).await.is_empty());
+    let backfill = semantic::backfill(&world.ledger, &world.config, None)
+        .await
+        .unwrap();
+    assert_eq!(backfill, semantic::Backfill::default());
+    assert_eq!(run_extract_worker(&world).await, RunReport::default());
+    assert!(embed_jobs(&world).await.is_empty());
+
+    let session = world.session().await;
+    let paraphrase = context(&world, &session, PARAPHRASE).await;
+    assert!(paraphrase.experience_ids.is_empty());
+    let record = receipt_retrieval(&world, &paraphrase.receipt_id).await;
+    assert!(record.get("semantic").is_none(), "{record}");
+    // Lexical recall is what it was: the lesson's own words still find it.
+    let lexical = context(&world, &session, "pnpm add lockfile").await;
+    assert_eq!(lexical.experience_ids, [lesson]);
+    let record = receipt_retrieval(&world, &lexical.receipt_id).await;
+    assert!(record.get("semantic").is_none(), "{record}");
+    let vectors: i64 = zuno_shared::on_db!(world.db.db, pool =>
+        sqlx::query_scalar("SELECT COUNT(*) FROM experience_embedding").fetch_one(pool).await)
+    .unwrap();
+    assert_eq!(vectors, 0);
+    assert!(fake.requests().is_empty(), "no request may leave the machine");
+}
+
+async fn provider_errors_are_retried_through_the_ledger(db: TestDb) {
+    let fake = FakeEmbeddings::start().await;
+    fake.push_failure(429, Some("0"))
+        .push_failure(500, Some("0"));
+    let world = World::new(db, embeddings_config(&fake)).await;
+    let lesson = remember(&world, LESSON).await;
+
+    let report = run_extract_worker(&world).await;
+    assert_eq!((report.retried, report.completed), (2, 1), "{report:?}");
+    let jobs = embed_jobs(&world).await;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, JobState::Completed);
+    assert_eq!(jobs[0].attempts, 3, "a 429 and a 500, then the answer");
+    assert_eq!(fake.requests().len(), 3);
+    let stored: i64 = zuno_shared::on_db!(world.db.db, pool =>
+        sqlx::query_scalar("SELECT COUNT(*) FROM experience_embedding WHERE experience_id = $1")
+            .bind(&lesson).fetch_one(pool).await)
+    .unwrap();
+    assert_eq!(stored, 1);
+}
+
+async fn embedding_is_idempotent_per_experience_and_model_and_backfill_covers_the_rest(
+    db: TestDb,
+) {
+    let fake = FakeEmbeddings::start().await;
+    // Experiences stored while the layer was off...
+    let world = World::new(db, Config::default()).await;
+    let first = remember(&world, LESSON).await;
+    let second = remember(&world, "Never commit the generated schema file").await;
+    assert!(embed_jobs(&world).await.is_empty());
+    // ...are embedded once it is configured: the worker's start-up backfill queues them.
+    let world = World {
+        config: Arc::new(embeddings_config(&fake)),
+        ..world
+    };
+    let report = run_extract_worker(&world).await;
+    // The backfill runs beside the runner; drain until both vectors exist.
+    let mut completed = report.completed;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while embedded(&world).await < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "backfill never finished");
+        let backfill = semantic::backfill(&world.ledger, &world.config, None)
+            .await
+            .unwrap();
+        assert!(backfill.configured);
+        completed += run_extract_worker(&world).await.completed;
+    }
+    assert_eq!(completed, 2);
+    let ids: Vec<String> = embed_jobs(&world)
+        .await
+        .into_iter()
+        .map(|job| job.payload["experienceId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&first) && ids.contains(&second), "{ids:?}");
+
+    // Nothing left to do: a backfill queues nothing and the server hears nothing more.
+    let before = fake.requests().len();
+    let again = semantic::backfill(&world.ledger, &world.config, None)
+        .await
+        .unwrap();
+    assert_eq!((again.missing, again.queued), (0, 0), "{again:?}");
+    let mut tx = world.db.db.begin().await.unwrap();
+    let admission = semantic::admit_in(
+        &world.ledger,
+        &mut tx,
+        &world.config,
+        "proj",
+        &first,
+        zuno_shared::ledger::JobOrigin::Manual,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert!(!admission.is_new(), "one job per (experience, model)");
+    assert_eq!(run_extract_worker(&world).await, RunReport::default());
+    assert_eq!(fake.requests().len(), before);
+
+    // Another model is another identity.
+    let mut other = embeddings_config(&fake);
+    other.embeddings.as_mut().unwrap().model = String::from("fake-embed-2");
+    let other = semantic::backfill(&world.ledger, &other, None).await.unwrap();
+    assert_eq!(other.queued, 2);
+}
+
+async fn embedded(world: &World) -> i64 {
+    zuno_shared::on_db!(world.db.db, pool =>
+        sqlx::query_scalar("SELECT COUNT(*) FROM experience_embedding").fetch_one(pool).await)
+    .unwrap()
+}
+
+on_both_backends!(
+    an_embedded_experience_is_recalled_by_a_paraphrase_and_not_by_an_unrelated_prompt,
+    without_an_embeddings_provider_nothing_is_queued_sent_or_changed,
+    provider_errors_are_retried_through_the_ledger,
+    embedding_is_idempotent_per_experience_and_model_and_backfill_covers_the_rest,
+);
