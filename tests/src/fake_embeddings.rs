@@ -21,8 +21,8 @@ pub const DIMENSIONS: u32 = 256;
 /// Words that carry no concept.
 const STOP_WORDS: &[&str] = &[
     "a", "an", "the", "to", "of", "in", "on", "for", "with", "and", "or", "is", "are", "be", "it",
-    "this", "that", "i", "we", "you", "do", "does", "how", "what", "should", "can", "please",
-    "my", "our", "here", "when", "use", "run", "not", "never", "always", "instead", "by", "from",
+    "this", "that", "i", "we", "you", "do", "does", "how", "what", "should", "can", "please", "my",
+    "our", "here", "when", "use", "run", "not", "never", "always", "instead", "by", "from",
 ];
 
 /// Word → concept. Words not listed are their own concept.
@@ -162,7 +162,11 @@ impl FakeEmbeddings {
     }
 
     /// An `embeddings` configuration for this server and `model`, vectors of its length.
-    pub fn config(&self, model: &str, min_similarity: f64) -> zuno_shared::config::EmbeddingsConfig {
+    pub fn config(
+        &self,
+        model: &str,
+        min_similarity: f64,
+    ) -> zuno_shared::config::EmbeddingsConfig {
         zuno_shared::config::EmbeddingsConfig {
             base_url: self.base_url.clone(),
             model: model.to_owned(),
@@ -200,7 +204,8 @@ async fn embeddings(State(shared): State<Shared>, Json(body): Json<Value>) -> Re
         if let Some(wait) = failure.retry_after {
             response.headers_mut().insert(
                 "retry-after",
-                wait.parse().expect("scripted Retry-After is a header value"),
+                wait.parse()
+                    .expect("scripted Retry-After is a header value"),
             );
         }
         return response;

@@ -636,9 +636,15 @@ pub async fn assemble(
         )
         .await?;
         // The optional semantic layer fuses its vector ranking in (no-op when unconfigured).
-        let (ranked, semantic) =
-            super::recall::semantic::recall_for_context(db, config, &project_id, prompt, ranked, now)
-                .await?;
+        let (ranked, semantic) = super::recall::semantic::recall_for_context(
+            db,
+            config,
+            &project_id,
+            prompt,
+            ranked,
+            now,
+        )
+        .await?;
         let Selection {
             selected,
             tokens: section_tokens,

@@ -90,10 +90,7 @@ impl EmbeddingClient {
         if self.config.send_dimensions {
             body["dimensions"] = json!(self.config.dimensions);
         }
-        let url = format!(
-            "{}/embeddings",
-            self.config.base_url.trim_end_matches('/')
-        );
+        let url = format!("{}/embeddings", self.config.base_url.trim_end_matches('/'));
         let transport = |failure: reqwest::Error| {
             if failure.is_timeout() {
                 return ProviderError::Timeout { deadline: timeout };
@@ -131,8 +128,8 @@ impl EmbeddingClient {
         }
         let invalid =
             |problem: &str| error::invalid_response(status, &headers, &bytes, &secrets, problem);
-        let parsed: Value = serde_json::from_slice(&bytes)
-            .map_err(|_| invalid("the response body is not JSON"))?;
+        let parsed: Value =
+            serde_json::from_slice(&bytes).map_err(|_| invalid("the response body is not JSON"))?;
         let vector = read_vector(&parsed)
             .ok_or_else(|| invalid("the response is not an embeddings list"))?;
         if vector.len() != self.config.dimensions as usize {

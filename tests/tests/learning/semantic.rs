@@ -189,7 +189,10 @@ async fn without_an_embeddings_provider_nothing_is_queued_sent_or_changed(db: Te
         sqlx::query_scalar("SELECT COUNT(*) FROM experience_embedding").fetch_one(pool).await)
     .unwrap();
     assert_eq!(vectors, 0);
-    assert!(fake.requests().is_empty(), "no request may leave the machine");
+    assert!(
+        fake.requests().is_empty(),
+        "no request may leave the machine"
+    );
 }
 
 async fn provider_errors_are_retried_through_the_ledger(db: TestDb) {
@@ -213,9 +216,7 @@ async fn provider_errors_are_retried_through_the_ledger(db: TestDb) {
     assert_eq!(stored, 1);
 }
 
-async fn embedding_is_idempotent_per_experience_and_model_and_backfill_covers_the_rest(
-    db: TestDb,
-) {
+async fn embedding_is_idempotent_per_experience_and_model_and_backfill_covers_the_rest(db: TestDb) {
     let fake = FakeEmbeddings::start().await;
     // Experiences stored while the layer was off...
     let world = World::new(db, Config::default()).await;
@@ -232,7 +233,10 @@ async fn embedding_is_idempotent_per_experience_and_model_and_backfill_covers_th
     let mut completed = report.completed;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     while embedded(&world).await < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "backfill never finished");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "backfill never finished"
+        );
         let backfill = semantic::backfill(&world.ledger, &world.config, None)
             .await
             .unwrap();
@@ -274,7 +278,9 @@ async fn embedding_is_idempotent_per_experience_and_model_and_backfill_covers_th
     // Another model is another identity.
     let mut other = embeddings_config(&fake);
     other.embeddings.as_mut().unwrap().model = String::from("fake-embed-2");
-    let other = semantic::backfill(&world.ledger, &other, None).await.unwrap();
+    let other = semantic::backfill(&world.ledger, &other, None)
+        .await
+        .unwrap();
     assert_eq!(other.queued, 2);
 }
 

@@ -296,17 +296,16 @@ async fn vector_hits(
             c.violations <= ranking::MAX_VIOLATIONS && c.feedback_score > ranking::PRUNE_SCORE
         })
         .map(|c| {
-            let s = similarity
-                .get(c.record.id.as_str())
-                .copied()
-                .unwrap_or(0.0);
+            let s = similarity.get(c.record.id.as_str()).copied().unwrap_or(0.0);
             let score = final_score(s.max(0.0), &c, now);
             (c.record, s, score)
         })
         .collect();
     scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.id.cmp(&b.0.id)));
-    let (records, scores): (Vec<ExperienceRow>, Vec<(f64, f64)>) =
-        scored.into_iter().map(|(r, s, score)| (r, (s, score))).unzip();
+    let (records, scores): (Vec<ExperienceRow>, Vec<(f64, f64)>) = scored
+        .into_iter()
+        .map(|(r, s, score)| (r, (s, score)))
+        .unzip();
     let experiences = experience::with_evidence(db, records).await?;
     Ok(experiences
         .into_iter()
@@ -379,10 +378,7 @@ async fn embed_prompt(
     prompt: &str,
 ) -> Result<Vec<f32>, crate::provider::ProviderError> {
     // The prompt is embedded as far as recall reads it.
-    let text: String = prompt
-        .chars()
-        .take(super::query::MAX_QUERY_CHARS)
-        .collect();
+    let text: String = prompt.chars().take(super::query::MAX_QUERY_CHARS).collect();
     EmbeddingClient::new(embeddings.clone())
         .embed(&text, Duration::from_millis(embeddings.query_timeout_ms))
         .await
@@ -416,6 +412,9 @@ mod tests {
     #[test]
     fn embedding_text_skips_empty_parts() {
         assert_eq!(embedding_text("T", "S", None, ""), "T\nS");
-        assert_eq!(embedding_text("T", "S", Some("R"), "k1 k2"), "T\nS\nR\nk1 k2");
+        assert_eq!(
+            embedding_text("T", "S", Some("R"), "k1 k2"),
+            "T\nS\nR\nk1 k2"
+        );
     }
 }
