@@ -284,6 +284,66 @@ async fn embedding_is_idempotent_per_experience_and_model_and_backfill_covers_th
     assert_eq!(other.queued, 2);
 }
 
+fn eval_options(config: Config, store: zuno_api::eval::StoreChoice) -> zuno_api::eval::EvalOptions {
+    let repository = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    zuno_api::eval::EvalOptions {
+        labels: vec![
+            repository.join("tests/learning-eval/dev/synthetic-en-imperatives.labels.json"),
+        ],
+        corpus: repository.join("../shared/corpus"),
+        repository,
+        store,
+        config,
+        cassettes: None,
+    }
+}
+
+/// `zuno learn eval` with an embeddings endpoint configured embeds what it learned (through
+/// the extract worker's `embed` jobs) and reports recall@5 with and without the layer; the
+/// figure without it is what a run with no layer measures.
+async fn the_eval_reports_recall_at_5_with_and_without_the_layer(db: TestDb) {
+    let store = match db.backend {
+        zuno_shared::db::Backend::Sqlite => zuno_api::eval::StoreChoice::Sqlite,
+        zuno_shared::db::Backend::Postgres => zuno_api::eval::StoreChoice::Postgres {
+            admin_url: zuno_tests::postgres_admin_url(),
+        },
+    };
+    drop(db);
+    let lexical = zuno_api::eval::run(&eval_options(Config::default(), store.clone()))
+        .await
+        .unwrap();
+    assert_eq!(lexical.total.recall_at_5_without_semantic, None);
+    let text = zuno_api::eval::print_text(&lexical);
+    assert!(!text.contains("without the semantic layer"), "{text}");
+
+    let fake = FakeEmbeddings::start().await;
+    let semantic = zuno_api::eval::run(&eval_options(embeddings_config(&fake), store))
+        .await
+        .unwrap();
+    let total = &semantic.total;
+    assert!(total.counts.lexical_only_follow_ups > 0);
+    assert_eq!(
+        total.counts.lexical_only_follow_ups,
+        total.counts.follow_ups
+    );
+    assert_eq!(
+        total.recall_at_5_without_semantic, lexical.total.recall_at_5,
+        "with the layer off, recall is the lexical recall"
+    );
+    assert!(total.recall_at_5.is_some());
+    let jobs = &semantic.files[0].report.jobs;
+    assert_eq!(
+        jobs.get("embed:completed").copied(),
+        Some(total.counts.experiences as i64),
+        "{jobs:?}"
+    );
+    let text = zuno_api::eval::print_text(&semantic);
+    assert!(
+        text.contains("recall@5 without the semantic layer"),
+        "{text}"
+    );
+}
+
 async fn embedded(world: &World) -> i64 {
     zuno_shared::on_db!(world.db.db, pool =>
         sqlx::query_scalar("SELECT COUNT(*) FROM experience_embedding").fetch_one(pool).await)
@@ -295,4 +355,5 @@ on_both_backends!(
     without_an_embeddings_provider_nothing_is_queued_sent_or_changed,
     provider_errors_are_retried_through_the_ledger,
     embedding_is_idempotent_per_experience_and_model_and_backfill_covers_the_rest,
+    the_eval_reports_recall_at_5_with_and_without_the_layer,
 );
