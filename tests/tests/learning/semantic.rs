@@ -216,6 +216,50 @@ async fn provider_errors_are_retried_through_the_ledger(db: TestDb) {
     assert_eq!(stored, 1);
 }
 
+/// A refused credential or request cannot succeed later: the job fails at once, no retry.
+async fn a_permanent_provider_error_fails_the_job_without_retrying(db: TestDb) {
+    let fake = FakeEmbeddings::start().await;
+    fake.push_failure(401, None);
+    let world = World::new(db, embeddings_config(&fake)).await;
+    remember(&world, LESSON).await;
+    let report = run_extract_worker(&world).await;
+    assert_eq!((report.failed, report.retried), (1, 0), "{report:?}");
+    let job = &embed_jobs(&world).await[0];
+    assert_eq!((job.state, job.attempts), (JobState::Failed, 1));
+    assert!(
+        job.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("authentication"),
+        "{job:?}"
+    );
+    assert_eq!(fake.requests().len(), 1);
+}
+
+/// When the prompt cannot be embedded, `context` still answers, lexically, and the receipt says
+/// why the layer took no part.
+async fn a_failing_prompt_embedding_leaves_recall_lexical(db: TestDb) {
+    let fake = FakeEmbeddings::start().await;
+    let world = World::new(db, embeddings_config(&fake)).await;
+    let lesson = remember(&world, LESSON).await;
+    assert_eq!(run_extract_worker(&world).await.completed, 1);
+    let session = world.session().await;
+
+    fake.push_failure(503, None).push_failure(503, None);
+    let lexical = context(&world, &session, "pnpm add lockfile").await;
+    assert_eq!(lexical.experience_ids, [lesson]);
+    let record = receipt_retrieval(&world, &lexical.receipt_id).await;
+    assert!(
+        record["semantic"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("503"),
+        "{record}"
+    );
+    let paraphrase = context(&world, &session, PARAPHRASE).await;
+    assert!(paraphrase.experience_ids.is_empty(), "{paraphrase:?}");
+}
+
 async fn embedding_is_idempotent_per_experience_and_model_and_backfill_covers_the_rest(db: TestDb) {
     let fake = FakeEmbeddings::start().await;
     // Experiences stored while the layer was off...
@@ -223,26 +267,25 @@ async fn embedding_is_idempotent_per_experience_and_model_and_backfill_covers_th
     let first = remember(&world, LESSON).await;
     let second = remember(&world, "Never commit the generated schema file").await;
     assert!(embed_jobs(&world).await.is_empty());
-    // ...are embedded once it is configured: the worker's start-up backfill queues them.
+    // ...are embedded once it is configured and a backfill queues them.
     let world = World {
         config: Arc::new(embeddings_config(&fake)),
         ..world
     };
-    let report = run_extract_worker(&world).await;
-    // The backfill runs beside the runner; drain until both vectors exist.
-    let mut completed = report.completed;
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    while embedded(&world).await < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "backfill never finished"
-        );
-        let backfill = semantic::backfill(&world.ledger, &world.config, None)
-            .await
-            .unwrap();
-        assert!(backfill.configured);
-        completed += run_extract_worker(&world).await.completed;
-    }
+    let backfill = semantic::backfill(&world.ledger, &world.config, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        backfill,
+        semantic::Backfill {
+            configured: true,
+            missing: 2,
+            queued: 2,
+            existing: 0
+        }
+    );
+    let completed = run_extract_worker(&world).await.completed;
+    assert_eq!(embedded(&world).await, 2);
     assert_eq!(completed, 2);
     let ids: Vec<String> = embed_jobs(&world)
         .await
@@ -282,6 +325,43 @@ async fn embedding_is_idempotent_per_experience_and_model_and_backfill_covers_th
         .await
         .unwrap();
     assert_eq!(other.queued, 2);
+}
+
+/// The `zuno-worker-extract` process, started after experiences were stored without the layer,
+/// queues their embeddings at start-up and runs them before it goes idle.
+async fn the_extract_worker_binary_backfills_and_embeds_at_start(db: TestDb) {
+    let fake = FakeEmbeddings::start().await;
+    let world = World::new(db, Config::default()).await;
+    let lesson = remember(&world, LESSON).await;
+    assert!(embed_jobs(&world).await.is_empty());
+    let home = tempfile::tempdir().unwrap();
+    let config_file = home.path().join("config.json");
+    std::fs::write(
+        &config_file,
+        serde_json::to_string(&embeddings_config(&fake)).unwrap(),
+    )
+    .unwrap();
+    let output = tokio::process::Command::new(zuno_tests::processes::binary("zuno-worker-extract"))
+        .arg("--database-url")
+        .arg(&world.db.url)
+        .arg("--config")
+        .arg(&config_file)
+        .arg("--exit-when-idle")
+        .env("ZUNO_HOME", home.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let jobs = embed_jobs(&world).await;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, JobState::Completed);
+    assert_eq!(jobs[0].payload["experienceId"], lesson.as_str());
+    assert_eq!(embedded(&world).await, 1);
+    assert_eq!(fake.requests().len(), 1);
 }
 
 fn eval_options(config: Config, store: zuno_api::eval::StoreChoice) -> zuno_api::eval::EvalOptions {
@@ -354,6 +434,9 @@ on_both_backends!(
     an_embedded_experience_is_recalled_by_a_paraphrase_and_not_by_an_unrelated_prompt,
     without_an_embeddings_provider_nothing_is_queued_sent_or_changed,
     provider_errors_are_retried_through_the_ledger,
+    a_permanent_provider_error_fails_the_job_without_retrying,
+    a_failing_prompt_embedding_leaves_recall_lexical,
     embedding_is_idempotent_per_experience_and_model_and_backfill_covers_the_rest,
     the_eval_reports_recall_at_5_with_and_without_the_layer,
+    the_extract_worker_binary_backfills_and_embeds_at_start,
 );
