@@ -123,7 +123,11 @@ async fn an_embedded_experience_is_recalled_by_a_paraphrase_and_not_by_an_unrela
 
     let session = world.session().await;
     let recalled = context(&world, &session, PARAPHRASE).await;
-    assert_eq!(recalled.experience_ids, [lesson.clone()], "{recalled:?}");
+    assert_eq!(
+        recalled.experience_ids,
+        std::slice::from_ref(&lesson),
+        "{recalled:?}"
+    );
     let section = recalled
         .sections
         .iter()
