@@ -368,6 +368,61 @@ async fn the_extract_worker_binary_backfills_and_embeds_at_start(db: TestDb) {
     assert_eq!(fake.requests().len(), 1);
 }
 
+/// Over HTTP: `/learn remember` queues the embedding, and `embed-backfill` finds nothing more to
+/// queue for the project (the job exists); without a provider the route says it is off.
+async fn the_remember_and_embed_backfill_routes(db: TestDb) {
+    let fake = FakeEmbeddings::start().await;
+    let server = zuno_tests::server::TestServer::start(&db, embeddings_config(&fake), None).await;
+    let (status, _) = server
+        .post(
+            "/api/projects",
+            serde_json::json!({"id": "web", "name": "web"}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, experience) = server
+        .post(
+            "/api/projects/web/learn/remember",
+            serde_json::json!({ "text": LESSON }),
+        )
+        .await;
+    assert_eq!(status, 201, "{experience}");
+    let jobs = server
+        .state
+        .ledger
+        .list(&JobFilter {
+            kind: Some(JobKind::Embed),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].payload["experienceId"], experience["id"]);
+    let (status, report) = server
+        .post(
+            "/api/projects/web/learn/embed-backfill",
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(
+        report,
+        serde_json::json!({"configured": true, "missing": 1, "queued": 0, "existing": 1})
+    );
+    drop(server);
+
+    let server = zuno_tests::server::TestServer::start(&db, Config::default(), None).await;
+    let (status, report) = server
+        .post(
+            "/api/projects/web/learn/embed-backfill",
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["configured"], false);
+    assert!(fake.requests().is_empty());
+}
+
 fn eval_options(config: Config, store: zuno_api::eval::StoreChoice) -> zuno_api::eval::EvalOptions {
     let repository = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     zuno_api::eval::EvalOptions {
@@ -443,4 +498,5 @@ on_both_backends!(
     embedding_is_idempotent_per_experience_and_model_and_backfill_covers_the_rest,
     the_eval_reports_recall_at_5_with_and_without_the_layer,
     the_extract_worker_binary_backfills_and_embeds_at_start,
+    the_remember_and_embed_backfill_routes,
 );
