@@ -114,9 +114,14 @@ impl FakeEmbeddings {
     }
 
     pub async fn start_with(dimensions: u32) -> FakeEmbeddings {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        FakeEmbeddings::start_on("127.0.0.1:0", dimensions)
             .await
-            .expect("bind fake embeddings");
+            .expect("bind fake embeddings")
+    }
+
+    /// Binds `address` (e.g. `127.0.0.1:8091`) and serves vectors of `dimensions`.
+    pub async fn start_on(address: &str, dimensions: u32) -> std::io::Result<FakeEmbeddings> {
+        let listener = tokio::net::TcpListener::bind(address).await?;
         let address = listener.local_addr().expect("fake embeddings address");
         let shared = Shared {
             script: Arc::default(),
@@ -133,12 +138,12 @@ impl FakeEmbeddings {
                 .await
                 .expect("fake embeddings serve");
         });
-        FakeEmbeddings {
+        Ok(FakeEmbeddings {
             base_url: format!("http://{address}/v1"),
             shared,
             shutdown,
             task,
-        }
+        })
     }
 
     /// `http://127.0.0.1:PORT/v1`, the `embeddings.base_url` to configure.
@@ -154,6 +159,11 @@ impl FakeEmbeddings {
             retry_after: retry_after.map(str::to_owned),
         });
         self
+    }
+
+    /// Requests received so far.
+    pub fn request_count(&self) -> usize {
+        self.shared.lock().received.len()
     }
 
     /// Bodies of every request received so far, in arrival order.
