@@ -96,7 +96,8 @@ pub struct EmbeddingsConfig {
     /// Deadline of embedding the prompt during `context`; when it passes, recall is lexical.
     #[serde(default = "default_query_timeout_ms")]
     pub query_timeout_ms: u64,
-    /// At most this many of a project's newest vectors are compared per recall.
+    /// At most this many of a project's newest vectors are compared per recall (each read costs
+    /// `4 × dimensions` bytes; see docs/benchmarks.md).
     #[serde(default = "default_max_scan")]
     pub max_scan: u32,
 }
@@ -114,5 +115,5 @@ fn default_query_timeout_ms() -> u64 {
 }
 
 fn default_max_scan() -> u32 {
-    20_000
+    5_000
 }

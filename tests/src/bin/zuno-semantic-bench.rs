@@ -29,17 +29,49 @@ struct Args {
     #[arg(long, default_value_t = 200)]
     samples: usize,
     /// `embeddings.max_scan` for the runs with the layer.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 5_000)]
     max_scan: u32,
     #[arg(long)]
     database_url: Option<String>,
 }
 
 const WORDS: &[&str] = &[
-    "pnpm", "lockfile", "migration", "invoice", "pytest", "docker", "compose", "cache", "retry",
-    "lease", "schema", "index", "query", "token", "budget", "router", "handler", "session",
-    "worker", "ledger", "vector", "prompt", "config", "deploy", "staging", "release", "branch",
-    "rebase", "commit", "review", "format", "lint", "clippy", "tracing", "metrics", "export",
+    "pnpm",
+    "lockfile",
+    "migration",
+    "invoice",
+    "pytest",
+    "docker",
+    "compose",
+    "cache",
+    "retry",
+    "lease",
+    "schema",
+    "index",
+    "query",
+    "token",
+    "budget",
+    "router",
+    "handler",
+    "session",
+    "worker",
+    "ledger",
+    "vector",
+    "prompt",
+    "config",
+    "deploy",
+    "staging",
+    "release",
+    "branch",
+    "rebase",
+    "commit",
+    "review",
+    "format",
+    "lint",
+    "clippy",
+    "tracing",
+    "metrics",
+    "export",
 ];
 
 struct Rng(u64);
@@ -124,8 +156,16 @@ async fn main() -> anyhow::Result<()> {
                 .bind(&id).bind(&title).bind(&summary).bind(now - i as i64)
                 .execute(conn).await.map(|d| d.rows_affected()))?;
             let vector: Vec<f32> = (0..args.dims).map(|_| rng.unit()).collect();
-            semantic::store_in(&mut tx, &id, "bench", "bench-embed", &vector, &id, now - i as i64)
-                .await?;
+            semantic::store_in(
+                &mut tx,
+                &id,
+                "bench",
+                "bench-embed",
+                &vector,
+                &id,
+                now - i as i64,
+            )
+            .await?;
         }
         tx.commit().await?;
     }

@@ -100,6 +100,19 @@ pub fn cosine_of_unit(a: &[f32], b: &[f32]) -> Option<f64> {
     })
 }
 
+/// [`cosine_of_unit`] of `unit` and an [`encode`]d unit vector, read in place (the scan decodes
+/// no vector); `None` when the lengths differ.
+fn dot_with_encoded(unit: &[f32], bytes: &[u8]) -> Option<f64> {
+    (bytes.len() == unit.len() * 4).then(|| {
+        let sum: f32 = bytes
+            .chunks_exact(4)
+            .zip(unit)
+            .map(|(c, y)| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * y)
+            .sum();
+        f64::from(sum)
+    })
+}
+
 /// Queues the `embed` job of one stored experience, inside the caller's transaction. Does
 /// nothing (and returns `None`) without an embeddings provider.
 pub async fn admit_in(
@@ -254,10 +267,7 @@ pub async fn nearest(
         .await)?;
     let mut scored: Vec<(String, f64)> = rows
         .into_iter()
-        .filter_map(|(id, bytes)| {
-            let similarity = cosine_of_unit(&unit, &decode(&bytes)?)?;
-            Some((id, similarity))
-        })
+        .filter_map(|(id, bytes)| Some((id, dot_with_encoded(&unit, &bytes)?)))
         .collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     scored.truncate(limit);
@@ -406,6 +416,9 @@ mod tests {
         assert!(cosine_of_unit(&a, &b).unwrap().abs() < 1e-6);
         assert!((cosine_of_unit(&a, &a).unwrap() - 1.0).abs() < 1e-6);
         assert_eq!(cosine_of_unit(&a, &[1.0]), None);
+        let in_place = dot_with_encoded(&a, &encode(&b)).unwrap();
+        assert!((in_place - cosine_of_unit(&a, &b).unwrap()).abs() < 1e-6);
+        assert_eq!(dot_with_encoded(&a, &encode(&[1.0])), None);
         assert_eq!(normalized(&[0.0, 0.0]), vec![0.0, 0.0]);
     }
 
