@@ -85,6 +85,8 @@ struct Failure {
 struct Script {
     failures: VecDeque<Failure>,
     received: Vec<Value>,
+    /// The `Authorization` header of each request (`None` when absent).
+    authorizations: Vec<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -166,6 +168,11 @@ impl FakeEmbeddings {
         self.shared.lock().received.len()
     }
 
+    /// The `Authorization` header of every request so far, in arrival order.
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        self.shared.lock().authorizations.clone()
+    }
+
     /// Bodies of every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<Value> {
         self.shared.lock().received.clone()
@@ -198,10 +205,20 @@ impl Drop for FakeEmbeddings {
     }
 }
 
-async fn embeddings(State(shared): State<Shared>, Json(body): Json<Value>) -> Response {
+async fn embeddings(
+    State(shared): State<Shared>,
+    headers: axum::http::HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     let failure = {
         let mut script = shared.lock();
         script.received.push(body.clone());
+        script.authorizations.push(
+            headers
+                .get("authorization")
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned),
+        );
         script.failures.pop_front()
     };
     if let Some(failure) = failure {

@@ -423,6 +423,62 @@ async fn the_remember_and_embed_backfill_routes(db: TestDb) {
     assert!(fake.requests().is_empty());
 }
 
+/// The client sends the key from the named variable as a Bearer token (and `dimensions` when
+/// asked to), refuses to send without it, and refuses vectors of another length.
+#[tokio::test]
+async fn the_embedding_client_speaks_the_openai_wire_format() {
+    use std::time::Duration;
+    use zuno_shared::provider::{EmbeddingClient, ProviderError};
+    let fake = FakeEmbeddings::start().await;
+    let mut config = fake.config(MODEL, 0.6);
+    config.api_key_env = Some(String::from("EMBED_KEY"));
+    config.send_dimensions = true;
+    let timeout = Duration::from_secs(5);
+
+    let missing = EmbeddingClient::new(config.clone())
+        .with_env(|_| None)
+        .embed("text", timeout)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(missing, ProviderError::MissingCredential { ref variable } if variable == "EMBED_KEY"),
+        "{missing:?}"
+    );
+    assert!(
+        fake.requests().is_empty(),
+        "nothing is sent without the key"
+    );
+
+    let client = EmbeddingClient::new(config.clone())
+        .with_env(|name| (name == "EMBED_KEY").then(|| String::from("sk-test")));
+    let vector = client.embed("install packages", timeout).await.unwrap();
+    assert_eq!(
+        vector,
+        zuno_tests::fake_embeddings::fake_embedding("install packages", 256)
+    );
+    assert_eq!(
+        fake.authorizations(),
+        [Some(String::from("Bearer sk-test"))]
+    );
+    let body = &fake.requests()[0];
+    assert_eq!(body["model"], MODEL);
+    assert_eq!(body["input"], serde_json::json!(["install packages"]));
+    assert_eq!(body["dimensions"], 256);
+
+    config.dimensions = 128;
+    let wrong = EmbeddingClient::new(config)
+        .with_env(|_| Some(String::from("sk-test")))
+        .embed("install packages", timeout)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(wrong, ProviderError::InvalidResponse(_)),
+        "{wrong:?}"
+    );
+    assert!(wrong.is_permanent());
+    assert!(!wrong.to_string().contains("sk-test"));
+}
+
 fn eval_options(config: Config, store: zuno_api::eval::StoreChoice) -> zuno_api::eval::EvalOptions {
     let repository = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     zuno_api::eval::EvalOptions {
