@@ -153,6 +153,17 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         }
         Err(error) => tracing::warn!(%error, "start-up catch-up failed"),
     }
+    // With an embeddings provider configured, experiences stored before it (or while no worker
+    // embedded them) are queued for embedding; idempotent, nothing without a provider.
+    match zuno_shared::learning::recall::semantic::backfill(&state.ledger, &state.config, None)
+        .await
+    {
+        Ok(report) if report.configured => {
+            tracing::info!(?report, "start-up embedding backfill finished")
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "start-up embedding backfill failed"),
+    }
     let mut background = tokio::task::JoinSet::new();
     background.spawn(zuno_shared::telemetry::report_queue_depth(
         state.ledger.clone(),

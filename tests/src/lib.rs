@@ -2,6 +2,7 @@
 //! file) or Postgres (a new database, dropped afterwards), a macro that runs one test body on
 //! both, and helpers for the workspace's binaries.
 
+pub mod fake_embeddings;
 pub mod fake_provider;
 pub mod label_oracle;
 pub mod otlp_receiver;

@@ -284,6 +284,18 @@ impl JobHandler for ExtractHandler {
             now,
         )
         .await?;
+        // New experiences are embedded for semantic recall (when a provider is configured).
+        for (_, experience_id) in &stored.experiences {
+            zuno_shared::learning::recall::semantic::admit_in(
+                &ctx.ledger,
+                tx,
+                &self.config,
+                &snapshot.project_id,
+                experience_id,
+                job.origin,
+            )
+            .await?;
+        }
         // Only completed extractions enter memory maintenance.
         if stored.verified > 0 {
             let trigger = stored

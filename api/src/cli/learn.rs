@@ -67,6 +67,9 @@ pub enum LearnAction {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Queue the embedding of the project's experiences that have no vector yet (the optional
+    /// semantic recall layer; needs `embeddings` in the server's configuration).
+    EmbedBackfill,
     /// The accepted Memory version beside its projected file.
     InspectMemory { target: Target },
     /// Accept the edited Memory file as a new version.
@@ -261,6 +264,14 @@ pub async fn learn(
                 .post(
                     &format!("/api/projects/{p}/learn/repair-history"),
                     &json!({ "dryRun": dry_run }),
+                )
+                .await
+        }
+        LearnAction::EmbedBackfill => {
+            client
+                .post(
+                    &format!("/api/projects/{p}/learn/embed-backfill"),
+                    &json!({}),
                 )
                 .await
         }

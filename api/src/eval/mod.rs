@@ -217,7 +217,24 @@ async fn evaluate(
     let memory = zuno_shared::memory::store::supported_entries(&store.db, &project)
         .await
         .map_err(EvalError::store)?;
-    let probes = score::Probes::ask(&client, labels, &project, &other).await?;
+    // With the semantic layer configured, the follow-ups are also asked without it (same store,
+    // same experiences, embeddings off) so the report can put recall@5 with and without side by
+    // side.
+    let lexical_only = config.embeddings.as_ref().map(|_| {
+        let mut lexical = (*config).clone();
+        lexical.embeddings = None;
+        let state = crate::http::AppState::new(
+            Arc::new(lexical),
+            store.db.clone(),
+            system_clock(),
+            Paths::resolve(Some(home)),
+            None,
+            None,
+        );
+        ApiClient::in_process(crate::http::router(state))
+    });
+    let probes =
+        score::Probes::ask(&client, lexical_only.as_ref(), labels, &project, &other).await?;
     let mut report = score::score(labels, &loaded, &experiences, &memory, &probes, &project);
     report.labels = labels_path.display().to_string();
     report.transcript = transcript.display().to_string();

@@ -31,6 +31,9 @@ pub struct FigureView {
     pub lesson_recall: Option<f64>,
     pub recall_at_5: Option<f64>,
     pub recall_at_5_all: Option<f64>,
+    /// recall@5 with the semantic layer off, beside `recall_at_5` (only when it is configured).
+    pub recall_at_5_without_semantic: Option<f64>,
+    pub recall_at_5_all_without_semantic: Option<f64>,
     pub false_recall: Option<f64>,
 }
 
@@ -41,6 +44,8 @@ impl FigureView {
             lesson_recall: counts.lesson_recall(),
             recall_at_5: counts.recall_at_5(),
             recall_at_5_all: counts.recall_at_5_all(),
+            recall_at_5_without_semantic: counts.recall_at_5_without_semantic(),
+            recall_at_5_all_without_semantic: counts.recall_at_5_all_without_semantic(),
             false_recall: counts.false_recall(),
             counts,
         }
@@ -72,7 +77,7 @@ fn percent(value: Option<f64>) -> String {
 
 fn line(figures: &FigureView) -> String {
     let c = &figures.counts;
-    format!(
+    let mut text = format!(
         "precision {} ({}/{}) · lesson recall {} ({}/{}) · recall@5 {} ({}/{}; all follow-ups {}) · false recall {} ({}/{}) · cross-project items {} · user-wide reached {}/{} · Memory {} (junk {}) · duplicates {}",
         percent(figures.precision),
         c.precise,
@@ -93,7 +98,17 @@ fn line(figures: &FigureView) -> String {
         c.memory_entries,
         c.junk_memory,
         c.duplicates,
-    )
+    );
+    if c.lexical_only_follow_ups > 0 {
+        text.push_str(&format!(
+            " · recall@5 without the semantic layer {} ({}/{}; all follow-ups {})",
+            percent(figures.recall_at_5_without_semantic),
+            c.lexical_only_hits_extracted,
+            c.follow_ups_extracted,
+            percent(figures.recall_at_5_all_without_semantic),
+        ));
+    }
+    text
 }
 
 /// The report as text: per file its figures, experiences, Memory entries and misses.

@@ -39,6 +39,12 @@ pub struct Figures {
     pub junk_memory: usize,
     /// Experiences whose lesson repeats another's word for word.
     pub duplicates: usize,
+    /// With an embeddings provider configured, every follow-up is asked again with the semantic
+    /// layer off: how many were asked, and how many of them (all / of extracted groups) were
+    /// recalled that way.
+    pub lexical_only_follow_ups: usize,
+    pub lexical_only_hits: usize,
+    pub lexical_only_hits_extracted: usize,
 }
 
 impl Figures {
@@ -60,6 +66,9 @@ impl Figures {
         self.memory_entries += other.memory_entries;
         self.junk_memory += other.junk_memory;
         self.duplicates += other.duplicates;
+        self.lexical_only_follow_ups += other.lexical_only_follow_ups;
+        self.lexical_only_hits += other.lexical_only_hits;
+        self.lexical_only_hits_extracted += other.lexical_only_hits_extracted;
     }
 
     pub fn precision(&self) -> Option<f64> {
@@ -78,6 +87,21 @@ impl Figures {
     /// recall@5 over every follow-up.
     pub fn recall_at_5_all(&self) -> Option<f64> {
         ratio(self.follow_up_hits, self.follow_ups)
+    }
+
+    /// recall@5 over the follow-ups of extracted lessons with the semantic layer off (only when
+    /// the layer is configured, so the two can be compared).
+    pub fn recall_at_5_without_semantic(&self) -> Option<f64> {
+        (self.lexical_only_follow_ups > 0)
+            .then(|| ratio(self.lexical_only_hits_extracted, self.follow_ups_extracted))
+            .flatten()
+    }
+
+    /// The same over every follow-up.
+    pub fn recall_at_5_all_without_semantic(&self) -> Option<f64> {
+        (self.lexical_only_follow_ups > 0)
+            .then(|| ratio(self.lexical_only_hits, self.follow_ups))
+            .flatten()
     }
 
     pub fn false_recall(&self) -> Option<f64> {
@@ -175,21 +199,33 @@ pub struct FileReport {
 /// What `context` answered for each probe.
 pub struct Probes {
     follow_ups: Vec<(usize, String, Recalled)>,
+    /// The follow-ups again, asked with the semantic layer off (when it is configured).
+    lexical_only: Vec<(usize, String, Recalled)>,
     negatives: Vec<(usize, String, Recalled)>,
     cross: Vec<(usize, String, Recalled)>,
 }
 
 impl Probes {
+    /// `lexical_only`: a client of the same store whose configuration has no embeddings
+    /// provider, to ask the follow-ups again without the semantic layer.
     pub async fn ask(
         client: &ApiClient,
+        lexical_only: Option<&ApiClient>,
         labels: &LabelFile,
         project: &str,
         other: &str,
     ) -> Result<Probes, EvalError> {
         let same = new_session(client, project).await?;
         let elsewhere = new_session(client, other).await?;
+        let lexical = match lexical_only {
+            Some(lexical_client) => {
+                Some((lexical_client, new_session(lexical_client, project).await?))
+            }
+            None => None,
+        };
         let mut probes = Probes {
             follow_ups: Vec::new(),
+            lexical_only: Vec::new(),
             negatives: Vec::new(),
             cross: Vec::new(),
         };
@@ -202,6 +238,10 @@ impl Probes {
                 probes.follow_ups.push((index, prompt.clone(), recalled));
                 let recalled = ask(client, &elsewhere, prompt).await?;
                 probes.cross.push((index, prompt.clone(), recalled));
+                if let Some((lexical_client, session)) = &lexical {
+                    let recalled = ask(lexical_client, session, prompt).await?;
+                    probes.lexical_only.push((index, prompt.clone(), recalled));
+                }
             }
             for prompt in &label.negative_prompts {
                 let recalled = ask(client, &same, prompt).await?;
@@ -397,6 +437,15 @@ pub fn score(
                     .missed_follow_ups
                     .push(miss(label, prompt, recalled, experiences));
             }
+        }
+    }
+    for (index, _, recalled) in &probes.lexical_only {
+        let group = labels.prompts[*index].group();
+        let hit = experiences_of(&group, recalled) || in_memory(&group, None, recalled);
+        report.figures.lexical_only_follow_ups += 1;
+        report.figures.lexical_only_hits += usize::from(hit);
+        if found.contains(&group) {
+            report.figures.lexical_only_hits_extracted += usize::from(hit);
         }
     }
     for (index, prompt, recalled) in &probes.negatives {

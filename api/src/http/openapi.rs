@@ -57,6 +57,7 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(learning::forget))
         .routes(routes!(learning::reprocess))
         .routes(routes!(learning::repair_history))
+        .routes(routes!(learning::embed_backfill))
         .routes(routes!(memory::context))
         .routes(routes!(memory::get_receipt))
         .routes(routes!(memory::search))

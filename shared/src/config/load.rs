@@ -165,6 +165,28 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             );
         }
     }
+    if let Some(embeddings) = &config.embeddings {
+        if !(embeddings.base_url.starts_with("http://")
+            || embeddings.base_url.starts_with("https://"))
+        {
+            return invalid("embeddings.base_url", "must be an http(s) URL");
+        }
+        if embeddings.model.trim().is_empty() {
+            return invalid("embeddings.model", "must not be empty");
+        }
+        if embeddings.dimensions == 0 || embeddings.dimensions > 16_384 {
+            return invalid("embeddings.dimensions", "must be between 1 and 16384");
+        }
+        if !(-1.0..=1.0).contains(&embeddings.min_similarity) {
+            return invalid("embeddings.min_similarity", "must be between -1 and 1");
+        }
+        if embeddings.timeout_ms == 0 || embeddings.query_timeout_ms == 0 {
+            return invalid("embeddings.timeout_ms", "deadlines must be at least 1 ms");
+        }
+        if embeddings.max_scan == 0 {
+            return invalid("embeddings.max_scan", "must be at least 1");
+        }
+    }
     Ok(())
 }
 
@@ -279,6 +301,43 @@ mod tests {
         assert!(
             matches!(error, ConfigError::Invalid { ref path, .. } if path == "memory.auto_confidence")
         );
+    }
+
+    #[test]
+    fn embeddings_are_off_by_default_and_validated_when_on() {
+        assert_eq!(parse("{}", "t").unwrap().embeddings, None);
+        let config = parse(
+            r#"{"embeddings":{"base_url":"http://localhost:11434/v1","model":"nomic-embed-text","dimensions":768,"api_key_env":"EMBED_KEY"}}"#,
+            "t",
+        )
+        .unwrap();
+        let embeddings = config.embeddings.unwrap();
+        assert_eq!(embeddings.dimensions, 768);
+        assert_eq!(embeddings.api_key_env.as_deref(), Some("EMBED_KEY"));
+        assert_eq!(embeddings.min_similarity, 0.75);
+        assert!(!embeddings.send_dimensions);
+        let error = parse(
+            r#"{"embeddings":{"base_url":"file:///x","model":"m","dimensions":8}}"#,
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(error, ConfigError::Invalid { ref path, .. } if path == "embeddings.base_url")
+        );
+        let error = parse(
+            r#"{"embeddings":{"base_url":"http://h/v1","model":"m","dimensions":0}}"#,
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(error, ConfigError::Invalid { ref path, .. } if path == "embeddings.dimensions")
+        );
+        let error = parse(
+            r#"{"embeddings":{"base_url":"http://h/v1","model":"m","dimensions":8,"key":"x"}}"#,
+            "t",
+        )
+        .unwrap_err();
+        assert!(matches!(error, ConfigError::UnknownKey { .. }), "{error:?}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use load::{ConfigError, EnvOverrides, load_file, parse};
-pub use providers::{ModelConfig, ProviderApi, ProviderConfig};
+pub use providers::{EmbeddingsConfig, ModelConfig, ProviderApi, ProviderConfig};
 
 use crate::db::SqliteSynchronous;
 
@@ -25,6 +25,9 @@ pub struct Config {
     /// Model providers by name (`openai`, `anthropic`, …). None configured = the built-in rules
     /// extractor.
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// The optional semantic recall layer. None = lexical recall only, and no text leaves the
+    /// machine for it.
+    pub embeddings: Option<EmbeddingsConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

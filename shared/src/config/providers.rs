@@ -65,3 +65,55 @@ impl Default for ModelConfig {
         }
     }
 }
+
+/// The optional semantic recall layer: an OpenAI-compatible embeddings endpoint
+/// (`POST {base_url}/embeddings`, which OpenAI, Ollama and most local servers speak). Absent =
+/// recall stays lexical and nothing is sent anywhere.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingsConfig {
+    /// e.g. `https://api.openai.com/v1`, `http://localhost:11434/v1`.
+    pub base_url: String,
+    /// The embedding model; vectors are stored and compared per model.
+    pub model: String,
+    /// The vector length the model returns; an answer of another length is refused.
+    pub dimensions: u32,
+    /// Whether to send `dimensions` in the request (models that can shorten their vectors,
+    /// such as OpenAI's `text-embedding-3-*`); most local servers reject or ignore it.
+    #[serde(default)]
+    pub send_dimensions: bool,
+    /// Environment variable holding the API key (sent as `Authorization: Bearer`); none for
+    /// local servers without authentication.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// The cosine similarity a candidate found only by its vector needs to be recalled
+    /// automatically; it replaces the lexical relevance floor for such candidates.
+    #[serde(default = "default_min_similarity")]
+    pub min_similarity: f64,
+    /// Deadline of one embedding request made by an `embed` job.
+    #[serde(default = "default_job_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Deadline of embedding the prompt during `context`; when it passes, recall is lexical.
+    #[serde(default = "default_query_timeout_ms")]
+    pub query_timeout_ms: u64,
+    /// At most this many of a project's newest vectors are compared per recall (each read costs
+    /// `4 × dimensions` bytes; see docs/benchmarks.md).
+    #[serde(default = "default_max_scan")]
+    pub max_scan: u32,
+}
+
+fn default_min_similarity() -> f64 {
+    0.75
+}
+
+fn default_job_timeout_ms() -> u64 {
+    30_000
+}
+
+fn default_query_timeout_ms() -> u64 {
+    2_000
+}
+
+fn default_max_scan() -> u32 {
+    5_000
+}

@@ -62,11 +62,11 @@ struct RankRow {
 
 /// A live candidate: the stored experience plus the feedback columns ranking reads, in one row.
 #[derive(sqlx::FromRow)]
-struct CandidateRow {
+pub(crate) struct CandidateRow {
     #[sqlx(flatten)]
-    record: ExperienceRow,
-    feedback_score: f64,
-    violations: i64,
+    pub(crate) record: ExperienceRow,
+    pub(crate) feedback_score: f64,
+    pub(crate) violations: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -293,7 +293,7 @@ async fn text_candidates(
     Ok(ranked)
 }
 
-fn final_score(relevance: f64, candidate: &CandidateRow, now: i64) -> f64 {
+pub(crate) fn final_score(relevance: f64, candidate: &CandidateRow, now: i64) -> f64 {
     use ranking::*;
     let signals = &candidate.record;
     let verification = if signals.verification == "verified" {
@@ -635,6 +635,16 @@ pub async fn assemble(
             Some(&Floor::of(prompt)),
         )
         .await?;
+        // The optional semantic layer fuses its vector ranking in (no-op when unconfigured).
+        let (ranked, semantic) = super::recall::semantic::recall_for_context(
+            db,
+            config,
+            &project_id,
+            prompt,
+            ranked,
+            now,
+        )
+        .await?;
         let Selection {
             selected,
             tokens: section_tokens,
@@ -651,6 +661,9 @@ pub async fn assemble(
             "maxItems": retrieval.max_items,
             "maxContextTokens": retrieval.max_context_tokens,
         });
+        if let Some(semantic) = semantic {
+            snapshot["semantic"] = semantic;
+        }
         if !selected.is_empty() {
             let content = render_experiences(&selected);
             sections.push(Section {

@@ -28,15 +28,18 @@ pub enum JobKind {
     AggregateGlobal,
     /// An offline cassette evaluation of one Skill candidate.
     Evaluate,
+    /// The embedding of one experience by one embedding model (the optional semantic layer).
+    Embed,
 }
 
 impl JobKind {
-    pub const ALL: [JobKind; 5] = [
+    pub const ALL: [JobKind; 6] = [
         JobKind::Extract,
         JobKind::Maintain,
         JobKind::AggregateProject,
         JobKind::AggregateGlobal,
         JobKind::Evaluate,
+        JobKind::Embed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +49,7 @@ impl JobKind {
             JobKind::AggregateProject => "aggregate_project",
             JobKind::AggregateGlobal => "aggregate_global",
             JobKind::Evaluate => "evaluate",
+            JobKind::Embed => "embed",
         }
     }
 
@@ -266,6 +270,16 @@ impl JobIdentity {
     }
 }
 
+impl JobIdentity {
+    /// One embedding per experience and embedding model.
+    pub fn embed(project_id: &str, experience_id: &str, model: &str) -> JobIdentity {
+        let mut identity = JobIdentity::new(JobKind::Embed, &[experience_id, model]);
+        identity.project_id = Some(project_id.to_owned());
+        identity.extractor_version = Some(model.to_owned());
+        identity
+    }
+}
+
 /// The start of the interval bucket that contains `now`: `floor(now / period) * period`.
 pub fn bucket_start(now_ms: i64, period_ms: i64) -> i64 {
     assert!(period_ms > 0, "interval period must be positive");
@@ -415,6 +429,14 @@ mod tests {
             manual_a.key,
             JobIdentity::extract("p", "s", "m", "v1", Some("aaaa")).key
         );
+    }
+
+    #[test]
+    fn embed_identity_is_per_experience_and_model() {
+        let a = JobIdentity::embed("p", "exp1", "m1");
+        assert_eq!(a.key, JobIdentity::embed("p", "exp1", "m1").key);
+        assert_ne!(a.key, JobIdentity::embed("p", "exp1", "m2").key);
+        assert_ne!(a.key, JobIdentity::embed("p", "exp2", "m1").key);
     }
 
     #[test]

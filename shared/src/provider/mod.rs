@@ -48,6 +48,7 @@
 //!   diagnostics: diagnostics are redacted (including the exact values sent) and clipped.
 
 mod answer;
+mod embed;
 mod error;
 mod resolve;
 mod wire;
@@ -63,6 +64,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
+pub use embed::EmbeddingClient;
 pub use error::{
     Diagnostic, MAX_MESSAGE_CHARS, ProviderError, ProviderFailure, parse_retry_after,
     retry_after_from_headers, retry_after_from_text,

@@ -177,6 +177,22 @@ where
     let ledger = Ledger::new(db.clone(), system_clock());
     let env = WorkerEnv { settings, ledger };
     let handlers = handlers(&env)?;
+    // A worker that embeds experiences first queues those without a vector of the configured
+    // model (stored before the layer was configured, or while no worker ran); idempotent.
+    if handlers
+        .iter()
+        .any(|handler| handler.kind() == crate::ledger::JobKind::Embed)
+    {
+        match crate::learning::recall::semantic::backfill(&env.ledger, &env.settings.config, None)
+            .await
+        {
+            Ok(report) if report.configured => {
+                tracing::info!(?report, "start-up embedding backfill finished")
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "start-up embedding backfill failed"),
+        }
+    }
     let gate = gate(&env);
     let config = runner_config(&args, &env.settings.config, default_worker_id(service));
     let listener = super::wake::start_pg_listener(&db, shutdown.clone())

@@ -74,7 +74,98 @@ async fn an_added_trigger_or_column_is_detected_too(db: TestDb) {
     );
 }
 
+/// A database created by the build before the semantic layer (migrations up to 0010), holding a
+/// job that a source snapshot and an experience reference.
+async fn database_before_the_embed_kind(backend: zuno_shared::db::Backend) -> TestDb {
+    let db = TestDb::unmigrated(backend).await;
+    let folder = match backend {
+        zuno_shared::db::Backend::Sqlite => "sqlite",
+        zuno_shared::db::Backend::Postgres => "postgres",
+    };
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrations")
+        .join(folder);
+    let older = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.as_str() < "0014" {
+            std::fs::copy(&path, older.path().join(&name)).unwrap();
+        }
+    }
+    let migrator = sqlx::migrate::Migrator::new(older.path()).await.unwrap();
+    zuno_shared::on_db!(db.db, pool => migrator.run(pool).await).unwrap();
+    for sql in [
+        "INSERT INTO project (id, name, created_at) VALUES ('p', 'P', 1)",
+        "INSERT INTO learning_job (id, kind, identity_key, project_id, origin, priority, state, run_at, created_at, updated_at) \
+         VALUES ('job1', 'extract', 'k1', 'p', 'closed_turn', 200, 'completed', 1, 1, 1)",
+        "INSERT INTO learning_source_snapshot (job_id, project_id, session_id, start_message_id, end_message_id, start_seq, end_seq, completed_at, terminal_digest, manifest_digest) \
+         VALUES ('job1', 'p', 's', 'm1', 'm2', 1, 2, 1, 'd', 'd')",
+        "INSERT INTO experience_record (id, project_id, job_id, ordinal, origin, kind, title, summary, confidence, verification, content_digest, created_at, updated_at) \
+         VALUES ('exp1', 'p', 'job1', 0, 'extraction', 'correction', 't', 's', 1.0, 'verified', 'd', 1, 1)",
+    ] {
+        exec(&db.db, sql).await;
+    }
+    db
+}
+
+async fn count(db: &Db, sql: &'static str) -> i64 {
+    zuno_shared::on_db!(db, pool => sqlx::query_scalar(sql).fetch_one(pool).await).unwrap()
+}
+
+/// SQLite cannot alter the job kind's CHECK constraint, so 0014 rebuilds the ledger table: the
+/// rows, and the rows of other tables that reference them, must come through, and foreign keys
+/// must be enforced again afterwards.
+async fn the_embed_kind_migration_keeps_jobs_and_what_references_them(db: TestDb) {
+    let backend = db.backend;
+    drop(db);
+    let old = database_before_the_embed_kind(backend).await;
+    // Start-up applies 0014 (and whatever follows it).
+    let db = old.reopen().await;
+    assert!(db.check_schema().await.unwrap().pending.is_empty());
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM experience_embedding").await,
+        0
+    );
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM learning_job WHERE id = 'job1' AND kind = 'extract' AND state = 'completed'").await, 1);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM learning_source_snapshot WHERE job_id = 'job1'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM experience_record WHERE id = 'exp1' AND job_id = 'job1'"
+        )
+        .await,
+        1
+    );
+    exec(&db, "INSERT INTO learning_job (id, kind, identity_key, origin, priority, state, run_at, created_at, updated_at) \
+               VALUES ('job2', 'embed', 'k2', 'legacy', 0, 'queued', 1, 1, 1)").await;
+    let unknown = zuno_shared::on_db!(db, pool => sqlx::query(
+            "INSERT INTO learning_job (id, kind, identity_key, origin, priority, state, run_at, created_at, updated_at) \
+             VALUES ('job3', 'cron', 'k3', 'legacy', 0, 'queued', 1, 1, 1)")
+        .execute(pool).await.map(|d| d.rows_affected()));
+    assert!(unknown.is_err(), "other kinds are still refused");
+    let dangling = zuno_shared::on_db!(db, pool => sqlx::query(
+            "INSERT INTO learning_source_snapshot (job_id, project_id, session_id, start_message_id, end_message_id, start_seq, end_seq, completed_at, terminal_digest, manifest_digest) \
+             VALUES ('nojob', 'p', 's', 'm1', 'm2', 1, 2, 1, 'd', 'd')")
+        .execute(pool).await.map(|d| d.rows_affected()));
+    assert!(dangling.is_err(), "foreign keys are enforced again");
+    exec(&db, "DELETE FROM learning_job WHERE id = 'job1'").await;
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM learning_source_snapshot").await,
+        0,
+        "cascades still hold"
+    );
+}
+
 on_both_backends!(
+    the_embed_kind_migration_keeps_jobs_and_what_references_them,
     migrating_twice_applies_nothing_new,
     an_altered_applied_migration_refuses_to_start,
     a_migration_from_a_newer_build_refuses_to_start,

@@ -455,6 +455,27 @@ pub struct RepairRequest {
     pub dry_run: bool,
 }
 
+/// `/learn embed-backfill`: queues the embedding of every live experience of the project that
+/// has no vector of the configured embedding model (nothing without an embeddings provider).
+#[utoipa::path(post, path = "/api/projects/{projectId}/learn/embed-backfill", tag = "learning",
+    params(("projectId" = String, Path)),
+    responses((status = 200, body = zuno_shared::learning::recall::semantic::Backfill), (status = 404, body = Problem)))]
+pub async fn embed_backfill(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(project_id): Path<String>,
+) -> ApiResult<Json<zuno_shared::learning::recall::semantic::Backfill>> {
+    visible_project(&state, &caller, &project_id).await?;
+    let report = zuno_shared::learning::recall::semantic::backfill(
+        &state.ledger,
+        &state.config,
+        Some(&project_id),
+    )
+    .await
+    .map_err(ApiError::from)?;
+    Ok(Json(report))
+}
+
 /// `/learn repair-history [--dry-run]`: at most 32 legacy jobs per call.
 #[utoipa::path(post, path = "/api/projects/{projectId}/learn/repair-history", tag = "learning",
     params(("projectId" = String, Path)), request_body = RepairRequest,

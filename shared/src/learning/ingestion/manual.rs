@@ -266,6 +266,16 @@ impl LearningIngestion {
                 Err(error) => return Ok(Err(error.into())),
             };
         changed_event_in(&mut tx, &experience, origin.as_str(), now).await?;
+        crate::learning::recall::semantic::admit_in(
+            &self.ledger,
+            &mut tx,
+            &self.config,
+            project_id,
+            &experience.id,
+            crate::ledger::JobOrigin::Manual,
+        )
+        .await
+        .map_err(super::ledger_error)?;
         if origin == ExperienceOrigin::Remember {
             crate::memory::maintenance::admit_in(&self.ledger, &mut tx, project_id, &experience.id)
                 .await

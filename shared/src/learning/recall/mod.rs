@@ -8,10 +8,14 @@
 //!   prompt sections: escaping, visible `[U+XXXX]` markers, and the data-not-instructions frame.
 //! - [`tokens`] measures rendered sections with a real BPE tokenizer so the retrieval budget is
 //!   charged for what the prompt actually spends.
+//! - [`semantic`] and [`fusion`] are the optional semantic layer: experience vectors from an
+//!   embeddings provider, fused with the lexical ranking by reciprocal rank.
 
 pub mod floor;
+pub mod fusion;
 pub mod query;
 pub mod render;
+pub mod semantic;
 pub mod stem;
 pub mod tokens;
 
