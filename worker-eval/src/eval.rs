@@ -69,7 +69,7 @@ fn remaining(deadline: tokio::time::Instant) -> Duration {
 
 impl EvaluateHandler {
     /// One model call; its tokens (retries and repair included) and the provider's health are
-    /// recorded like extraction's, whatever the outcome, under the job's lease. Evaluation is
+    /// recorded whatever the outcome, even after a lost lease. Evaluation is
     /// started only by an explicit review, so its tokens are never automatic.
     async fn ask(
         &self,
