@@ -188,6 +188,15 @@ async fn an_evaluation_records_every_call_as_explicit_usage(db: TestDb) {
         .unwrap();
     assert_eq!(status.tokens_today.input_tokens, 900);
     assert_eq!(status.automatic_tokens_today, 0);
+    let health = status.providers;
+    assert_eq!(
+        health
+            .iter()
+            .map(|h| (h.provider.as_str(), h.healthy))
+            .collect::<Vec<_>>(),
+        [("fake", true)],
+        "the evaluation's answers mark the provider healthy"
+    );
 }
 
 on_both_backends!(
