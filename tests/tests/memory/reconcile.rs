@@ -7,6 +7,7 @@ use zuno_shared::memory::store::Scope;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, add, strings};
+use zuno_shared::memory::store::CandidateState;
 
 /// A candidate an older release left mid-flight (as after a crash), inserted directly.
 async fn historical(
@@ -68,12 +69,12 @@ async fn historical_mutations_are_classified_from_their_snapshots_never_replayed
         sorted(vec![apply_third.clone(), undo_third.clone()])
     );
     for (id, state) in [
-        (&apply_done, "applied"),
-        (&apply_not_done, "pending"),
-        (&apply_third, "uncertain"),
-        (&undo_done, "undone"),
-        (&undo_not_done, "applied"),
-        (&undo_third, "uncertain"),
+        (&apply_done, CandidateState::Applied),
+        (&apply_not_done, CandidateState::Pending),
+        (&apply_third, CandidateState::Uncertain),
+        (&undo_done, CandidateState::Undone),
+        (&undo_not_done, CandidateState::Applied),
+        (&undo_third, CandidateState::Uncertain),
     ] {
         let candidate = env.candidate(id).await;
         assert_eq!(candidate.state, state, "{id}");

@@ -4,3 +4,4 @@ mod ledger;
 mod migrations;
 mod runner;
 mod snapshot;
+mod states;
