@@ -9,8 +9,9 @@ pub struct UnknownState {
     pub value: String,
 }
 
-/// Declares a state enum stored as text in `table.column`: serde and OpenAPI use the same text,
-/// `TryFrom<String>` decodes rows (`#[sqlx(try_from = "String")]`).
+/// Declares a state enum stored as text in `table.column`: `TryFrom<String>` decodes rows
+/// (`#[sqlx(try_from = "String")]`). Serde and OpenAPI spell variants in snake_case, which must
+/// be the stored text (a test holds every enum to it).
 macro_rules! stored_states {
     (
         $(#[$meta:meta])*
@@ -23,8 +24,9 @@ macro_rules! stored_states {
             Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize,
             ::utoipa::ToSchema,
         )]
+        #[serde(rename_all = "snake_case")]
         $vis enum $name {
-            $( $(#[$variant_meta])* #[serde(rename = $text)] $variant ),+
+            $( $(#[$variant_meta])* $variant ),+
         }
 
         impl $name {
@@ -66,45 +68,53 @@ pub(crate) use stored_states;
 
 #[cfg(test)]
 mod tests {
-    use crate::memory::store::CandidateState;
+    use crate::memory::store::MemoryCandidateState;
     use crate::skills::candidate::{EvaluationState, SkillCandidateState};
     use crate::skills::evaluation::RunState;
     use crate::skills::pattern::PatternState;
 
-    fn round_trips<T: Copy + PartialEq + std::fmt::Debug>(
-        all: &[T],
-        as_str: fn(T) -> &'static str,
-        parse: fn(&str) -> Option<T>,
-    ) {
+    fn round_trips<T>(all: &[T], as_str: fn(T) -> &'static str, parse: fn(&str) -> Option<T>)
+    where
+        T: Copy + PartialEq + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+    {
         assert!(!all.is_empty());
         for state in all {
             assert_eq!(parse(as_str(*state)), Some(*state));
+            let json = serde_json::to_value(state).unwrap();
+            assert_eq!(
+                json,
+                serde_json::json!(as_str(*state)),
+                "serde speaks the stored text"
+            );
+            assert_eq!(serde_json::from_value::<T>(json).unwrap(), *state);
         }
         assert_eq!(parse("retry"), None);
     }
 
     #[test]
     fn every_stored_state_round_trips_through_its_text() {
-        round_trips(CandidateState::ALL, CandidateState::as_str, CandidateState::parse);
+        round_trips(
+            MemoryCandidateState::ALL,
+            MemoryCandidateState::as_str,
+            MemoryCandidateState::parse,
+        );
         round_trips(PatternState::ALL, PatternState::as_str, PatternState::parse);
         round_trips(
             SkillCandidateState::ALL,
             SkillCandidateState::as_str,
             SkillCandidateState::parse,
         );
-        round_trips(EvaluationState::ALL, EvaluationState::as_str, EvaluationState::parse);
+        round_trips(
+            EvaluationState::ALL,
+            EvaluationState::as_str,
+            EvaluationState::parse,
+        );
         round_trips(RunState::ALL, RunState::as_str, RunState::parse);
     }
 
     #[test]
-    fn serde_speaks_the_stored_text() {
-        for state in SkillCandidateState::ALL {
-            let json = serde_json::to_value(state).unwrap();
-            assert_eq!(json, serde_json::json!(state.as_str()));
-            let back: SkillCandidateState = serde_json::from_value(json).unwrap();
-            assert_eq!(back, *state);
-        }
-        let unknown = CandidateState::try_from(String::from("retry")).unwrap_err();
+    fn an_unknown_stored_text_names_its_column() {
+        let unknown = MemoryCandidateState::try_from(String::from("retry")).unwrap_err();
         assert_eq!(unknown.column, "memory_candidate.state");
     }
 }

@@ -21,8 +21,8 @@ use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 use zuno_shared::skills::SkillService;
 use zuno_shared::skills::candidate::candidate_in;
 use zuno_shared::skills::evaluation::{
-    AttemptRecord, Case, CaseOutcome, CassetteDispatcher, Dispatch, Grade, baseline_skill,
-    RunEnding, RunState, cases_in, decide, end_run_in, run_in, settle_verdict_in,
+    AttemptRecord, Case, CaseOutcome, CassetteDispatcher, Dispatch, Grade, RunEnding, RunState,
+    baseline_skill, cases_in, decide, end_run_in, run_in, settle_verdict_in,
 };
 
 pub struct EvaluateHandler {
@@ -305,7 +305,8 @@ impl JobHandler for EvaluateHandler {
                     RunEnding::Cancelled,
                     &diagnostic,
                     now,
-                ).await?;
+                )
+                .await?;
                 return Ok(settlement
                     .fail(&diagnostic, Some(json!({ "runId": run.id })))
                     .await?);
@@ -359,7 +360,8 @@ impl JobHandler for EvaluateHandler {
                     RunEnding::Expired,
                     &diagnostic,
                     now,
-                ).await?;
+                )
+                .await?;
                 Ok(settlement
                     .complete(
                         json!({ "outcome": "expired", "runId": run.id, "diagnostic": diagnostic }),

@@ -513,8 +513,8 @@ impl MaintainHandler {
             },
         )
         .await?;
-        let plan: ModelPlan = serde_json::from_value(value)
-            .map_err(|e| JobError::permanent(e.to_string()))?;
+        let plan: ModelPlan =
+            serde_json::from_value(value).map_err(|e| JobError::permanent(e.to_string()))?;
         Ok(plan.changes)
     }
 }

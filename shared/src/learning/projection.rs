@@ -305,9 +305,8 @@ pub async fn project_status(
         tokens_total: usage::project_totals(db, project_id, None).await?,
         automatic_tokens_today: budget.spent,
         max_tokens_per_day: cap,
-        automatic_paused: cap.is_some_and(|cap| {
-            !budget.admits(usage::call_ceiling(&learning.execution), cap)
-        }),
+        automatic_paused: cap
+            .is_some_and(|cap| !budget.admits(usage::call_ceiling(&learning.execution), cap)),
         providers: usage::health(db).await?,
         warnings: warnings(&jobs),
     })

@@ -262,7 +262,7 @@ impl Settlement<'_> {
             None,
             None,
         )
-            .await
+        .await
     }
 
     /// Settles `skipped` (the source changed or the work is no longer wanted).
@@ -285,7 +285,7 @@ impl Settlement<'_> {
             None,
             None,
         )
-            .await
+        .await
     }
 
     /// Records a failed attempt that may succeed later: back to `queued` after a delay, or
@@ -312,7 +312,7 @@ impl Settlement<'_> {
             Some(error),
             None,
         )
-            .await
+        .await
     }
 
     /// Settles `uncertain`: the job's effect can neither be proven done nor undone.

@@ -180,7 +180,7 @@ pub async fn view_in(
 crate::states::stored_states! {
     /// Where a memory candidate is in its life. `applying` and `undoing` are historical: a change
     /// in flight when a process died, which start-up reconciliation settles.
-    pub enum CandidateState in "memory_candidate"."state" {
+    pub enum MemoryCandidateState in "memory_candidate"."state" {
         Pending = "pending",
         Applying = "applying",
         Applied = "applied",
@@ -208,7 +208,7 @@ pub struct Candidate {
     pub confidence: f64,
     pub origin: String,
     #[sqlx(try_from = "String")]
-    pub state: CandidateState,
+    pub state: MemoryCandidateState,
     pub base_revision: i64,
     /// JSON array of the document's entries before the change.
     pub before_entries: Option<String>,

@@ -467,7 +467,8 @@ pub async fn upsert_global_in(
         return Ok((Merge::Created, id));
     };
     let digest = evidence_digest(&evidence.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>());
-    if digest == pattern.evidence_digest && (rules == pattern.rules || pattern.state == PatternState::Rejected)
+    if digest == pattern.evidence_digest
+        && (rules == pattern.rules || pattern.state == PatternState::Rejected)
     {
         let merge = if pattern.state == PatternState::Rejected {
             Merge::Suppressed
@@ -512,7 +513,9 @@ pub async fn candidate_gate_in(
         return Ok(None);
     };
     let min_sessions = i64::from(service.config().learning.skill.min_independent_sessions);
-    if pattern.state == PatternState::Rejected || (!explicit && pattern.session_count < min_sessions) {
+    if pattern.state == PatternState::Rejected
+        || (!explicit && pattern.session_count < min_sessions)
+    {
         return Ok(None);
     }
     let exists: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(

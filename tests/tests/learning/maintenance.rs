@@ -307,7 +307,13 @@ async fn a_model_plan_records_its_tokens_and_the_provider_health(db: TestDb) {
     let job = maintain_jobs(&world).await.remove(0);
     assert_eq!(
         usage_rows(&world).await,
-        vec![(Some(job.id.clone()), Some(String::from("web")), true, 300, 40)]
+        vec![(
+            Some(job.id.clone()),
+            Some(String::from("web")),
+            true,
+            300,
+            40
+        )]
     );
     assert_eq!(fake_provider_health(&world).await, Some(true));
 
@@ -328,7 +334,11 @@ async fn a_model_plan_records_its_tokens_and_the_provider_health(db: TestDb) {
     )]);
     let report = world.run_maintain(&memory).await;
     assert_eq!(report.failed, 1, "{report:?}");
-    assert_eq!(usage_rows(&world).await.len(), 2, "the failed call is a row too");
+    assert_eq!(
+        usage_rows(&world).await.len(),
+        2,
+        "the failed call is a row too"
+    );
     assert_eq!(fake_provider_health(&world).await, Some(false));
 }
 
@@ -395,7 +405,13 @@ async fn a_plan_from_a_lost_lease_commits_nothing_but_its_spend_is_recorded(db: 
     assert!(!worktree.path().join(".zuno/RULES.md").exists());
     assert_eq!(
         usage_rows(&world).await,
-        vec![(Some(job.id.clone()), Some(String::from("web")), true, 100, 20)],
+        vec![(
+            Some(job.id.clone()),
+            Some(String::from("web")),
+            true,
+            100,
+            20
+        )],
         "the fenced call's tokens were spent and are recorded"
     );
 }

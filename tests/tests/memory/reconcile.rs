@@ -7,7 +7,7 @@ use zuno_shared::memory::store::Scope;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, add, strings};
-use zuno_shared::memory::store::CandidateState;
+use zuno_shared::memory::store::MemoryCandidateState;
 
 /// A candidate an older release left mid-flight (as after a crash), inserted directly.
 async fn historical(
@@ -69,12 +69,12 @@ async fn historical_mutations_are_classified_from_their_snapshots_never_replayed
         sorted(vec![apply_third.clone(), undo_third.clone()])
     );
     for (id, state) in [
-        (&apply_done, CandidateState::Applied),
-        (&apply_not_done, CandidateState::Pending),
-        (&apply_third, CandidateState::Uncertain),
-        (&undo_done, CandidateState::Undone),
-        (&undo_not_done, CandidateState::Applied),
-        (&undo_third, CandidateState::Uncertain),
+        (&apply_done, MemoryCandidateState::Applied),
+        (&apply_not_done, MemoryCandidateState::Pending),
+        (&apply_third, MemoryCandidateState::Uncertain),
+        (&undo_done, MemoryCandidateState::Undone),
+        (&undo_not_done, MemoryCandidateState::Applied),
+        (&undo_third, MemoryCandidateState::Uncertain),
     ] {
         let candidate = env.candidate(id).await;
         assert_eq!(candidate.state, state, "{id}");

@@ -60,7 +60,10 @@ async fn open_pattern(world: &World, project: &str, rule: &str) -> String {
         .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(merge, Merge::Created);
-    assert_eq!(world.skills.pattern(&id).await.unwrap().state.as_str(), "open");
+    assert_eq!(
+        world.skills.pattern(&id).await.unwrap().state.as_str(),
+        "open"
+    );
     id
 }
 
@@ -164,7 +167,8 @@ async fn promoted_patterns_matched_across_two_projects_make_one_global_pattern_a
         .expect("a project companion");
     assert_eq!(companion.project_id, PROJECT);
     assert_eq!(
-        companion.state.as_str(), "pending",
+        companion.state.as_str(),
+        "pending",
         "review and evaluation still apply"
     );
     assert!(

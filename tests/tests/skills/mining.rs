@@ -239,7 +239,8 @@ async fn a_rejected_pattern_is_suppressed_until_new_evidence_reopens_it(db: Test
         .unwrap()
         .remove(0);
     assert_eq!(
-        candidate.state.as_str(), "rejected",
+        candidate.state.as_str(),
+        "rejected",
         "its candidate is rejected with it"
     );
 

@@ -84,7 +84,13 @@ async fn an_applied_skill_whose_evidence_was_forgotten_is_revoked_once_and_undo_
     );
     assert_eq!(std::fs::read_to_string(&target).unwrap(), content);
     assert_eq!(
-        world.skills.candidate(&applied.id).await.unwrap().state.as_str(),
+        world
+            .skills
+            .candidate(&applied.id)
+            .await
+            .unwrap()
+            .state
+            .as_str(),
         "applied"
     );
 
@@ -166,11 +172,23 @@ async fn a_revocation_whose_file_changed_is_stale_and_removes_nothing(db: TestDb
         "hand-edited skill\n"
     );
     assert_eq!(
-        world.skills.candidate(&revocation.id).await.unwrap().state.as_str(),
+        world
+            .skills
+            .candidate(&revocation.id)
+            .await
+            .unwrap()
+            .state
+            .as_str(),
         "stale"
     );
     assert_eq!(
-        world.skills.candidate(&applied.id).await.unwrap().state.as_str(),
+        world
+            .skills
+            .candidate(&applied.id)
+            .await
+            .unwrap()
+            .state
+            .as_str(),
         "applied"
     );
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use zuno_shared::db::Backend;
 use zuno_shared::ledger::JobState;
-use zuno_shared::memory::store::CandidateState;
+use zuno_shared::memory::store::MemoryCandidateState;
 use zuno_shared::skills::candidate::{EvaluationState, SkillCandidateState};
 use zuno_shared::skills::evaluation::RunState;
 use zuno_shared::skills::pattern::PatternState;
@@ -56,8 +56,8 @@ fn texts(states: impl IntoIterator<Item = &'static str>) -> BTreeSet<String> {
 async fn every_state_enum_matches_its_check_constraint(db: TestDb) {
     let typed: [((&str, &str), BTreeSet<String>); 6] = [
         (
-            CandidateState::COLUMN,
-            texts(CandidateState::ALL.iter().map(|s| s.as_str())),
+            MemoryCandidateState::COLUMN,
+            texts(MemoryCandidateState::ALL.iter().map(|s| s.as_str())),
         ),
         (
             PatternState::COLUMN,
