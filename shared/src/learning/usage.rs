@@ -193,7 +193,7 @@ pub async fn reserve_in(
 }
 
 /// The advisory lock key that serializes reservations on Postgres.
-const RESERVATION_LOCK: i64 = 0x7a75_6e6f_6361_70;
+const RESERVATION_LOCK: i64 = 0x007a_756e_6f63_6170;
 
 /// Releases the reservation of one attempt: its call's actual spend is recorded now.
 pub async fn release_in(tx: &mut Tx, job_id: &str, attempt: i64) -> Result<(), StoreError> {
