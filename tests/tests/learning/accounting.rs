@@ -1,15 +1,38 @@
 //! The daily token cap under concurrency: each automatic claim reserves its call's ceiling in the
 //! claim transaction, so workers claiming at the same moment near the cap cannot together pass it.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use zuno_shared::db::{Backend, StoreError, Tx};
 use zuno_shared::learning::SourceGate;
 use zuno_shared::learning::usage::{self, UsageRecord};
-use zuno_shared::ledger::{ClaimRequest, JobKind, Ledger};
+use zuno_shared::ledger::{ClaimGate, ClaimRequest, GateDecision, Job, JobKind, Ledger};
 use zuno_tests::fake_provider::FakeProvider;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{World, model_config};
 
 const WORKERS: usize = 6;
+
+/// The source gate, entered by every claimer at once: each claim transaction has locked its job
+/// before any of them reads the budget, so the reads race unless reservations are serialized.
+struct AllAtOnce {
+    barrier: Option<Arc<tokio::sync::Barrier>>,
+    gate: SourceGate,
+}
+
+#[async_trait::async_trait]
+impl ClaimGate for AllAtOnce {
+    async fn check(&self, tx: &mut Tx, job: &Job) -> Result<GateDecision, StoreError> {
+        if let Some(barrier) = &self.barrier {
+            tokio::time::timeout(Duration::from_secs(30), barrier.wait())
+                .await
+                .expect("every claimer reaches the gate");
+        }
+        self.gate.check(tx, job).await
+    }
+}
 
 async fn concurrent_claims_near_the_cap_reserve_no_more_than_it_holds(db: TestDb) {
     let fake = FakeProvider::start().await;
@@ -44,10 +67,17 @@ async fn concurrent_claims_near_the_cap_reserve_no_more_than_it_holds(db: TestDb
     }
 
     // One claim per worker, all at once, each on its own connection pool like separate hosts.
+    // On Postgres their transactions overlap inside the gate; SQLite runs one write transaction
+    // at a time, so its claimers queue before they lock anything.
+    let barrier = (world.db.backend == Backend::Postgres)
+        .then(|| Arc::new(tokio::sync::Barrier::new(WORKERS)));
     let mut claims = Vec::new();
     for index in 0..WORKERS {
         let ledger = Ledger::new(world.db.reopen().await, world.ledger.clock().clone());
-        let gate = SourceGate::new(world.config.clone(), world.ledger.clock().clone());
+        let gate = AllAtOnce {
+            barrier: barrier.clone(),
+            gate: SourceGate::new(world.config.clone(), world.ledger.clock().clone()),
+        };
         claims.push(tokio::spawn(async move {
             let worker_id = format!("worker-{index}");
             ledger
