@@ -240,7 +240,7 @@ fn all_in_one_runners(
     let stages: [(&str, Build, Gate); 4] = [
         ("extract", zuno_worker_extract::handlers, source_gate),
         ("maintain", zuno_worker_maintain::handlers, source_gate),
-        ("mine", zuno_worker_mine::handlers, allow_all),
+        ("mine", zuno_worker_mine::handlers, source_gate),
         ("eval", zuno_worker_eval::handlers, allow_all),
     ];
     let post_turn = &settings.config.learning.post_turn;

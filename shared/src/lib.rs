@@ -12,6 +12,7 @@ pub mod paths;
 pub mod provider;
 pub mod runtime;
 pub mod skills;
+pub mod states;
 pub mod telemetry;
 pub mod tokens;
 pub mod transcript;

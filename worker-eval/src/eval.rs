@@ -21,8 +21,8 @@ use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 use zuno_shared::skills::SkillService;
 use zuno_shared::skills::candidate::candidate_in;
 use zuno_shared::skills::evaluation::{
-    AttemptRecord, Case, CaseOutcome, CassetteDispatcher, Dispatch, Grade, baseline_skill,
-    cases_in, decide, end_run_in, run_in, settle_verdict_in,
+    AttemptRecord, Case, CaseOutcome, CassetteDispatcher, Dispatch, Grade, RunEnding, RunState,
+    baseline_skill, cases_in, decide, end_run_in, run_in, settle_verdict_in,
 };
 
 pub struct EvaluateHandler {
@@ -69,7 +69,7 @@ fn remaining(deadline: tokio::time::Instant) -> Duration {
 
 impl EvaluateHandler {
     /// One model call; its tokens (retries and repair included) and the provider's health are
-    /// recorded like extraction's, whatever the outcome, under the job's lease. Evaluation is
+    /// recorded whatever the outcome, even after a lost lease. Evaluation is
     /// started only by an explicit review, so its tokens are never automatic.
     async fn ask(
         &self,
@@ -285,7 +285,7 @@ impl JobHandler for EvaluateHandler {
             .ok_or_else(|| JobError::permanent("the candidate of this evaluation is gone"))?;
         let cases = cases_in(&mut read, &run.suite_id).await?;
         read.rollback().await?;
-        if run.state != "running" {
+        if run.state != RunState::Running {
             let settlement = ctx.begin_settlement().await?;
             return Ok(settlement
                 .complete(json!({ "outcome": "ended", "runId": run.id, "runState": run.state }))
@@ -299,7 +299,14 @@ impl JobHandler for EvaluateHandler {
             Err(error) => {
                 let diagnostic = format!("the learning model is unavailable: {error}");
                 let mut settlement = ctx.begin_settlement().await?;
-                end_run_in(settlement.tx().await?, &run, "cancelled", &diagnostic, now).await?;
+                end_run_in(
+                    settlement.tx().await?,
+                    &run,
+                    RunEnding::Cancelled,
+                    &diagnostic,
+                    now,
+                )
+                .await?;
                 return Ok(settlement
                     .fail(&diagnostic, Some(json!({ "runId": run.id })))
                     .await?);
@@ -347,7 +354,14 @@ impl JobHandler for EvaluateHandler {
                     run.deadline_at
                 );
                 let mut settlement = ctx.begin_settlement().await?;
-                end_run_in(settlement.tx().await?, &run, "expired", &diagnostic, now).await?;
+                end_run_in(
+                    settlement.tx().await?,
+                    &run,
+                    RunEnding::Expired,
+                    &diagnostic,
+                    now,
+                )
+                .await?;
                 Ok(settlement
                     .complete(
                         json!({ "outcome": "expired", "runId": run.id, "diagnostic": diagnostic }),
@@ -360,7 +374,7 @@ impl JobHandler for EvaluateHandler {
                 let diagnostic =
                     "the evaluation was cancelled (lease lost or shutdown) before a verdict";
                 self.skills
-                    .end_run(&run, "cancelled", diagnostic)
+                    .end_run(&run, RunEnding::Cancelled, diagnostic)
                     .await
                     .map_err(|error| JobError::retryable(error.to_string()))?;
                 Err(JobError::LeaseLost)

@@ -12,27 +12,23 @@
 //!    `(job, ordinal)`, and appends the `learning.extraction.outcome` event.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use tracing::Instrument;
+use std::time::Duration;
 
 use zuno_shared::config::Config;
 use zuno_shared::db::Tx;
 use zuno_shared::learning::events::{self, EventScope};
 use zuno_shared::learning::extraction::ExtractionOutput;
 use zuno_shared::learning::manifest::{self, SourceManifest};
-use zuno_shared::learning::usage::{self, ProviderHealth, UsageRecord};
 use zuno_shared::learning::validate::{ValidatedExtraction, validate};
 use zuno_shared::learning::{
     RULES_EXTRACTOR_VERSION, SourceCheck, SourceSnapshot, experience, policy, rules,
 };
-use zuno_shared::ledger::{Job, JobKind, JobOrigin};
-use zuno_shared::runtime::{JobContext, JobError, JobHandler};
+use zuno_shared::ledger::{Job, JobKind};
+use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 
 use crate::prompt;
 use crate::provider::{
-    LearningModelClient, LearningRequest, ProviderError, ProviderFailure, ResolvedModel,
-    resolve_model,
+    LearningModelClient, LearningRequest, ProviderFailure, ResolvedModel, resolve_model,
 };
 
 pub struct ExtractHandler {
@@ -160,8 +156,8 @@ impl JobHandler for ExtractHandler {
         .await?;
         tx.commit().await?;
 
-        // 3–4. Run the extractor; record usage and provider health whatever the outcome.
-        let automatic = matches!(job.origin, JobOrigin::ClosedTurn | JobOrigin::Legacy);
+        // 3–4. Run the extractor; the model call records usage and provider health whatever
+        // the outcome.
         let answer = match (&extractor, request) {
             (Extractor::Rules, _) => Answer {
                 output: rules::extract(&version, &manifest),
@@ -173,37 +169,22 @@ impl JobHandler for ExtractHandler {
             },
             (Extractor::Model(model), Some(request)) => {
                 let timeout = Duration::from_millis(self.config.learning.execution.timeout_ms);
-                let started = Instant::now();
-                let called = self
-                    .client
-                    .complete_validated(model, &request, timeout, |value| {
+                let called = model_call::call_for_job(
+                    &ctx,
+                    &self.client,
+                    model,
+                    &request,
+                    timeout,
+                    Some(&snapshot.project_id),
+                    |value| {
                         serde_json::from_value::<ExtractionOutput>(value.clone())
                             .map(|_| ())
                             .map_err(|e| e.to_string())
-                    })
-                    // A child of the job's span, so the provider call (repair and retries
-                    // included) shows in the admitting request's trace.
-                    .instrument(tracing::info_span!(
-                        "provider request",
-                        provider = %model.provider,
-                        model = %model.model,
-                        api = %serde_json::json!(model.api).as_str().unwrap_or_default(),
-                    ))
-                    .await;
-                let metrics = zuno_shared::telemetry::metrics::provider();
+                    },
+                )
+                .await?;
                 match called {
                     Ok(response) => {
-                        metrics.request(&model.provider, &model.model, "ok", started.elapsed());
-                        self.record_call(
-                            &ctx,
-                            &snapshot,
-                            model,
-                            automatic,
-                            response.usage.input_tokens,
-                            response.usage.output_tokens,
-                            None,
-                        )
-                        .await?;
                         let output: ExtractionOutput = serde_json::from_value(response.value)
                             .map_err(|e| {
                                 JobError::permanent(format!(
@@ -220,18 +201,6 @@ impl JobHandler for ExtractHandler {
                         }
                     }
                     Err(failure) => {
-                        metrics.request(&model.provider, &model.model, "error", started.elapsed());
-                        metrics.error(&model.provider, error_class(&failure.error));
-                        self.record_call(
-                            &ctx,
-                            &snapshot,
-                            model,
-                            automatic,
-                            failure.usage.input_tokens,
-                            failure.usage.output_tokens,
-                            Some(&failure),
-                        )
-                        .await?;
                         self.record_outcome(
                             &ctx,
                             &scope,
@@ -239,7 +208,7 @@ impl JobHandler for ExtractHandler {
                             provider_failure_outcome(&failure),
                         )
                         .await?;
-                        return Err(job_error(&failure, ctx.ledger.now_ms()));
+                        return Err(model_call::job_error(&failure, ctx.ledger.now_ms()));
                     }
                 }
             }
@@ -374,64 +343,6 @@ impl ExtractHandler {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn record_call(
-        &self,
-        ctx: &JobContext,
-        snapshot: &SourceSnapshot,
-        model: &ResolvedModel,
-        automatic: bool,
-        input_tokens: u64,
-        output_tokens: u64,
-        failure: Option<&ProviderFailure>,
-    ) -> Result<(), JobError> {
-        let now = ctx.ledger.now_ms();
-        let mut tx = ctx.fenced_tx().await?;
-        usage::record_in(
-            &mut tx,
-            &UsageRecord {
-                job_id: Some(&ctx.job().id),
-                project_id: Some(&snapshot.project_id),
-                provider: &model.provider,
-                model: &model.model,
-                automatic,
-                input_tokens,
-                output_tokens,
-            },
-            now,
-        )
-        .await?;
-        // Health: permanent credential or model failures mark the provider unhealthy; any
-        // answer marks it healthy again. Transient failures say nothing about health.
-        let health = match failure {
-            None => Some(ProviderHealth {
-                provider: model.provider.clone(),
-                healthy: true,
-                status: None,
-                code: None,
-                detail: None,
-                updated_at: now,
-            }),
-            Some(failure) if marks_unhealthy(&failure.error) => {
-                let diagnostic = failure.error.diagnostic();
-                Some(ProviderHealth {
-                    provider: model.provider.clone(),
-                    healthy: false,
-                    status: diagnostic.and_then(|d| d.status).map(i64::from),
-                    code: diagnostic.and_then(|d| d.code.clone()),
-                    detail: Some(failure.error.to_string()),
-                    updated_at: now,
-                })
-            }
-            Some(_) => None,
-        };
-        if let Some(health) = health {
-            usage::set_health_in(&mut tx, &health).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
     async fn record_outcome(
         &self,
         ctx: &JobContext,
@@ -454,58 +365,16 @@ impl ExtractHandler {
     }
 }
 
-fn marks_unhealthy(error: &ProviderError) -> bool {
-    matches!(
-        error,
-        ProviderError::Auth(_)
-            | ProviderError::ModelUnavailable(_)
-            | ProviderError::MissingCredential { .. }
-    )
-}
-
-fn error_class(error: &ProviderError) -> &'static str {
-    match error {
-        ProviderError::MissingCredential { .. } | ProviderError::InvalidHeader { .. } => "config",
-        ProviderError::Auth(_) => "auth",
-        ProviderError::ModelUnavailable(_) => "model_unavailable",
-        ProviderError::OutputLimitRejected(_) => "output_limit_rejected",
-        ProviderError::BadRequest(_) => "bad_request",
-        ProviderError::RateLimited { .. } => "rate_limited",
-        ProviderError::Unavailable { .. } => "unavailable",
-        ProviderError::Network { .. } => "network",
-        ProviderError::Timeout { .. } => "timeout",
-        ProviderError::InvalidResponse(_) => "invalid_response",
-        ProviderError::MalformedAnswer { .. } => "malformed_answer",
-    }
-}
-
 fn provider_failure_outcome(failure: &ProviderFailure) -> serde_json::Value {
     serde_json::json!({
         "terminal": if failure.is_permanent() { "failed" } else { "retry" },
-        "errorClass": error_class(&failure.error),
+        "errorClass": model_call::error_class(&failure.error),
         "error": failure.error.to_string(),
         "diagnostic": failure.error.diagnostic(),
         "providerRequestId": failure.provider_request_id,
         "requests": failure.requests,
         "usage": { "inputTokens": failure.usage.input_tokens, "outputTokens": failure.usage.output_tokens },
     })
-}
-
-/// Permanent provider failures fail the job at once; the rest retry, honouring Retry-After.
-fn job_error(failure: &ProviderFailure, now: i64) -> JobError {
-    let message = failure.to_string();
-    if failure.is_permanent() {
-        return JobError::Permanent {
-            message,
-            result: Some(
-                serde_json::json!({ "diagnostic": failure.error.diagnostic(), "errorClass": error_class(&failure.error) }),
-            ),
-        };
-    }
-    let retry_at = failure
-        .retry_after()
-        .map(|wait| now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)));
-    JobError::Retryable { message, retry_at }
 }
 
 fn result_json(

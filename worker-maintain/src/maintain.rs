@@ -28,7 +28,7 @@ use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal,
 use zuno_shared::memory::store::{self, Scope};
 use zuno_shared::memory::validate::WriteRefusal;
 use zuno_shared::provider::{LearningModelClient, LearningRequest, resolve_model};
-use zuno_shared::runtime::{JobContext, JobError, JobHandler};
+use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 
 /// spec 001: at most 64 recent validated experiences, at most 32 changes per plan.
 pub const MAX_EXPERIENCES: i64 = 64;
@@ -201,8 +201,15 @@ impl JobHandler for MaintainHandler {
 
         let model_mode = extractor_version(&self.config) == MODEL_EXTRACTOR_VERSION;
         let mut plan = if model_mode && !inputs.is_empty() {
-            self.model_plan(&inputs, &hints, &project_entries, &global_entries)
-                .await?
+            self.model_plan(
+                &ctx,
+                &project_id,
+                &inputs,
+                &hints,
+                &project_entries,
+                &global_entries,
+            )
+            .await?
         } else {
             deterministic_plan(&inputs, &hints, &user_backed)
         };
@@ -441,8 +448,12 @@ impl MaintainHandler {
         Ok(Committed { staged, skipped })
     }
 
+    /// Asks the model for a plan through the job's model call, which records its tokens and
+    /// the provider's health whatever the outcome.
     async fn model_plan(
         &self,
+        ctx: &JobContext,
+        project_id: &str,
         inputs: &[Input],
         hints: &[Hint],
         project: &[String],
@@ -476,9 +487,14 @@ impl MaintainHandler {
         let timeout = Duration::from_millis(self.config.learning.execution.timeout_ms);
         // The client's single repair covers answers that are not a valid plan: unknown
         // experience ids, too many changes or malformed changes go back to the model once.
-        let response = self
-            .client
-            .complete_validated(&model, &request, timeout, |value| {
+        let value = model_call::ask_for_job(
+            ctx,
+            &self.client,
+            &model,
+            &request,
+            timeout,
+            Some(project_id),
+            |value| {
                 let plan: ModelPlan =
                     serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
                 if plan.changes.len() > MAX_CHANGES {
@@ -495,17 +511,11 @@ impl MaintainHandler {
                     }
                 }
                 Ok(())
-            })
-            .await
-            .map_err(|failure| {
-                if failure.is_permanent() {
-                    JobError::permanent(failure.to_string())
-                } else {
-                    JobError::retryable(failure.to_string())
-                }
-            })?;
-        let plan: ModelPlan = serde_json::from_value(response.value)
-            .map_err(|e| JobError::permanent(e.to_string()))?;
+            },
+        )
+        .await?;
+        let plan: ModelPlan =
+            serde_json::from_value(value).map_err(|e| JobError::permanent(e.to_string()))?;
         Ok(plan.changes)
     }
 }

@@ -1,5 +1,5 @@
 use clap::Parser;
-use zuno_shared::runtime::process::{WorkerArgs, allow_all, run_worker};
+use zuno_shared::runtime::process::{WorkerArgs, run_worker, source_gate};
 
 /// Claims `aggregate_project` and `aggregate_global` jobs: pattern mining.
 #[derive(Parser)]
@@ -15,7 +15,7 @@ async fn main() -> anyhow::Result<()> {
     run_worker(
         "zuno-worker-mine",
         args.worker,
-        allow_all,
+        source_gate,
         zuno_worker_mine::handlers,
     )
     .await

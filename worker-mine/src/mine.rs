@@ -115,10 +115,11 @@ fn validate_groups(
     Ok(())
 }
 
-/// Asks the learning model for groups and records the call's tokens (retries and the repair
-/// included) and the provider's health like extraction does, whatever the outcome, under the
-/// job's lease. Aggregation is background work: its tokens count as automatic (toward
-/// `learning.execution.max_tokens_per_day`) unless an operator admitted it manually.
+/// Asks the learning model for groups through the job's model call, which records the call's
+/// tokens (retries and the repair included) and the provider's health whatever the outcome,
+/// even after a lost lease. Aggregation is background work: its tokens count as automatic (toward
+/// `learning.execution.max_tokens_per_day`, reserved at claim) unless an operator admitted it
+/// manually.
 #[allow(clippy::too_many_arguments)]
 async fn ask_model(
     ctx: &JobContext,

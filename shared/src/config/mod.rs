@@ -137,7 +137,8 @@ pub struct ExecutionConfig {
     pub max_output_tokens: u64,
     pub max_steps: u32,
     pub structured_output: bool,
-    /// Optional daily cap on provider tokens for AUTOMATIC extraction; absent = unlimited.
+    /// Optional daily cap on provider tokens of automatic model calls (never manual commands),
+    /// reserved at claim; absent = unlimited.
     pub max_tokens_per_day: Option<u64>,
 }
 

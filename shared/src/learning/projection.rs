@@ -98,7 +98,8 @@ pub struct ProjectStatus {
     pub tokens_total: TokenTotals,
     pub automatic_tokens_today: i64,
     pub max_tokens_per_day: Option<u64>,
-    /// True when automatic extraction is paused by the daily token cap.
+    /// True when the daily token cap holds automatic model calls back: today's automatic spend
+    /// and the calls in flight leave less than one more call's ceiling.
     pub automatic_paused: bool,
     pub providers: Vec<ProviderHealth>,
     pub warnings: Vec<Warning>,
@@ -271,7 +272,7 @@ pub async fn project_status(
     let learning = &config.learning;
     let now = ledger.now_ms();
     let today = usage::day_of(now);
-    let (_, automatic_today) = usage::day_totals(db, today).await?;
+    let budget = usage::automatic_budget(db, today).await?;
     let experiences: i64 = crate::on_db!(db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM experience_record WHERE project_id = $1")
         .bind(project_id).fetch_one(pool).await)?;
     let jobs = ledger
@@ -302,10 +303,10 @@ pub async fn project_status(
         experiences,
         tokens_today: usage::project_totals(db, project_id, Some(today)).await?,
         tokens_total: usage::project_totals(db, project_id, None).await?,
-        automatic_tokens_today: automatic_today,
+        automatic_tokens_today: budget.spent,
         max_tokens_per_day: cap,
         automatic_paused: cap
-            .is_some_and(|cap| automatic_today >= i64::try_from(cap).unwrap_or(i64::MAX)),
+            .is_some_and(|cap| !budget.admits(usage::call_ceiling(&learning.execution), cap)),
         providers: usage::health(db).await?,
         warnings: warnings(&jobs),
     })

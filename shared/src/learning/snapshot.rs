@@ -10,11 +10,14 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::manifest::{self, FeedbackSource, SourceManifest};
-use super::{experience, feedback, policy, usage};
+use super::{
+    MODEL_EXTRACTOR_VERSION, RULES_EXTRACTOR_VERSION, experience, extractor_version, feedback,
+    policy, rules, usage,
+};
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::{StoreError, Tx};
-use crate::ledger::{ClaimGate, GateDecision, Job, JobKind, JobOrigin};
+use crate::ledger::{ClaimGate, GateDecision, Job, JobKind};
 use crate::transcript::{Message, MessageStatus, TranscriptStore};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -217,12 +220,12 @@ fn message_digest(message: &Message) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// The claim and heartbeat gate for extraction jobs. Inside the ledger's transaction it checks,
-/// in order: a verified snapshot exists; the session's generation policy is `enabled`; the
-/// source is unchanged; none of its sources was explicitly forgotten; and, for automatic work
-/// only, that today's automatic token spend is under `learning.execution.max_tokens_per_day`.
+/// The claim and heartbeat gate of the learning stages. Inside the ledger's transaction it
+/// checks, for extraction, in order: a verified snapshot exists; the session's generation policy
+/// is `enabled`; the source is unchanged; none of its sources was explicitly forgotten.
 /// Maintenance jobs pass only while the project's canonical memory path is the one they were
-/// bound to at admission.
+/// bound to at admission. Last, an automatic job that will call the model must reserve its call
+/// under `learning.execution.max_tokens_per_day` (see [`usage::reserve_in`]).
 pub struct SourceGate {
     config: Arc<Config>,
     clock: SharedClock,
@@ -249,10 +252,10 @@ impl ClaimGate for SourceGate {
                     ));
                 }
             }
-            return Ok(GateDecision::Proceed);
+            return self.reserve_tokens(tx, job).await;
         }
         if job.kind != JobKind::Extract {
-            return Ok(GateDecision::Proceed);
+            return self.reserve_tokens(tx, job).await;
         }
         let Some(snapshot) = SourceSnapshot::load_in(tx, &job.id).await? else {
             return skip(String::from("the job has no verified source snapshot"));
@@ -278,17 +281,62 @@ impl ClaimGate for SourceGate {
                 "a source of this turn was explicitly forgotten",
             ));
         }
-        let automatic = matches!(job.origin, JobOrigin::ClosedTurn | JobOrigin::Legacy);
-        if automatic
-            && let Some(cap) = self.config.learning.execution.max_tokens_per_day
-            && usage::automatic_tokens_in(tx, usage::day_of(now)).await?
-                >= i64::try_from(cap).unwrap_or(i64::MAX)
-        {
-            return Ok(GateDecision::Defer {
-                until: usage::next_day_start(now),
-                reason: format!("automatic extraction paused: today's {cap}-token cap is reached"),
-            });
+        self.reserve_tokens(tx, job).await
+    }
+}
+
+/// How long a job waits when calls in flight hold the rest of today's cap: about when they
+/// record their actual spend, which usually leaves room.
+const IN_FLIGHT_WAIT_MS: i64 = 30_000;
+
+impl SourceGate {
+    /// Whether the job's attempt will ask the model (the rules extractor and the no-model plans
+    /// spend nothing).
+    fn calls_model(&self, job: &Job) -> bool {
+        match job.kind {
+            JobKind::Extract => !rules::is_rules_version(
+                job.extractor_version
+                    .as_deref()
+                    .unwrap_or(RULES_EXTRACTOR_VERSION),
+            ),
+            JobKind::Maintain | JobKind::AggregateProject | JobKind::AggregateGlobal => {
+                extractor_version(&self.config) == MODEL_EXTRACTOR_VERSION
+            }
+            JobKind::Evaluate => true,
         }
-        Ok(GateDecision::Proceed)
+    }
+
+    /// The daily cap, last: proceeds when there is no cap, the work is manual or spends nothing,
+    /// or the call's ceiling was reserved; defers otherwise, without spending an attempt.
+    async fn reserve_tokens(&self, tx: &mut Tx, job: &Job) -> Result<GateDecision, StoreError> {
+        let Some(cap) = self.config.learning.execution.max_tokens_per_day else {
+            return Ok(GateDecision::Proceed);
+        };
+        if !job.origin.is_automatic() || !self.calls_model(job) {
+            return Ok(GateDecision::Proceed);
+        }
+        let now = self.clock.now_ms();
+        let ceiling = usage::call_ceiling(&self.config.learning.execution);
+        Ok(
+            match usage::reserve_in(tx, &job.id, job.attempts, ceiling, cap, now).await? {
+                usage::Reservation::Held => GateDecision::Proceed,
+                usage::Reservation::WaitForInFlight { budget } => GateDecision::Defer {
+                    until: now + IN_FLIGHT_WAIT_MS,
+                    reason: format!(
+                        "automatic model calls wait: {} tokens spent and {} reserved by calls in \
+                         flight leave less than one call's {ceiling} of today's {cap}-token cap",
+                        budget.spent, budget.reserved
+                    ),
+                },
+                usage::Reservation::Exhausted { budget } => GateDecision::Defer {
+                    until: usage::next_day_start(now),
+                    reason: format!(
+                        "automatic model calls paused: {} tokens spent leave less than one \
+                         call's {ceiling} of today's {cap}-token cap",
+                        budget.spent
+                    ),
+                },
+            },
+        )
     }
 }

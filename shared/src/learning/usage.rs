@@ -1,10 +1,17 @@
 //! Provider token accounting and health. Every provider call records its input and output tokens
 //! from the provider's usage fields; totals per job, project and day are visible in status and
-//! metrics, and an optional daily cap pauses automatic extraction (never manual commands).
+//! metrics, and an optional daily cap holds back automatic model calls (never manual commands).
+//!
+//! The cap is enforced at claim: an automatic job that will call the model reserves its call's
+//! ceiling ([`call_ceiling`]) inside the claim transaction, serialized with every other
+//! reservation of the day, and is admitted only if today's automatic spend, the reservations of
+//! calls still in flight and its own ceiling fit under the cap. Recording the call's actual spend
+//! releases the reservation, so concurrent claims near the cap cannot together pass it.
 
 use serde::Serialize;
 
-use crate::db::{Db, StoreError, Tx};
+use crate::config::ExecutionConfig;
+use crate::db::{Backend, Db, StoreError, Tx};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -62,11 +69,138 @@ pub async fn record_in(tx: &mut Tx, usage: &UsageRecord<'_>, now: i64) -> Result
     Ok(())
 }
 
-/// Tokens spent by automatic extraction on the given day (the daily cap counts only these).
-pub async fn automatic_tokens_in(tx: &mut Tx, day: i64) -> Result<i64, StoreError> {
-    let sql = "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) FROM provider_usage \
-               WHERE day = $1 AND automatic = TRUE";
-    Ok(crate::on_tx!(tx, conn => sqlx::query_scalar(sql).bind(day).fetch_one(conn).await)?)
+/// Instructions, schema and framing around a call's bounded input, in tokens.
+const PROMPT_OVERHEAD_TOKENS: u64 = 8192;
+
+/// The most one model call may spend under `execution`, as the daily cap reserves it: the
+/// bounded input (at most one token per byte) with its instructions and the output limit, sent
+/// twice (the first request and the one repair, which resends the conversation with the first
+/// answer).
+pub fn call_ceiling(execution: &ExecutionConfig) -> u64 {
+    let input = execution
+        .max_input_bytes
+        .saturating_add(PROMPT_OVERHEAD_TOKENS);
+    input
+        .saturating_mul(2)
+        .saturating_add(execution.max_output_tokens.saturating_mul(3))
+}
+
+/// Today's automatic tokens: spent (recorded calls) and reserved (calls in flight).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AutomaticBudget {
+    pub spent: i64,
+    pub reserved: i64,
+}
+
+impl AutomaticBudget {
+    /// Whether one more call of `ceiling` tokens fits under `cap`.
+    pub fn admits(&self, ceiling: u64, cap: u64) -> bool {
+        let ceiling = i64::try_from(ceiling).unwrap_or(i64::MAX);
+        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+        self.spent
+            .saturating_add(self.reserved)
+            .saturating_add(ceiling)
+            <= cap
+    }
+}
+
+/// A reservation counts while its attempt runs and its call has not recorded: a rescued,
+/// retried or settled attempt frees it without any clean-up.
+const BUDGET_SQL: &str = "SELECT \
+    (SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) FROM provider_usage \
+       WHERE day = $1 AND automatic = TRUE), \
+    (SELECT CAST(COALESCE(SUM(r.tokens), 0) AS BIGINT) FROM provider_token_reservation r \
+       JOIN learning_job j ON j.id = r.job_id \
+       WHERE r.day = $1 AND r.released = FALSE AND j.state = 'running' AND j.attempts = r.attempt)";
+
+/// Today's automatic spend and live reservations, read in one statement.
+pub async fn automatic_budget_in(tx: &mut Tx, day: i64) -> Result<AutomaticBudget, StoreError> {
+    let (spent, reserved): (i64, i64) =
+        crate::on_tx!(tx, conn => sqlx::query_as(BUDGET_SQL).bind(day).fetch_one(conn).await)?;
+    Ok(AutomaticBudget { spent, reserved })
+}
+
+pub async fn automatic_budget(db: &Db, day: i64) -> Result<AutomaticBudget, StoreError> {
+    let (spent, reserved): (i64, i64) =
+        crate::on_db!(db, pool => sqlx::query_as(BUDGET_SQL).bind(day).fetch_one(pool).await)?;
+    Ok(AutomaticBudget { spent, reserved })
+}
+
+/// What [`reserve_in`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reservation {
+    /// The attempt holds `ceiling` tokens of today's cap (now, or since its claim).
+    Held,
+    /// Calls in flight hold the room; their actual spend may leave enough once recorded.
+    WaitForInFlight { budget: AutomaticBudget },
+    /// Today's recorded spend leaves no room for one more call.
+    Exhausted { budget: AutomaticBudget },
+}
+
+/// Reserves `ceiling` tokens of today's `cap` for attempt `attempt` of `job_id`, inside the
+/// caller's claim transaction. Reservations are serialized (Postgres: a transaction-scoped
+/// advisory lock; SQLite: the transaction already holds the only write lock), so each one reads
+/// every earlier one. Asking again for an attempt that holds a reservation (a heartbeat's
+/// recheck) changes nothing.
+pub async fn reserve_in(
+    tx: &mut Tx,
+    job_id: &str,
+    attempt: i64,
+    ceiling: u64,
+    cap: u64,
+    now: i64,
+) -> Result<Reservation, StoreError> {
+    let held: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+            "SELECT attempt FROM provider_token_reservation WHERE job_id = $1 AND attempt = $2")
+        .bind(job_id).bind(attempt).fetch_optional(conn).await)?;
+    if held.is_some() {
+        return Ok(Reservation::Held);
+    }
+    if tx.backend() == Backend::Postgres {
+        // Taken by every reserver and held to commit: the next reserver's reads start after
+        // this claim's reservation is visible.
+        crate::on_tx!(tx, conn => sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(RESERVATION_LOCK).execute(conn).await.map(|done| done.rows_affected()))?;
+    }
+    let day = day_of(now);
+    let budget = automatic_budget_in(tx, day).await?;
+    if !budget.admits(ceiling, cap) {
+        let recorded_only = AutomaticBudget {
+            spent: budget.spent,
+            reserved: 0,
+        };
+        return Ok(if recorded_only.admits(ceiling, cap) {
+            Reservation::WaitForInFlight { budget }
+        } else {
+            Reservation::Exhausted { budget }
+        });
+    }
+    crate::on_tx!(tx, conn => sqlx::query(
+            "INSERT INTO provider_token_reservation (job_id, attempt, day, tokens, created_at) \
+             VALUES ($1, $2, $3, $4, $5)")
+        .bind(job_id)
+        .bind(attempt)
+        .bind(day)
+        .bind(i64::try_from(ceiling).unwrap_or(i64::MAX))
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    // Past days' rows can no longer count; dropping them here keeps the table to one day.
+    crate::on_tx!(tx, conn => sqlx::query("DELETE FROM provider_token_reservation WHERE day < $1")
+        .bind(day).execute(conn).await.map(|done| done.rows_affected()))?;
+    Ok(Reservation::Held)
+}
+
+/// The advisory lock key that serializes reservations on Postgres.
+const RESERVATION_LOCK: i64 = 0x007a_756e_6f63_6170;
+
+/// Releases the reservation of one attempt: its call's actual spend is recorded now.
+pub async fn release_in(tx: &mut Tx, job_id: &str, attempt: i64) -> Result<(), StoreError> {
+    crate::on_tx!(tx, conn => sqlx::query(
+            "UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $1 AND attempt = $2")
+        .bind(job_id).bind(attempt).execute(conn).await.map(|done| done.rows_affected()))?;
+    Ok(())
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -153,8 +287,7 @@ pub async fn set_health_in(tx: &mut Tx, health: &ProviderHealth) -> Result<(), S
     Ok(())
 }
 
-/// Records one model call of a learning job (mining, evaluation) the way extraction records its
-/// calls: the tokens in `provider_usage` (so job, project and day totals, the daily budget and
+/// Records one model call of a learning job: the tokens in `provider_usage` (so job, project and day totals, the daily budget and
 /// status include them) and the provider's health — any answer marks it healthy, a credential
 /// or unknown-model failure unhealthy, transient failures say nothing.
 pub async fn record_call_in(
@@ -212,5 +345,23 @@ mod tests {
         assert_eq!(day_label(day_of(ms)), "2027-01-15");
         assert_eq!(next_day_start(ms) % DAY_MS, 0);
         assert!(next_day_start(ms) > ms && next_day_start(ms) - ms <= DAY_MS);
+    }
+
+    #[test]
+    fn a_call_fits_only_when_spend_reservations_and_its_ceiling_stay_under_the_cap() {
+        let execution = ExecutionConfig {
+            max_input_bytes: 1000,
+            max_output_tokens: 100,
+            ..ExecutionConfig::default()
+        };
+        let ceiling = call_ceiling(&execution);
+        assert_eq!(ceiling, 2 * (1000 + PROMPT_OVERHEAD_TOKENS) + 3 * 100);
+        let budget = |spent, reserved| AutomaticBudget { spent, reserved };
+        let exact = ceiling + 500;
+        assert!(budget(250, 250).admits(ceiling, exact));
+        assert!(!budget(250, 251).admits(ceiling, exact));
+        assert!(!budget(501, 0).admits(ceiling, exact));
+        assert!(!budget(0, 0).admits(ceiling, ceiling - 1));
+        assert!(budget(0, 0).admits(u64::MAX, u64::MAX));
     }
 }

@@ -157,6 +157,13 @@ impl JobOrigin {
         .find(|origin| origin.as_str() == value)
     }
 
+    /// Work nobody asked for by hand: its model tokens count toward
+    /// `learning.execution.max_tokens_per_day`, and the cap can hold it back. Only a person's
+    /// explicit command is exempt, whatever stage runs it.
+    pub fn is_automatic(self) -> bool {
+        self != JobOrigin::Manual
+    }
+
     /// Higher runs first. Manual work is what a person is waiting for; closed turns come before
     /// legacy backlog (spec 001: "New closed-turn jobs take priority over legacy backlog").
     pub fn priority(self) -> i64 {

@@ -68,7 +68,7 @@ impl Ledger {
                 finish(
                     &mut tx,
                     lease,
-                    "skipped",
+                    Outcome::Terminal(JobState::Skipped),
                     Some(&skip_result(&reason)),
                     None,
                     now,
@@ -256,8 +256,13 @@ impl Settlement<'_> {
 
     /// Settles `completed` with `result`, committing the domain writes with it.
     pub async fn complete(self, result: serde_json::Value) -> Result<Job, LedgerError> {
-        self.finish("completed", Some(result.to_string()), None, None)
-            .await
+        self.finish(
+            Outcome::Terminal(JobState::Completed),
+            Some(result.to_string()),
+            None,
+            None,
+        )
+        .await
     }
 
     /// Settles `skipped` (the source changed or the work is no longer wanted).
@@ -274,8 +279,13 @@ impl Settlement<'_> {
             now,
         )
         .await?;
-        self.finish("skipped", Some(skip_result(reason)), None, None)
-            .await
+        self.finish(
+            Outcome::Terminal(JobState::Skipped),
+            Some(skip_result(reason)),
+            None,
+            None,
+        )
+        .await
     }
 
     /// Records a failed attempt that may succeed later: back to `queued` after a delay, or
@@ -286,7 +296,8 @@ impl Settlement<'_> {
         }
         let now = self.ledger.now_ms();
         let run_at = retry_at.unwrap_or(now + retry_backoff_ms(self.lease.attempt));
-        self.finish("retry", None, Some(error), Some(run_at)).await
+        self.finish(Outcome::Retry, None, Some(error), Some(run_at))
+            .await
     }
 
     /// Settles `failed` at once (a permanent failure), keeping the error and optional result.
@@ -295,23 +306,34 @@ impl Settlement<'_> {
         error: &str,
         result: Option<serde_json::Value>,
     ) -> Result<Job, LedgerError> {
-        self.finish("failed", result.map(|r| r.to_string()), Some(error), None)
-            .await
+        self.finish(
+            Outcome::Terminal(JobState::Failed),
+            result.map(|r| r.to_string()),
+            Some(error),
+            None,
+        )
+        .await
     }
 
     /// Settles `uncertain`: the job's effect can neither be proven done nor undone.
     pub async fn uncertain(self, detail: &str) -> Result<Job, LedgerError> {
-        self.finish("uncertain", None, Some(detail), None).await
+        self.finish(
+            Outcome::Terminal(JobState::Uncertain),
+            None,
+            Some(detail),
+            None,
+        )
+        .await
     }
 
-    /// `state` is a terminal state or `retry` (queued again unless the row's own attempt count
-    /// has reached its ceiling, which the statement decides). Runs in a `settle` span, a child
+    /// `outcome` is a terminal state or another attempt (queued again unless the row's own
+    /// attempt count has reached its ceiling, which the statement decides). Runs in a `settle` span, a child
     /// of the job's span, so the settlement shows in the admitting request's trace.
     #[tracing::instrument(name = "settle", skip_all,
-        fields(job.id = %self.lease.job_id, job.kind = %self.lease.kind, settle.state = state))]
+        fields(job.id = %self.lease.job_id, job.kind = %self.lease.kind, settle.state = %outcome))]
     async fn finish(
         mut self,
-        state: &str,
+        outcome: Outcome,
         result: Option<String>,
         error: Option<&str>,
         run_at: Option<i64>,
@@ -322,7 +344,7 @@ impl Settlement<'_> {
                 finish_returning(
                     tx,
                     &self.lease,
-                    state,
+                    outcome,
                     result.as_deref(),
                     error,
                     run_at,
@@ -336,7 +358,7 @@ impl Settlement<'_> {
                 let sql = finish_sql();
                 let row: Option<JobRow> = crate::on_db!(db, pool => bind_finish!(
                         sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
-                        &self.lease, state, result.as_deref(), error, run_at, now)
+                        &self.lease, outcome, result.as_deref(), error, run_at, now)
                     .fetch_optional(pool)
                     .await)?;
                 row.map(Job::try_from).transpose()?
@@ -369,27 +391,47 @@ impl Settlement<'_> {
     }
 }
 
-/// The guarded final state change. `$3` is a terminal state or `retry`.
+/// How an attempt ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Terminal(JobState),
+    /// Another attempt, or `failed` when the row's attempts are spent.
+    Retry,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Terminal(state) => f.write_str(state.as_str()),
+            Outcome::Retry => f.write_str("retry"),
+        }
+    }
+}
+
+/// The guarded final state change. `$3` is the terminal state, NULL for another attempt.
 fn finish_sql() -> String {
     format!(
         "UPDATE learning_job SET \
-           state = CASE WHEN $3 <> 'retry' THEN $3 \
+           state = CASE WHEN $3 IS NOT NULL THEN $3 \
                         WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END, \
            result = COALESCE($4, result), last_error = COALESCE($5, last_error), \
            lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
-           run_at = CASE WHEN $3 = 'retry' THEN COALESCE($6, run_at) ELSE run_at END, \
-           finished_at = CASE WHEN $3 = 'retry' AND attempts < max_attempts THEN NULL ELSE $7 END, \
+           run_at = CASE WHEN $3 IS NULL THEN COALESCE($6, run_at) ELSE run_at END, \
+           finished_at = CASE WHEN $3 IS NULL AND attempts < max_attempts THEN NULL ELSE $7 END, \
            updated_at = $7 \
          WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}"
     )
 }
 
 macro_rules! bind_finish {
-    ($query:expr, $lease:expr, $state:expr, $result:expr, $error:expr, $run_at:expr, $now:expr) => {
+    ($query:expr, $lease:expr, $outcome:expr, $result:expr, $error:expr, $run_at:expr, $now:expr) => {
         $query
             .bind(&$lease.job_id)
             .bind(&$lease.token)
-            .bind($state)
+            .bind(match $outcome {
+                Outcome::Terminal(state) => Some(state.as_str()),
+                Outcome::Retry => None,
+            })
             .bind($result)
             .bind($error.map(truncate_detail))
             .bind($run_at)
@@ -401,19 +443,19 @@ use bind_finish;
 async fn finish(
     tx: &mut Tx,
     lease: &Lease,
-    state: &str,
+    outcome: Outcome,
     result: Option<&str>,
     error: Option<&str>,
     now: i64,
 ) -> Result<(), LedgerError> {
-    finish_returning(tx, lease, state, result, error, None, now).await?;
+    finish_returning(tx, lease, outcome, result, error, None, now).await?;
     Ok(())
 }
 
 async fn finish_returning(
     tx: &mut Tx,
     lease: &Lease,
-    state: &str,
+    outcome: Outcome,
     result: Option<&str>,
     error: Option<&str>,
     run_at: Option<i64>,
@@ -421,7 +463,7 @@ async fn finish_returning(
 ) -> Result<Option<Job>, LedgerError> {
     let sql = finish_sql();
     let row: Option<JobRow> = crate::on_tx!(tx, conn => bind_finish!(
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), lease, state, result, error, run_at, now)
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), lease, outcome, result, error, run_at, now)
         .fetch_optional(conn)
         .await)?;
     row.map(Job::try_from)

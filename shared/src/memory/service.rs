@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::consolidate::{self, Consolidation, Standing};
 use super::projection::{self, CreateDir, ProjectionError, Publish};
-use super::store::{self, Candidate, Document, DocumentView, Entry, Scope};
+use super::store::{self, Candidate, Document, DocumentView, Entry, MemoryCandidateState, Scope};
 use super::validate::{self, WriteRefusal};
 use crate::clock::SharedClock;
 use crate::config::{Config, MemoryPromotion};
@@ -626,7 +626,7 @@ impl MemoryService {
         let candidate = store::candidate_in(tx, id).await?.ok_or_else(|| {
             MemoryError::NotFound(format!("memory candidate `{id}` was not found"))
         })?;
-        if candidate.state != "pending" {
+        if candidate.state != MemoryCandidateState::Pending {
             return Err(MemoryError::Conflict(format!(
                 "memory candidate `{id}` is `{}`, not pending",
                 candidate.state
@@ -781,7 +781,7 @@ impl MemoryService {
         let candidate = store::candidate_in(&mut tx, id).await?.ok_or_else(|| {
             MemoryError::NotFound(format!("memory candidate `{id}` was not found"))
         })?;
-        if candidate.state != "applied" {
+        if candidate.state != MemoryCandidateState::Applied {
             return Err(MemoryError::Conflict(format!(
                 "memory candidate `{id}` is `{}`; only applied candidates can be undone",
                 candidate.state
@@ -1217,7 +1217,7 @@ impl MemoryService {
             let after: Vec<String> =
                 serde_json::from_str(candidate.after_entries.as_deref().unwrap_or("null"))
                     .unwrap_or_default();
-            let undoing = candidate.state == "undoing";
+            let undoing = candidate.state == MemoryCandidateState::Undoing;
             // An undo's target is the apply's `before`.
             let (done, not_done) = if undoing {
                 (&before, &after)
@@ -1226,21 +1226,29 @@ impl MemoryService {
             };
             let (state, bucket) = if &current == done {
                 (
-                    if undoing { "undone" } else { "applied" },
+                    if undoing {
+                        MemoryCandidateState::Undone
+                    } else {
+                        MemoryCandidateState::Applied
+                    },
                     &mut report.applied,
                 )
             } else if &current == not_done {
                 (
-                    if undoing { "applied" } else { "pending" },
+                    if undoing {
+                        MemoryCandidateState::Applied
+                    } else {
+                        MemoryCandidateState::Pending
+                    },
                     &mut report.not_applied,
                 )
             } else {
-                ("uncertain", &mut report.uncertain)
+                (MemoryCandidateState::Uncertain, &mut report.uncertain)
             };
             crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET state = $2, detail = $3, updated_at = $4 WHERE id = $1")
-                .bind(&candidate.id).bind(state)
+                .bind(&candidate.id).bind(state.as_str())
                 .bind(format!("reconciled at start-up from `{}`: the document matched {}", candidate.state,
-                    if state == "uncertain" { "neither snapshot; inspect before deciding" } else if bucket_is_done(state, undoing) { "the completed snapshot" } else { "the prior snapshot" }))
+                    if state == MemoryCandidateState::Uncertain { "neither snapshot; inspect before deciding" } else if bucket_is_done(state, undoing) { "the completed snapshot" } else { "the prior snapshot" }))
                 .bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
             tx.commit().await?;
             bucket.push(candidate.id);
@@ -1354,8 +1362,11 @@ async fn support_in(tx: &mut Tx, entry_id: &str, evidence: &[String]) -> Result<
     Ok(())
 }
 
-fn bucket_is_done(state: &str, undoing: bool) -> bool {
-    matches!((state, undoing), ("applied", false) | ("undone", true))
+fn bucket_is_done(state: MemoryCandidateState, undoing: bool) -> bool {
+    matches!(
+        (state, undoing),
+        (MemoryCandidateState::Applied, false) | (MemoryCandidateState::Undone, true)
+    )
 }
 
 /// `forget`: in the caller's transaction, retracts derived entries that lost all their support

@@ -177,6 +177,21 @@ pub async fn view_in(
     }))
 }
 
+crate::states::stored_states! {
+    /// Where a memory candidate is in its life. `applying` and `undoing` are historical: a change
+    /// in flight when a process died, which start-up reconciliation settles.
+    pub enum MemoryCandidateState in "memory_candidate"."state" {
+        Pending = "pending",
+        Applying = "applying",
+        Applied = "applied",
+        Rejected = "rejected",
+        Undoing = "undoing",
+        Undone = "undone",
+        Uncertain = "uncertain",
+        Stale = "stale",
+    }
+}
+
 /// A candidate as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -192,9 +207,8 @@ pub struct Candidate {
     pub reason: String,
     pub confidence: f64,
     pub origin: String,
-    /// `pending`, `applied`, `rejected`, `undone`, `uncertain`, `stale` (historical:
-    /// `applying`, `undoing`).
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: MemoryCandidateState,
     pub base_revision: i64,
     /// JSON array of the document's entries before the change.
     pub before_entries: Option<String>,

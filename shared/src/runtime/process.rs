@@ -248,8 +248,9 @@ pub fn runner_config(args: &WorkerArgs, config: &Config, default_id: String) -> 
     runner
 }
 
-/// The source gate: for extraction, source snapshots, session policy, forgotten sources and the
-/// daily token cap; for maintenance, the bound canonical memory path.
+/// The source gate: for extraction, source snapshots, session policy and forgotten sources; for
+/// maintenance, the bound canonical memory path; for every automatic model call (extraction,
+/// maintenance, mining), the daily token cap's reservation.
 pub fn source_gate(env: &WorkerEnv) -> Arc<dyn ClaimGate> {
     Arc::new(crate::learning::SourceGate::new(
         Arc::new(env.settings.config.clone()),

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::candidate::{Candidate, candidate_in, check_managed_dirs, read_skill, worktree_in};
+use super::candidate::{
+    Candidate, SkillCandidateState, candidate_in, check_managed_dirs, read_skill, worktree_in,
+};
 use super::{SkillError, SkillService, is_managed_path};
 use crate::db::Tx;
 use crate::memory::projection::{self, ProjectionError, Publish};
@@ -151,12 +153,12 @@ impl SkillService {
         &self,
         tx: &mut Tx,
         id: &str,
-        from_state: &str,
+        from_state: SkillCandidateState,
         detail: &str,
     ) -> Result<(), SkillError> {
         let moved = crate::on_tx!(tx, conn => sqlx::query(
                 "UPDATE skill_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1 AND state = $4")
-            .bind(id).bind(detail).bind(self.now()).bind(from_state).execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(id).bind(detail).bind(self.now()).bind(from_state.as_str()).execute(conn).await.map(|d| d.rows_affected()))?;
         if moved != 1 {
             return Err(SkillError::Conflict(format!(
                 "skill candidate `{id}` changed state concurrently; another apply is in progress or done"
@@ -201,17 +203,22 @@ impl SkillService {
         }
         let (from_state, to_state, before_expected, after) = match kind {
             "apply" if candidate.operation == "apply" => {
-                if candidate.state != "approved" {
+                if candidate.state != SkillCandidateState::Approved {
                     return Err(SkillError::Conflict(format!(
                         "skill candidate `{id}` is `{}`; apply needs a review that passed evaluation (`approved`)",
                         candidate.state
                     )));
                 }
-                ("approved", "applying", None, candidate.content.clone())
+                (
+                    SkillCandidateState::Approved,
+                    SkillCandidateState::Applying,
+                    None,
+                    candidate.content.clone(),
+                )
             }
             "apply" => {
                 // A revocation restores what the revoked Skill replaced (usually: absent).
-                if candidate.state != "pending" {
+                if candidate.state != SkillCandidateState::Pending {
                     return Err(SkillError::Conflict(format!(
                         "revocation `{id}` is `{}`, not pending",
                         candidate.state
@@ -227,10 +234,15 @@ impl SkillService {
                         .bind(op).fetch_optional(conn).await)?.flatten(),
                     None => None,
                 };
-                ("pending", "applying", None, before)
+                (
+                    SkillCandidateState::Pending,
+                    SkillCandidateState::Applying,
+                    None,
+                    before,
+                )
             }
             "undo" => {
-                if candidate.state != "applied" {
+                if candidate.state != SkillCandidateState::Applied {
                     return Err(SkillError::Conflict(format!(
                         "skill candidate `{id}` is `{}`; only applied candidates can be undone",
                         candidate.state
@@ -249,7 +261,12 @@ impl SkillService {
                 } else {
                     (before, after)
                 };
-                ("applied", "undoing", Some(applied), restored)
+                (
+                    SkillCandidateState::Applied,
+                    SkillCandidateState::Undoing,
+                    Some(applied),
+                    restored,
+                )
             }
             other => {
                 return Err(SkillError::Invalid {
@@ -323,7 +340,7 @@ impl SkillService {
         // Compare-and-set: of concurrent attempts exactly one moves the candidate on.
         let moved = crate::on_tx!(&mut tx, conn => sqlx::query(
                 "UPDATE skill_candidate SET state = $3, operation_id = $4, updated_at = $5 WHERE id = $1 AND state = $2")
-            .bind(id).bind(from_state).bind(to_state).bind(&operation.id).bind(now)
+            .bind(id).bind(from_state.as_str()).bind(to_state.as_str()).bind(&operation.id).bind(now)
             .execute(conn).await.map(|d| d.rows_affected()))?;
         if moved != 1 {
             return Err(SkillError::Conflict(format!(
@@ -360,11 +377,11 @@ impl SkillService {
         let now = self.now();
         let mut tx = self.db.begin().await?;
         let (op_state, candidate_state, detail) = match (effect, operation.kind.as_str()) {
-            (Effect::Applied, "apply") => ("applied", "applied", None),
-            (Effect::Applied, _) => ("applied", "undone", None),
+            (Effect::Applied, "apply") => ("applied", SkillCandidateState::Applied, None),
+            (Effect::Applied, _) => ("applied", SkillCandidateState::Undone, None),
             (Effect::Drifted, _) => (
                 "not_applied",
-                "stale",
+                SkillCandidateState::Stale,
                 Some("the file changed between the check and the write; nothing was written"),
             ),
         };
@@ -387,7 +404,7 @@ impl SkillService {
         tx: &mut Tx,
         operation: &Operation,
         op_state: &str,
-        candidate_state: &str,
+        candidate_state: SkillCandidateState,
         detail: Option<&str>,
         now: i64,
     ) -> Result<(), SkillError> {
@@ -397,10 +414,10 @@ impl SkillService {
         crate::on_tx!(tx, conn => sqlx::query(
                 "UPDATE skill_candidate SET state = $3, detail = $4, updated_at = $5 \
                  WHERE id = $1 AND operation_id = $2 AND state IN ('applying', 'undoing')")
-            .bind(&operation.candidate_id).bind(&operation.id).bind(candidate_state).bind(detail).bind(now)
+            .bind(&operation.candidate_id).bind(&operation.id).bind(candidate_state.as_str()).bind(detail).bind(now)
             .execute(conn).await.map(|d| d.rows_affected()))?;
         // A completed revocation ends the revoked candidate too.
-        if candidate_state == "applied" {
+        if candidate_state == SkillCandidateState::Applied {
             crate::on_tx!(tx, conn => sqlx::query(
                     "UPDATE skill_candidate SET state = 'undone', detail = 'revoked', updated_at = $2 \
                      WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1) AND state = 'applied'")
@@ -408,7 +425,7 @@ impl SkillService {
         }
         // An undone revocation restored the Skill: the revoked candidate is applied again (its
         // own apply operation still describes the file, so it can be undone later).
-        if candidate_state == "undone" {
+        if candidate_state == SkillCandidateState::Undone {
             crate::on_tx!(tx, conn => sqlx::query(
                     "UPDATE skill_candidate SET state = 'applied', detail = 'its revocation was undone', updated_at = $2 \
                      WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1 AND operation = 'revoke') AND state = 'undone'")
@@ -462,7 +479,11 @@ impl SkillService {
             let now = self.now();
             let mut tx = self.db.begin().await?;
             if observed == after {
-                let state = if kind == "apply" { "applied" } else { "undone" };
+                let state = if kind == "apply" {
+                    SkillCandidateState::Applied
+                } else {
+                    SkillCandidateState::Undone
+                };
                 self.settle_operation_in(
                     &mut tx,
                     &operation,
@@ -479,18 +500,18 @@ impl SkillService {
                             "SELECT operation FROM skill_candidate WHERE id = $1")
                         .bind(&candidate_id).fetch_one(conn).await)?;
                     if operation_kind == "revoke" {
-                        "pending"
+                        SkillCandidateState::Pending
                     } else {
-                        "approved"
+                        SkillCandidateState::Approved
                     }
                 } else {
-                    "applied"
+                    SkillCandidateState::Applied
                 };
                 self.settle_operation_in(&mut tx, &operation, "not_applied", state,
                     Some("reconciled: the file holds the exact before snapshot; the effect did not happen"), now).await?;
                 report.not_applied.push(candidate_id);
             } else {
-                self.settle_operation_in(&mut tx, &operation, "uncertain", "uncertain",
+                self.settle_operation_in(&mut tx, &operation, "uncertain", SkillCandidateState::Uncertain,
                     Some("reconciled: the file matches neither snapshot; inspect it before deciding (never replayed)"), now).await?;
                 report.uncertain.push(candidate_id);
             }

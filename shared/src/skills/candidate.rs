@@ -40,16 +40,41 @@ pub struct Candidate {
     pub diff: String,
     pub rules: Vec<String>,
     pub evidence: Vec<String>,
-    /// `pending`, `evaluating`, `approved`, `rejected`, `stale`, `applying`, `applied`,
-    /// `undoing`, `undone` or `uncertain`.
-    pub state: String,
-    /// `none`, `running`, `passed`, `failed`, `expired` or `cancelled`.
-    pub evaluation_state: String,
+    pub state: SkillCandidateState,
+    pub evaluation_state: EvaluationState,
     /// The last apply/undo operation.
     pub operation_id: Option<String>,
     pub detail: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+crate::states::stored_states! {
+    /// Where a Skill candidate is in its review and apply/undo life.
+    pub enum SkillCandidateState in "skill_candidate"."state" {
+        Pending = "pending",
+        Evaluating = "evaluating",
+        Approved = "approved",
+        Rejected = "rejected",
+        Stale = "stale",
+        Applying = "applying",
+        Applied = "applied",
+        Undoing = "undoing",
+        Undone = "undone",
+        Uncertain = "uncertain",
+    }
+}
+
+crate::states::stored_states! {
+    /// The outcome of a Skill candidate's latest offline evaluation.
+    pub enum EvaluationState in "skill_candidate"."evaluation_state" {
+        None = "none",
+        Running = "running",
+        Passed = "passed",
+        Failed = "failed",
+        Expired = "expired",
+        Cancelled = "cancelled",
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -71,8 +96,10 @@ struct CandidateRow {
     content_digest: Option<String>,
     diff: String,
     rules: String,
-    state: String,
-    evaluation_state: String,
+    #[sqlx(try_from = "String")]
+    state: SkillCandidateState,
+    #[sqlx(try_from = "String")]
+    evaluation_state: EvaluationState,
     operation_id: Option<String>,
     detail: Option<String>,
     created_at: i64,

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::candidate::{Candidate, candidate_in};
+use super::candidate::{Candidate, EvaluationState, SkillCandidateState, candidate_in};
 use super::{SkillError, SkillService};
 use crate::db::{StoreError, Tx};
 use crate::ledger::{Admission, JobIdentity, JobOrigin, NewJob};
@@ -166,6 +166,43 @@ pub struct ReviewStarted {
     pub job: Value,
 }
 
+crate::states::stored_states! {
+    /// Where one evaluation run is: running until its verdict, its deadline or a cancellation.
+    pub enum RunState in "evaluation_run"."state" {
+        Running = "running",
+        Passed = "passed",
+        Failed = "failed",
+        Expired = "expired",
+        Cancelled = "cancelled",
+    }
+}
+
+/// How a run ends without a verdict: its run state, and the evaluation state its candidate
+/// keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnding {
+    /// Its absolute deadline passed before a result settled.
+    Expired,
+    /// Its job stopped (lease lost, shutdown, superseded) without a result.
+    Cancelled,
+}
+
+impl RunEnding {
+    pub fn run_state(self) -> RunState {
+        match self {
+            RunEnding::Expired => RunState::Expired,
+            RunEnding::Cancelled => RunState::Cancelled,
+        }
+    }
+
+    pub fn evaluation_state(self) -> EvaluationState {
+        match self {
+            RunEnding::Expired => EvaluationState::Expired,
+            RunEnding::Cancelled => EvaluationState::Cancelled,
+        }
+    }
+}
+
 /// A run as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -176,8 +213,8 @@ pub struct Run {
     pub job_id: Option<String>,
     #[serde(skip)]
     pub owner_token: String,
-    /// `running`, `passed`, `failed`, `expired` or `cancelled`.
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: RunState,
     pub deadline_at: i64,
     pub baseline_score: Option<f64>,
     pub candidate_score: Option<f64>,
@@ -285,7 +322,10 @@ impl SkillService {
                 "a revocation is reviewed by applying or rejecting it; it has nothing to evaluate",
             )));
         }
-        if !matches!(candidate.state.as_str(), "pending" | "evaluating") {
+        if !matches!(
+            candidate.state,
+            SkillCandidateState::Pending | SkillCandidateState::Evaluating
+        ) {
             return Err(SkillError::Conflict(format!(
                 "skill candidate `{candidate_id}` is `{}`; only pending candidates can be reviewed",
                 candidate.state
@@ -388,16 +428,16 @@ impl SkillService {
         )
     }
 
-    /// Ends a run without a verdict (`expired` or `cancelled`) with a terminal diagnostic, fenced
-    /// by its ownership token. Returns false when the run was no longer this token's.
+    /// Ends a run without a verdict with a terminal diagnostic, fenced by its ownership token.
+    /// Returns false when the run was no longer this token's.
     pub async fn end_run(
         &self,
         run: &Run,
-        state: &str,
+        ending: RunEnding,
         diagnostic: &str,
     ) -> Result<bool, SkillError> {
         let mut tx = self.db.begin().await?;
-        let ended = end_run_in(&mut tx, run, state, diagnostic, self.now()).await?;
+        let ended = end_run_in(&mut tx, run, ending, diagnostic, self.now()).await?;
         tx.commit().await?;
         Ok(ended)
     }
@@ -417,7 +457,7 @@ impl SkillService {
                 "the evaluation passed its deadline ({}) before a result settled; reconciled at start-up",
                 run.deadline_at
             );
-            if self.end_run(&run, "expired", &diagnostic).await? {
+            if self.end_run(&run, RunEnding::Expired, &diagnostic).await? {
                 expired.push(run.id);
             }
         }
@@ -429,20 +469,20 @@ impl SkillService {
 pub async fn end_run_in(
     tx: &mut Tx,
     run: &Run,
-    state: &str,
+    ending: RunEnding,
     diagnostic: &str,
     now: i64,
 ) -> Result<bool, StoreError> {
     let ended = crate::on_tx!(tx, conn => sqlx::query(
             "UPDATE evaluation_run SET state = $3, diagnostic = $4, finished_at = $5 \
              WHERE id = $1 AND owner_token = $2 AND state = 'running'")
-        .bind(&run.id).bind(&run.owner_token).bind(state).bind(diagnostic).bind(now)
+        .bind(&run.id).bind(&run.owner_token).bind(ending.run_state().as_str()).bind(diagnostic).bind(now)
         .execute(conn).await.map(|d| d.rows_affected()))?;
     if ended == 1 {
         crate::on_tx!(tx, conn => sqlx::query(
                 "UPDATE skill_candidate SET state = 'pending', evaluation_state = $3, review_token = NULL, detail = $4, updated_at = $5 \
                  WHERE id = $1 AND review_token = $2 AND state = 'evaluating'")
-            .bind(&run.candidate_id).bind(&run.owner_token).bind(state).bind(diagnostic).bind(now)
+            .bind(&run.candidate_id).bind(&run.owner_token).bind(ending.evaluation_state().as_str()).bind(diagnostic).bind(now)
             .execute(conn).await.map(|d| d.rows_affected()))?;
     }
     Ok(ended == 1)
@@ -500,14 +540,14 @@ pub async fn settle_verdict_in(
             .execute(conn).await.map(|d| d.rows_affected()))?;
     }
     let (candidate_state, evaluation_state) = if verdict.passed {
-        ("approved", "passed")
+        (SkillCandidateState::Approved, EvaluationState::Passed)
     } else {
-        ("pending", "failed")
+        (SkillCandidateState::Pending, EvaluationState::Failed)
     };
     crate::on_tx!(tx, conn => sqlx::query(
             "UPDATE skill_candidate SET state = $3, evaluation_state = $4, review_token = NULL, detail = $5, updated_at = $6 \
              WHERE id = $1 AND review_token = $2 AND state = 'evaluating'")
-        .bind(&run.candidate_id).bind(&run.owner_token).bind(candidate_state).bind(evaluation_state)
+        .bind(&run.candidate_id).bind(&run.owner_token).bind(candidate_state.as_str()).bind(evaluation_state.as_str())
         .bind(&diagnostic).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
     Ok(true)
 }

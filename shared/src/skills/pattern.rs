@@ -33,8 +33,7 @@ pub struct Pattern {
     pub rules: Vec<String>,
     /// `mined` or `promote` (an explicit one-evidence promotion).
     pub origin: String,
-    /// `open`, `promoted` or `rejected`.
-    pub state: String,
+    pub state: PatternState,
     pub version: i64,
     pub evidence_digest: String,
     pub evidence_count: i64,
@@ -49,6 +48,15 @@ pub struct Pattern {
     pub updated_at: i64,
 }
 
+crate::states::stored_states! {
+    /// Where a mined pattern is: open to evidence, promoted to a Skill candidate, or rejected.
+    pub enum PatternState in "learning_pattern"."state" {
+        Open = "open",
+        Promoted = "promoted",
+        Rejected = "rejected",
+    }
+}
+
 #[derive(sqlx::FromRow)]
 struct PatternRow {
     id: String,
@@ -57,7 +65,8 @@ struct PatternRow {
     concept: String,
     rules: String,
     origin: String,
-    state: String,
+    #[sqlx(try_from = "String")]
+    state: PatternState,
     version: i64,
     evidence_digest: String,
     evidence_count: i64,
@@ -347,7 +356,7 @@ pub async fn create_in(
     concept: &str,
     rules: &[String],
     origin: &str,
-    state: &str,
+    state: PatternState,
     evidence: &[(String, Option<String>)],
     job_id: Option<&str>,
     now: i64,
@@ -358,7 +367,7 @@ pub async fn create_in(
             "INSERT INTO learning_pattern (id, scope, project_id, concept, rules, origin, state, version, evidence_digest, \
                evidence_count, session_count, project_count, job_id, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, 1, 0, 0, $9, $10, $10)")
-        .bind(&id).bind(scope).bind(project_id).bind(concept).bind(rules_json(rules)).bind(origin).bind(state)
+        .bind(&id).bind(scope).bind(project_id).bind(concept).bind(rules_json(rules)).bind(origin).bind(state.as_str())
         .bind(&digest).bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
     for (experience_id, source_pattern) in evidence {
         insert_evidence_in(tx, &id, experience_id, source_pattern.as_deref()).await?;
@@ -413,7 +422,7 @@ pub async fn merge_project_group_in(
             &group.concept,
             &rules,
             "mined",
-            "open",
+            PatternState::Open,
             &evidence,
             job_id,
             now,
@@ -427,7 +436,7 @@ pub async fn merge_project_group_in(
     let new_rules = union_rules(&pattern.rules, &rules, max_rules);
     let evidence_changed = new_digest != pattern.evidence_digest;
     let rules_changed = new_rules != pattern.rules;
-    if pattern.state == "rejected" && !evidence_changed {
+    if pattern.state == PatternState::Rejected && !evidence_changed {
         return Ok((Merge::Suppressed, pattern.id));
     }
     if !evidence_changed && !rules_changed {
@@ -437,15 +446,15 @@ pub async fn merge_project_group_in(
         insert_evidence_in(tx, &pattern.id, experience_id, None).await?;
     }
     let (digest, count, sessions, projects) = recount_in(tx, &pattern.id).await?;
-    let (state, merge) = match pattern.state.as_str() {
-        "rejected" => ("open", Merge::Reopened),
-        "promoted" if !rules_changed => ("promoted", Merge::Updated),
-        _ => ("open", Merge::Updated),
+    let (state, merge) = match pattern.state {
+        PatternState::Rejected => (PatternState::Open, Merge::Reopened),
+        PatternState::Promoted if !rules_changed => (PatternState::Promoted, Merge::Updated),
+        PatternState::Open | PatternState::Promoted => (PatternState::Open, Merge::Updated),
     };
     crate::on_tx!(tx, conn => sqlx::query(
             "UPDATE learning_pattern SET rules = $2, state = $3, version = version + 1, evidence_digest = $4, evidence_count = $5, \
                session_count = $6, project_count = $7, job_id = $8, updated_at = $9 WHERE id = $1")
-        .bind(&pattern.id).bind(rules_json(&new_rules)).bind(state).bind(digest).bind(count).bind(sessions).bind(projects)
+        .bind(&pattern.id).bind(rules_json(&new_rules)).bind(state.as_str()).bind(digest).bind(count).bind(sessions).bind(projects)
         .bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
     Ok((merge, pattern.id))
 }
@@ -485,15 +494,25 @@ pub async fn upsert_global_in(
     }
     let Some(pattern) = existing else {
         let id = create_in(
-            tx, "global", None, concept, &rules, "mined", "open", &evidence, job_id, now,
+            tx,
+            "global",
+            None,
+            concept,
+            &rules,
+            "mined",
+            PatternState::Open,
+            &evidence,
+            job_id,
+            now,
         )
         .await?;
         return Ok((Merge::Created, id));
     };
     let digest = evidence_digest(&evidence.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>());
-    if digest == pattern.evidence_digest && (rules == pattern.rules || pattern.state == "rejected")
+    if digest == pattern.evidence_digest
+        && (rules == pattern.rules || pattern.state == PatternState::Rejected)
     {
-        let merge = if pattern.state == "rejected" {
+        let merge = if pattern.state == PatternState::Rejected {
             Merge::Suppressed
         } else {
             Merge::Unchanged
@@ -506,7 +525,7 @@ pub async fn upsert_global_in(
         insert_evidence_in(tx, &pattern.id, experience_id, source.as_deref()).await?;
     }
     let (digest, count, sessions, projects) = recount_in(tx, &pattern.id).await?;
-    let merge = if pattern.state == "rejected" {
+    let merge = if pattern.state == PatternState::Rejected {
         Merge::Reopened
     } else {
         Merge::Updated
@@ -536,7 +555,9 @@ pub async fn candidate_gate_in(
         return Ok(None);
     };
     let min_sessions = i64::from(service.config().learning.skill.min_independent_sessions);
-    if pattern.state == "rejected" || (!explicit && pattern.session_count < min_sessions) {
+    if pattern.state == PatternState::Rejected
+        || (!explicit && pattern.session_count < min_sessions)
+    {
         return Ok(None);
     }
     let exists: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
@@ -640,7 +661,7 @@ impl SkillService {
                     &title,
                     &[rule],
                     "promote",
-                    "promoted",
+                    PatternState::Promoted,
                     &[(experience_id.to_owned(), None)],
                     None,
                     now,
@@ -682,7 +703,7 @@ impl SkillService {
             })?;
             candidate::create_for_pattern_in(self, &mut tx, project_id, &pattern, now).await?
         } else {
-            if pattern.state != "promoted" {
+            if pattern.state != PatternState::Promoted {
                 crate::on_tx!(&mut tx, conn => sqlx::query(
                         "UPDATE learning_pattern SET state = 'promoted', updated_at = $2 WHERE id = $1")
                     .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;

@@ -358,7 +358,9 @@ async fn injected_sections_are_never_sources(db: TestDb) {
 async fn the_daily_token_cap_pauses_automatic_extraction_only(db: TestDb) {
     let fake = FakeProvider::start().await;
     let mut config = model_config(fake.base_url());
-    config.learning.execution.max_tokens_per_day = Some(500);
+    // Room for one call's ceiling, and 500 tokens beyond it.
+    let ceiling = zuno_shared::learning::usage::call_ceiling(&config.learning.execution);
+    config.learning.execution.max_tokens_per_day = Some(ceiling + 500);
     let world = World::new(db, config).await;
     let session = world.session().await;
     world.corrected_turn(&session).await;

@@ -2,6 +2,7 @@
 //! (the model through the fake provider speaking real wire formats), validation and refusal,
 //! settlement, policy, feedback, manual commands, repair and token accounting.
 
+mod accounting;
 mod eval;
 mod extraction;
 mod harness;

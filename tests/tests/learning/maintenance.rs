@@ -272,9 +272,80 @@ async fn a_plan_over_a_moved_revision_commits_nothing(db: TestDb) {
     );
 }
 
+/// job, project, automatic, input, output.
+type UsageRow = (Option<String>, Option<String>, bool, i64, i64);
+
+async fn usage_rows(world: &World) -> Vec<UsageRow> {
+    zuno_shared::on_db!(world.db.db, pool => sqlx::query_as(
+            "SELECT job_id, project_id, automatic, input_tokens, output_tokens FROM provider_usage \
+             ORDER BY at, id")
+        .fetch_all(pool).await)
+    .unwrap()
+}
+
+async fn fake_provider_health(world: &World) -> Option<bool> {
+    zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
+            "SELECT healthy FROM provider_health WHERE provider = 'fake'")
+        .fetch_optional(pool).await)
+    .unwrap()
+}
+
+/// A maintenance plan's model call is accounted like any other: its tokens per job and project
+/// (automatic work), and the provider's health — healthy after an answer, unhealthy after an
+/// authentication failure.
+async fn a_model_plan_records_its_tokens_and_the_provider_health(db: TestDb) {
+    let provider = FakeProvider::start().await;
+    let (world, _worktree, experience) = remembered(db, &provider).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    provider.push([Reply::answer_with_usage(
+        json!({ "changes": [add("Install packages with pnpm.", &experience)] }).to_string(),
+        300,
+        40,
+    )]);
+    assert_eq!(world.run_maintain(&memory).await.completed, 1);
+    let job = maintain_jobs(&world).await.remove(0);
+    assert_eq!(
+        usage_rows(&world).await,
+        vec![(
+            Some(job.id.clone()),
+            Some(String::from("web")),
+            true,
+            300,
+            40
+        )]
+    );
+    assert_eq!(fake_provider_health(&world).await, Some(true));
+
+    world
+        .ingestion
+        .record(
+            "web",
+            None,
+            ExperienceOrigin::Remember,
+            "This repository runs its tests with nextest",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    provider.push([Reply::json(
+        401,
+        json!({ "error": { "message": "invalid api key", "type": "invalid_request_error" } }),
+    )]);
+    let report = world.run_maintain(&memory).await;
+    assert_eq!(report.failed, 1, "{report:?}");
+    assert_eq!(
+        usage_rows(&world).await.len(),
+        2,
+        "the failed call is a row too"
+    );
+    assert_eq!(fake_provider_health(&world).await, Some(false));
+}
+
 /// Another worker takes the job over while the model answers: the first worker's settlement is
-/// fenced and its plan never reaches the database or the file.
-async fn a_plan_from_a_lost_lease_commits_nothing(db: TestDb) {
+/// fenced and its plan never reaches the database or the file — but the tokens the call spent
+/// are recorded against the job.
+async fn a_plan_from_a_lost_lease_commits_nothing_but_its_spend_is_recorded(db: TestDb) {
     let provider = FakeProvider::start().await;
     let (world, worktree, experience) = remembered(db, &provider).await;
     let home = tempfile::tempdir().unwrap();
@@ -332,6 +403,17 @@ async fn a_plan_from_a_lost_lease_commits_nothing(db: TestDb) {
         0
     );
     assert!(!worktree.path().join(".zuno/RULES.md").exists());
+    assert_eq!(
+        usage_rows(&world).await,
+        vec![(
+            Some(job.id.clone()),
+            Some(String::from("web")),
+            true,
+            100,
+            20
+        )],
+        "the fenced call's tokens were spent and are recorded"
+    );
 }
 
 /// The project's worktree moves after the job was admitted: the job was bound to the old
@@ -372,5 +454,6 @@ on_both_backends!(
     an_invalid_answer_is_repaired_once_then_fails_without_committing,
     a_refused_change_rolls_back_the_attempt_and_one_repair_commits_the_rest,
     a_plan_over_a_moved_revision_commits_nothing,
-    a_plan_from_a_lost_lease_commits_nothing,
+    a_plan_from_a_lost_lease_commits_nothing_but_its_spend_is_recorded,
+    a_model_plan_records_its_tokens_and_the_provider_health,
 );

@@ -9,6 +9,7 @@ use zuno_shared::memory::validate::WriteRefusal;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, add, file_entries, replace, strings};
+use zuno_shared::memory::store::MemoryCandidateState;
 
 fn snapshot(json: Option<&str>) -> Vec<String> {
     serde_json::from_str(json.expect("snapshot recorded")).expect("snapshot is a JSON array")
@@ -50,7 +51,7 @@ async fn approve_then_undo_restores_the_exact_before_snapshot(db: TestDb) {
     let approved = env.memory.approve(&id, None).await.unwrap();
     assert!(approved.applied);
     assert_eq!(approved.revision, 4);
-    assert_eq!(approved.candidate.state, "applied");
+    assert_eq!(approved.candidate.state, MemoryCandidateState::Applied);
     assert_eq!(approved.candidate.applied_revision, Some(4));
     assert_eq!(approved.projection.as_ref().unwrap().state, "synced");
     assert_eq!(env.entries(Scope::Project).await, after);
@@ -62,7 +63,7 @@ async fn approve_then_undo_restores_the_exact_before_snapshot(db: TestDb) {
     let undone = env.memory.undo(&id).await.unwrap();
     assert!(!undone.applied);
     assert_eq!(undone.revision, 5);
-    assert_eq!(undone.candidate.state, "undone");
+    assert_eq!(undone.candidate.state, MemoryCandidateState::Undone);
     assert_eq!(undone.candidate.undone_revision, Some(5));
     assert_eq!(
         env.entries(Scope::Project).await,
@@ -122,7 +123,10 @@ async fn approve_then_undo_restores_the_exact_before_snapshot(db: TestDb) {
         "{refused:?}"
     );
     assert_eq!(env.revision(Scope::Project).await, 7);
-    assert_eq!(env.candidate(&first.candidate.id).await.state, "applied");
+    assert_eq!(
+        env.candidate(&first.candidate.id).await.state,
+        MemoryCandidateState::Applied
+    );
 }
 
 async fn a_rejected_candidate_is_not_applied_or_proposed_again(db: TestDb) {
@@ -132,7 +136,7 @@ async fn a_rejected_candidate_is_not_applied_or_proposed_again(db: TestDb) {
         .await
         .unwrap();
     let rejected = env.memory.reject(&pending.candidate.id).await.unwrap();
-    assert_eq!(rejected.state, "rejected");
+    assert_eq!(rejected.state, MemoryCandidateState::Rejected);
     assert!(matches!(
         env.memory.approve(&pending.candidate.id, None).await,
         Err(MemoryError::Conflict(_))

@@ -13,6 +13,7 @@ use zuno_shared::transcript::TranscriptStore;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, add, file_entries, maintained, strings};
+use zuno_shared::memory::store::MemoryCandidateState;
 
 async fn forgetting_evidence_retracts_only_unsupported_automatic_entries(db: TestDb) {
     let env = Env::new(db).await;
@@ -70,7 +71,10 @@ async fn forgetting_evidence_retracts_only_unsupported_automatic_entries(db: Tes
     assert_eq!(view.withheld, 0);
     assert_eq!(view.revision, 4);
     assert_eq!(env.revisions(Scope::Project).await[0].change, "retract");
-    assert_eq!(env.candidate(&waiting.candidate.id).await.state, "rejected");
+    assert_eq!(
+        env.candidate(&waiting.candidate.id).await.state,
+        MemoryCandidateState::Rejected
+    );
     assert_eq!(
         env.count("SELECT COUNT(*) FROM memory_entry WHERE content = 'Use pnpm for installs.' AND retracted_revision = 4").await,
         1,

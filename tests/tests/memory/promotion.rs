@@ -8,6 +8,7 @@ use zuno_shared::memory::store::Scope;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, add, maintained};
+use zuno_shared::memory::store::MemoryCandidateState;
 
 fn tool(content: &str, confidence: f64) -> Proposal {
     Proposal {
@@ -33,7 +34,7 @@ async fn automatic_promotion_applies_validated_proposals_backed_by_evidence(db: 
         outcome.applied,
         "automatic applies a validated maintenance change with evidence"
     );
-    assert_eq!(outcome.candidate.state, "applied");
+    assert_eq!(outcome.candidate.state, MemoryCandidateState::Applied);
     let view = env.view(Scope::Project).await;
     assert_eq!(view.entries.len(), 1);
     assert_eq!(view.entries[0].owner, "automatic");
@@ -54,7 +55,7 @@ async fn automatic_promotion_applies_validated_proposals_backed_by_evidence(db: 
         .await
         .unwrap();
     assert!(!outcome.applied);
-    assert_eq!(outcome.candidate.state, "pending");
+    assert_eq!(outcome.candidate.state, MemoryCandidateState::Pending);
     assert_eq!(outcome.revision, 2);
 
     // Global automatic memory needs explicit user evidence.
@@ -71,7 +72,7 @@ async fn automatic_promotion_applies_validated_proposals_backed_by_evidence(db: 
         !outcome.applied,
         "no explicit user evidence: the global change waits"
     );
-    assert_eq!(outcome.candidate.state, "pending");
+    assert_eq!(outcome.candidate.state, MemoryCandidateState::Pending);
     assert!(
         !env.global_path().exists(),
         "a pending change writes no file"
@@ -98,7 +99,7 @@ async fn high_confidence_applies_only_at_or_above_auto_confidence(db: TestDb) {
 
     let low = env.propose(tool("Use pnpm.", 0.5)).await.unwrap();
     assert!(!low.applied);
-    assert_eq!(low.candidate.state, "pending");
+    assert_eq!(low.candidate.state, MemoryCandidateState::Pending);
     let just_below = env
         .propose(tool("Use pnpm workspaces.", 0.89))
         .await
@@ -161,7 +162,7 @@ async fn review_leaves_every_proposal_pending_until_approved(db: TestDb) {
         .unwrap();
     for outcome in [&from_tool, &from_maintenance, &global] {
         assert!(!outcome.applied);
-        assert_eq!(outcome.candidate.state, "pending");
+        assert_eq!(outcome.candidate.state, MemoryCandidateState::Pending);
         assert!(outcome.projection.is_none());
     }
     assert_eq!(env.revision(Scope::Project).await, 0);
@@ -176,7 +177,7 @@ async fn review_leaves_every_proposal_pending_until_approved(db: TestDb) {
         .unwrap();
     assert!(approved.applied);
     assert_eq!(approved.revision, 1);
-    assert_eq!(approved.candidate.state, "applied");
+    assert_eq!(approved.candidate.state, MemoryCandidateState::Applied);
     assert_eq!(env.entries(Scope::Project).await, ["Use pnpm."]);
 
     // The second was reviewed against revision 0: approving it after the first moved the
@@ -188,7 +189,7 @@ async fn review_leaves_every_proposal_pending_until_approved(db: TestDb) {
     assert!(matches!(drift, Err(MemoryError::Conflict(_))), "{drift:?}");
     assert_eq!(
         env.candidate(&from_maintenance.candidate.id).await.state,
-        "stale"
+        MemoryCandidateState::Stale
     );
     assert_eq!(env.entries(Scope::Project).await, ["Use pnpm."]);
 

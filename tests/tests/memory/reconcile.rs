@@ -8,6 +8,7 @@ use zuno_tests::processes::binary;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, add, strings};
+use zuno_shared::memory::store::MemoryCandidateState;
 
 /// A candidate an older release left mid-flight (as after a crash), inserted directly.
 async fn historical(
@@ -69,12 +70,12 @@ async fn historical_mutations_are_classified_from_their_snapshots_never_replayed
         sorted(vec![apply_third.clone(), undo_third.clone()])
     );
     for (id, state) in [
-        (&apply_done, "applied"),
-        (&apply_not_done, "pending"),
-        (&apply_third, "uncertain"),
-        (&undo_done, "undone"),
-        (&undo_not_done, "applied"),
-        (&undo_third, "uncertain"),
+        (&apply_done, MemoryCandidateState::Applied),
+        (&apply_not_done, MemoryCandidateState::Pending),
+        (&apply_third, MemoryCandidateState::Uncertain),
+        (&undo_done, MemoryCandidateState::Undone),
+        (&undo_not_done, MemoryCandidateState::Applied),
+        (&undo_third, MemoryCandidateState::Uncertain),
     ] {
         let candidate = env.candidate(id).await;
         assert_eq!(candidate.state, state, "{id}");

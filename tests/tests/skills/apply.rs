@@ -30,7 +30,7 @@ async fn apply_with_source_drift_marks_the_candidate_stale(db: TestDb) {
         "no stale source is overwritten"
     );
     let candidate = world.skills.candidate(&candidate.id).await.unwrap();
-    assert_eq!(candidate.state, "stale");
+    assert_eq!(candidate.state.as_str(), "stale");
     assert!(candidate.detail.unwrap().contains("drift"));
 }
 
@@ -77,7 +77,13 @@ async fn a_read_only_skill_gets_a_companion_and_a_read_only_companion_is_stale(d
         "read-only companion\n"
     );
     assert_eq!(
-        world.skills.candidate(&candidate.id).await.unwrap().state,
+        world
+            .skills
+            .candidate(&candidate.id)
+            .await
+            .unwrap()
+            .state
+            .as_str(),
         "stale"
     );
 }
@@ -92,7 +98,13 @@ async fn crashed_between_snapshot_and_rename(db: TestDb, file: Option<&str>) -> 
     assert_eq!(operation.before, None);
     assert_eq!(operation.after, candidate.content);
     assert_eq!(
-        world.skills.candidate(&candidate.id).await.unwrap().state,
+        world
+            .skills
+            .candidate(&candidate.id)
+            .await
+            .unwrap()
+            .state
+            .as_str(),
         "applying"
     );
     let target = Path::new(&candidate.target_path);
@@ -115,7 +127,7 @@ async fn a_crash_after_the_rename_reconciles_to_applied(db: TestDb) {
     let report = world.skills.reconcile_skills().await.unwrap();
     assert_eq!(report.applied, vec![id.clone()]);
     let candidate = world.skills.candidate(&id).await.unwrap();
-    assert_eq!(candidate.state, "applied");
+    assert_eq!(candidate.state.as_str(), "applied");
     // Undo works from the reconciled state and restores the exact before (absent).
     world.skills.undo(&id).await.unwrap();
     assert!(!Path::new(&candidate.target_path).exists());
@@ -127,7 +139,8 @@ async fn a_crash_before_the_rename_reconciles_to_not_applied(db: TestDb) {
     assert_eq!(report.not_applied, vec![id.clone()]);
     let candidate = world.skills.candidate(&id).await.unwrap();
     assert_eq!(
-        candidate.state, "approved",
+        candidate.state.as_str(),
+        "approved",
         "not applied: it can be applied again explicitly"
     );
     assert!(
@@ -145,7 +158,7 @@ async fn a_crash_leaving_a_third_state_reconciles_to_uncertain(db: TestDb) {
     let report = world.skills.reconcile_skills().await.unwrap();
     assert_eq!(report.uncertain, vec![id.clone()]);
     let candidate = world.skills.candidate(&id).await.unwrap();
-    assert_eq!(candidate.state, "uncertain");
+    assert_eq!(candidate.state.as_str(), "uncertain");
     assert_eq!(
         std::fs::read_to_string(&candidate.target_path).unwrap(),
         "half-written\n",
@@ -175,7 +188,10 @@ async fn a_busy_writer_is_skipped_by_reconciliation(db: TestDb) {
     locked_rx.recv().unwrap();
     let report = world.skills.reconcile_skills().await.unwrap();
     assert_eq!(report.busy, vec![id.clone()]);
-    assert_eq!(world.skills.candidate(&id).await.unwrap().state, "applying");
+    assert_eq!(
+        world.skills.candidate(&id).await.unwrap().state.as_str(),
+        "applying"
+    );
     release_tx.send(()).unwrap();
     holder.join().unwrap();
     assert_eq!(

@@ -74,14 +74,14 @@ async fn a_passing_evaluation_approves_and_writes_no_file(db: TestDb) {
     );
 
     let candidate = world.skills.candidate(&candidate.id).await.unwrap();
-    assert_eq!(candidate.state, "approved");
-    assert_eq!(candidate.evaluation_state, "passed");
+    assert_eq!(candidate.state.as_str(), "approved");
+    assert_eq!(candidate.evaluation_state.as_str(), "passed");
     assert!(
         !std::path::Path::new(&candidate.target_path).exists(),
         "passing writes no file"
     );
     let runs = world.skills.runs(&candidate.id).await.unwrap();
-    assert_eq!(runs[0].state, "passed");
+    assert_eq!(runs[0].state.as_str(), "passed");
     assert!(runs[0].candidate_score.unwrap() > runs[0].baseline_score.unwrap());
     assert_eq!(
         world.scalar("SELECT COUNT(*) FROM evaluation_result").await,
@@ -106,10 +106,10 @@ async fn a_critical_protection_regression_fails_the_review(db: TestDb) {
     ]);
     assert_eq!(world.run_eval().await.completed, 1);
     let candidate = world.skills.candidate(&candidate.id).await.unwrap();
-    assert_eq!(candidate.state, "pending", "not approved");
-    assert_eq!(candidate.evaluation_state, "failed");
+    assert_eq!(candidate.state.as_str(), "pending", "not approved");
+    assert_eq!(candidate.evaluation_state.as_str(), "failed");
     let run = &world.skills.runs(&candidate.id).await.unwrap()[0];
-    assert_eq!(run.state, "failed");
+    assert_eq!(run.state.as_str(), "failed");
     assert!(
         run.diagnostic
             .as_deref()
@@ -174,7 +174,7 @@ async fn a_deadline_expiry_leaves_a_terminal_diagnostic(db: TestDb) {
     let report = world.run_eval().await;
     assert_eq!(report.completed, 1, "{report:?}");
     let run = &world.skills.runs(&candidate.id).await.unwrap()[0];
-    assert_eq!(run.state, "expired");
+    assert_eq!(run.state.as_str(), "expired");
     assert!(
         run.diagnostic.as_deref().unwrap().contains("deadline"),
         "{run:?}"
@@ -231,7 +231,7 @@ async fn startup_reconciles_only_expired_runs_and_late_results_cannot_settle(db:
     tx.commit().await.unwrap();
     assert!(!settled);
     let current = world.skills.candidate(&candidate.id).await.unwrap();
-    assert_eq!(current.state, "evaluating");
+    assert_eq!(current.state.as_str(), "evaluating");
     // Past the new run's deadline, start-up reconciliation expires it with a diagnostic.
     clock.set(second.deadline_at + 1);
     assert_eq!(

@@ -38,7 +38,7 @@ async fn promoted(world: &World, project: &str, title: &str, rule: &str) -> (Str
         .promote_experience(project, &experience)
         .await
         .unwrap();
-    assert_eq!(promoted.pattern.state, "promoted");
+    assert_eq!(promoted.pattern.state.as_str(), "promoted");
     (promoted.pattern.id, experience)
 }
 
@@ -60,7 +60,10 @@ async fn open_pattern(world: &World, project: &str, rule: &str) -> String {
         .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(merge, Merge::Created);
-    assert_eq!(world.skills.pattern(&id).await.unwrap().state, "open");
+    assert_eq!(
+        world.skills.pattern(&id).await.unwrap().state.as_str(),
+        "open"
+    );
     id
 }
 
@@ -111,7 +114,7 @@ async fn promoted_patterns_matched_across_two_projects_make_one_global_pattern_a
     let global = &global[0];
     assert_eq!(global.scope, "global");
     assert_eq!(global.project_id, None);
-    assert_eq!(global.state, "open");
+    assert_eq!(global.state.as_str(), "open");
     assert_eq!(global.project_count, 2);
     assert_eq!(global.evidence_count, 2);
     let mut expected = vec![exp_here.clone(), exp_there.clone()];
@@ -164,7 +167,8 @@ async fn promoted_patterns_matched_across_two_projects_make_one_global_pattern_a
         .expect("a project companion");
     assert_eq!(companion.project_id, PROJECT);
     assert_eq!(
-        companion.state, "pending",
+        companion.state.as_str(),
+        "pending",
         "review and evaluation still apply"
     );
     assert!(

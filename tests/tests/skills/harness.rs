@@ -177,6 +177,10 @@ impl World {
         config.exit_when_idle = true;
         let client = LearningModelClient::new();
         Runner::new(self.ledger.clone(), config)
+            .with_gate(Arc::new(zuno_shared::learning::SourceGate::new(
+                self.config.clone(),
+                self.ledger.clock().clone(),
+            )))
             .register(Arc::new(
                 zuno_worker_mine::mine::AggregateProjectHandler::new(
                     self.skills.clone(),

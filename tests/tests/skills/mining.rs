@@ -100,7 +100,7 @@ async fn three_sessions_are_needed_for_an_automatic_candidate(db: TestDb) {
     );
     let candidate = &candidates[0];
     assert_eq!(candidate.pattern_id.as_deref(), Some(pattern.id.as_str()));
-    assert_eq!(candidate.state, "pending");
+    assert_eq!(candidate.state.as_str(), "pending");
     assert_eq!(candidate.operation, "apply");
     assert_eq!(candidate.evidence.len(), 4);
     assert!(
@@ -226,7 +226,7 @@ async fn a_rejected_pattern_is_suppressed_until_new_evidence_reopens_it(db: Test
         .unwrap()
         .remove(0);
     let rejected = world.skills.reject_pattern(&pattern.id).await.unwrap();
-    assert_eq!(rejected.state, "rejected");
+    assert_eq!(rejected.state.as_str(), "rejected");
     assert_eq!(rejected.rejected_version, Some(rejected.version));
     assert_eq!(
         rejected.rejected_digest.as_deref(),
@@ -239,7 +239,8 @@ async fn a_rejected_pattern_is_suppressed_until_new_evidence_reopens_it(db: Test
         .unwrap()
         .remove(0);
     assert_eq!(
-        candidate.state, "rejected",
+        candidate.state.as_str(),
+        "rejected",
         "its candidate is rejected with it"
     );
 
@@ -275,7 +276,7 @@ async fn a_rejected_pattern_is_suppressed_until_new_evidence_reopens_it(db: Test
     check(&world).await;
     world.run_mine().await;
     let reopened = world.skills.pattern(&pattern.id).await.unwrap();
-    assert_eq!(reopened.state, "open");
+    assert_eq!(reopened.state.as_str(), "open");
     assert_eq!(reopened.version, rejected.version + 1);
     assert_eq!(reopened.evidence_count, 6);
     assert_eq!(
@@ -307,7 +308,7 @@ async fn unchanged_evidence_keeps_a_promoted_pattern_and_its_version(db: TestDb)
     tx.commit().await.unwrap();
     assert_eq!(merge, Merge::Created);
     let promoted = world.skills.promote_pattern(&id, None).await.unwrap();
-    assert_eq!(promoted.pattern.state, "promoted");
+    assert_eq!(promoted.pattern.state.as_str(), "promoted");
     assert!(promoted.candidate.is_some());
     let mut tx = world.db.db.begin().await.unwrap();
     let (merge, _) = pattern::merge_project_group_in(&mut tx, PROJECT, &group, 15, None, 2)
@@ -338,8 +339,8 @@ async fn promote_bypasses_the_count_gate_but_not_review(db: TestDb) {
     assert_eq!(promoted.pattern.evidence_count, 1);
     assert_eq!(promoted.pattern.origin, "promote");
     let candidate = promoted.candidate.unwrap();
-    assert_eq!(candidate.state, "pending");
-    assert_eq!(candidate.evaluation_state, "none");
+    assert_eq!(candidate.state.as_str(), "pending");
+    assert_eq!(candidate.evaluation_state.as_str(), "none");
     // Not approved: apply is refused.
     let error = world.skills.apply(&candidate.id).await.unwrap_err();
     assert!(matches!(error, SkillError::Conflict(_)), "{error}");

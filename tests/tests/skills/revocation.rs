@@ -26,7 +26,7 @@ async fn an_applied_skill_whose_evidence_was_forgotten_is_revoked_once_and_undo_
         .unwrap();
     world.force_approved(&applied.id).await;
     let applied = world.skills.apply(&applied.id).await.unwrap();
-    assert_eq!(applied.state, "applied");
+    assert_eq!(applied.state.as_str(), "applied");
     let target = Path::new(&applied.target_path).to_path_buf();
     let content = std::fs::read_to_string(&target).unwrap();
     assert_eq!(Some(content.as_str()), applied.content.as_deref());
@@ -84,7 +84,13 @@ async fn an_applied_skill_whose_evidence_was_forgotten_is_revoked_once_and_undo_
     );
     assert_eq!(std::fs::read_to_string(&target).unwrap(), content);
     assert_eq!(
-        world.skills.candidate(&applied.id).await.unwrap().state,
+        world
+            .skills
+            .candidate(&applied.id)
+            .await
+            .unwrap()
+            .state
+            .as_str(),
         "applied"
     );
 
@@ -104,10 +110,10 @@ async fn an_applied_skill_whose_evidence_was_forgotten_is_revoked_once_and_undo_
 
     // Applying it removes the file, at most once.
     let revoked = world.skills.apply(&revocation.id).await.unwrap();
-    assert_eq!(revoked.state, "applied");
+    assert_eq!(revoked.state.as_str(), "applied");
     assert!(!target.exists());
     let original = world.skills.candidate(&applied.id).await.unwrap();
-    assert_eq!(original.state, "undone");
+    assert_eq!(original.state.as_str(), "undone");
     assert_eq!(original.detail.as_deref(), Some("revoked"));
     let again = world.skills.apply(&revocation.id).await.unwrap_err();
     assert!(matches!(again, SkillError::Conflict(_)), "{again}");
@@ -124,10 +130,10 @@ async fn an_applied_skill_whose_evidence_was_forgotten_is_revoked_once_and_undo_
 
     // Undo restores the exact file, and the revoked Skill is applied again.
     let undone = world.skills.undo(&revocation.id).await.unwrap();
-    assert_eq!(undone.state, "undone");
+    assert_eq!(undone.state.as_str(), "undone");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), content);
     let original = world.skills.candidate(&applied.id).await.unwrap();
-    assert_eq!(original.state, "applied");
+    assert_eq!(original.state.as_str(), "applied");
     // Consistent: the restored Skill can itself be undone (back to absent).
     world.skills.undo(&applied.id).await.unwrap();
     assert!(!target.exists());
@@ -166,11 +172,23 @@ async fn a_revocation_whose_file_changed_is_stale_and_removes_nothing(db: TestDb
         "hand-edited skill\n"
     );
     assert_eq!(
-        world.skills.candidate(&revocation.id).await.unwrap().state,
+        world
+            .skills
+            .candidate(&revocation.id)
+            .await
+            .unwrap()
+            .state
+            .as_str(),
         "stale"
     );
     assert_eq!(
-        world.skills.candidate(&applied.id).await.unwrap().state,
+        world
+            .skills
+            .candidate(&applied.id)
+            .await
+            .unwrap()
+            .state
+            .as_str(),
         "applied"
     );
 }

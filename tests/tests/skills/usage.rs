@@ -50,7 +50,9 @@ async fn three_experiences(world: &World) -> Vec<String> {
 async fn a_mining_job_records_its_tokens_in_usage_status_and_the_budget(db: TestDb) {
     let provider = FakeProvider::start().await;
     let mut config = model_config(provider.base_url());
-    config.learning.execution.max_tokens_per_day = Some(500);
+    // Room for one call's ceiling, and 500 tokens beyond it.
+    let ceiling = usage::call_ceiling(&config.learning.execution);
+    config.learning.execution.max_tokens_per_day = Some(ceiling + 500);
     let world = World::new(db, config).await;
     let ids = three_experiences(&world).await;
     // A bad citation, then the repaired answer: one call, both requests' tokens.
@@ -101,7 +103,7 @@ async fn a_mining_job_records_its_tokens_in_usage_status_and_the_budget(db: Test
     assert_eq!(status.automatic_tokens_today, 550);
     assert!(
         status.automatic_paused,
-        "mining tokens count toward the daily cap"
+        "mining tokens count toward the daily cap: 550 spent leave less than a call's ceiling"
     );
     let health = status.providers;
     assert_eq!(health.len(), 1);
@@ -186,6 +188,15 @@ async fn an_evaluation_records_every_call_as_explicit_usage(db: TestDb) {
         .unwrap();
     assert_eq!(status.tokens_today.input_tokens, 900);
     assert_eq!(status.automatic_tokens_today, 0);
+    let health = status.providers;
+    assert_eq!(
+        health
+            .iter()
+            .map(|h| (h.provider.as_str(), h.healthy))
+            .collect::<Vec<_>>(),
+        [("fake", true)],
+        "the evaluation's answers mark the provider healthy"
+    );
 }
 
 on_both_backends!(

@@ -5,3 +5,4 @@ mod ledger;
 mod migrations;
 mod runner;
 mod snapshot;
+mod states;
