@@ -20,7 +20,8 @@ use crate::telemetry::{MetricsServer, TelemetryConfig, TelemetryGuard, report_qu
 /// Command-line options every worker binary accepts.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
-    /// Identifies this worker in leases and logs (default: host name and process id).
+    /// Identifies this worker in leases and logs (default: host name, process id and a nonce
+    /// drawn at start, so a restarted container never reuses its predecessor's id).
     #[arg(long, env = "ZUNO_WORKER_ID")]
     pub worker_id: Option<String>,
     /// Directory holding the database and configuration (default: platform directories).
@@ -42,7 +43,8 @@ pub struct WorkerArgs {
     /// Lease length in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     pub lease_ms: u64,
-    /// Heartbeat interval in milliseconds (default: a quarter of the lease).
+    /// Heartbeat interval in milliseconds (default: a quarter of the lease); must be shorter
+    /// than half the lease.
     #[arg(long)]
     pub heartbeat_ms: Option<u64>,
     /// Idle poll interval in milliseconds (default: learning.post_turn.poll_interval_ms).
@@ -179,6 +181,7 @@ where
     let handlers = handlers(&env)?;
     let gate = gate(&env);
     let config = runner_config(&args, &env.settings.config, default_worker_id(service));
+    config.validate().context("invalid worker configuration")?;
     let listener = super::wake::start_pg_listener(&db, shutdown.clone())
         .await
         .context("cannot LISTEN for job notifications")?;
@@ -246,12 +249,16 @@ pub fn allow_all(_env: &WorkerEnv) -> Arc<dyn ClaimGate> {
     Arc::new(crate::ledger::AllowAll)
 }
 
-/// `<service>@<host>:<pid>`.
+/// `<service>@<host>:<pid>:<nonce>`. The nonce is drawn once per process start: in a container
+/// the host name survives a restart and the pid is always 1, and a worker id that outlives its
+/// process would make audit events and lease owners of two processes indistinguishable.
 pub fn default_worker_id(service: &str) -> String {
+    static NONCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let nonce = NONCE.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..8].to_owned());
     let host = std::fs::read_to_string("/etc/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| String::from("localhost"));
-    format!("{service}@{host}:{}", std::process::id())
+    format!("{service}@{host}:{}:{nonce}", std::process::id())
 }
