@@ -40,9 +40,6 @@ pub enum LedgerError {
     LeaseLost { job_id: String },
     #[error("invalid job: {0}")]
     Invalid(String),
-    /// A ledger call did not finish within the caller's deadline (a frozen connection).
-    #[error("the database did not answer the {0} in time")]
-    Timeout(&'static str),
 }
 
 impl From<sqlx::Error> for LedgerError {

@@ -118,9 +118,6 @@ impl From<LedgerError> for JobError {
         match error {
             LedgerError::LeaseLost { .. } => JobError::LeaseLost,
             LedgerError::Store(store) => store.into(),
-            LedgerError::Timeout(what) => {
-                JobError::Database(format!("the database did not answer the {what} in time"))
-            }
             LedgerError::NotFound(id) => JobError::permanent(format!("job {id} vanished")),
             LedgerError::Invalid(message) => JobError::permanent(message),
         }

@@ -262,3 +262,50 @@ pub fn default_worker_id(service: &str) -> String {
         .unwrap_or_else(|| String::from("localhost"));
     format!("{service}@{host}:{}:{nonce}", std::process::id())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_worker_ids_carry_host_pid_and_a_start_nonce() {
+        let id = default_worker_id("zuno-worker-extract");
+        let (service, rest) = id.split_once('@').unwrap();
+        assert_eq!(service, "zuno-worker-extract");
+        let parts: Vec<&str> = rest.rsplitn(3, ':').collect();
+        assert_eq!(parts.len(), 3, "{id}");
+        let (nonce, pid) = (parts[0], parts[1]);
+        assert_eq!(pid, std::process::id().to_string());
+        assert_eq!(nonce.len(), 8);
+        assert!(nonce.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert_eq!(
+            default_worker_id("zuno-worker-mine").split_once('@').unwrap().1,
+            rest,
+            "one nonce per process start"
+        );
+    }
+
+    #[test]
+    fn a_worker_refuses_a_heartbeat_slower_than_half_its_lease() {
+        let args = WorkerArgs {
+            worker_id: None,
+            home: None,
+            config: None,
+            database_url: None,
+            concurrency: 4,
+            max_jobs_per_wake: None,
+            lease_ms: 60_000,
+            heartbeat_ms: Some(40_000),
+            poll_interval_ms: None,
+            grace_ms: 30_000,
+            exit_when_idle: false,
+            claim_scopes: Vec::new(),
+            metrics_addr: None,
+        };
+        let config = runner_config(&args, &Config::default(), String::from("w"));
+        assert!(matches!(
+            config.validate(),
+            Err(crate::runtime::RunnerConfigError::HeartbeatTooSlow { .. })
+        ));
+    }
+}

@@ -207,7 +207,7 @@ impl Runner {
                     self.ledger.claim(&request, self.gate.as_ref()),
                 )
                 .await
-                .unwrap_or_else(|_| Err(LedgerError::Timeout("claim")));
+                .unwrap_or_else(|_| Err(timed_out("claim")));
                 match claim {
                     Ok(batch) => {
                         if db_error_delay.take().is_some() {
@@ -368,6 +368,17 @@ fn db_call_timeout(lease: Duration) -> Duration {
     (lease / 2).clamp(Duration::from_millis(100), Duration::from_secs(30))
 }
 
+/// A ledger call that outlived [`db_call_timeout`]: an unresponsive connection, reported like
+/// any other lost connection.
+fn timed_out(call: &str) -> LedgerError {
+    LedgerError::Store(crate::db::StoreError::Database(sqlx::Error::Io(
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the database did not answer the {call} in time"),
+        ),
+    )))
+}
+
 /// Backoff for database calls the runner repeats: short, jittered, bounded by `total`.
 fn db_backoff(total: Duration) -> backon::ExponentialBuilder {
     backon::ExponentialBuilder::default()
@@ -516,7 +527,7 @@ impl Attempt {
             self.ctx.ledger.release(&self.ctx.claimed.lease),
         )
         .await
-        .unwrap_or_else(|_| Err(LedgerError::Timeout("release")));
+        .unwrap_or_else(|_| Err(timed_out("release")));
         match release {
             Ok(Some(job)) if job.state == JobState::Failed => {
                 tracing::warn!(error = job.last_error.as_deref().unwrap_or_default(),
@@ -566,7 +577,7 @@ impl Attempt {
                 self.ctx.ledger.heartbeat(lease, lease_ms, self.gate.as_ref()),
             )
             .await
-            .unwrap_or_else(|_| Err(LedgerError::Timeout("heartbeat")));
+            .unwrap_or_else(|_| Err(timed_out("heartbeat")));
             match beat {
                 Ok(HeartbeatOutcome::Extended { .. }) => last_contact = Instant::now(),
                 Ok(HeartbeatOutcome::SourceRevoked { reason }) => {
@@ -610,7 +621,7 @@ impl Attempt {
             };
             tokio::time::timeout(db_call_timeout(self.lease), call)
                 .await
-                .unwrap_or_else(|_| Err(LedgerError::Timeout("settlement")))
+                .unwrap_or_else(|_| Err(timed_out("settlement")))
         };
         let settled = settle
             .retry(db_backoff(self.lease.saturating_sub(self.heartbeat)))
@@ -649,5 +660,28 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         text.clone()
     } else {
         String::from("unknown panic payload")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_must_fit_twice_in_the_lease() {
+        let mut config = RunnerConfig::new("w");
+        assert_eq!(config.validate(), Ok(()), "the defaults (60 s lease, 15 s heartbeat)");
+        config.heartbeat = Duration::from_secs(30);
+        assert_eq!(
+            config.validate(),
+            Err(RunnerConfigError::HeartbeatTooSlow {
+                heartbeat_ms: 30_000,
+                lease_ms: 60_000
+            })
+        );
+        config.heartbeat = Duration::from_millis(29_999);
+        assert_eq!(config.validate(), Ok(()));
+        config.lease = Duration::ZERO;
+        assert_eq!(config.validate(), Err(RunnerConfigError::EmptyLease));
     }
 }
