@@ -17,8 +17,7 @@ use crate::db::{Backend, Db, StoreError, Tx};
 
 pub use admit::Admission;
 pub use claim::{
-    AllowAll, ClaimBatch, ClaimGate, ClaimRequest, GateDecision, QuarantinedAtClaim,
-    SkippedAtClaim,
+    AllowAll, ClaimBatch, ClaimGate, ClaimRequest, GateDecision, QuarantinedAtClaim, SkippedAtClaim,
 };
 pub use model::{
     ClaimedJob, Job, JobIdentity, JobKind, JobOrigin, JobState, Lease, MAX_ATTEMPTS, NewJob,

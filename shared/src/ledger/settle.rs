@@ -173,12 +173,10 @@ impl Ledger {
             return Ok(None);
         };
         let job = Job::try_from(row)?;
-        let detail = match job.state {
-            JobState::Failed => spent.clone(),
-            _ if job.attempts < lease.attempt => {
-                String::from("released on shutdown; attempt not spent")
-            }
-            _ => spent.clone(),
+        let detail = if job.attempts < lease.attempt {
+            String::from("released on shutdown; attempt not spent")
+        } else {
+            spent
         };
         insert_event(
             &mut tx,
@@ -389,7 +387,10 @@ impl Settlement<'_> {
                     now,
                 )
                 .await?;
-                if job.as_ref().is_some_and(|job| job.state == JobState::Queued) {
+                if job
+                    .as_ref()
+                    .is_some_and(|job| job.state == JobState::Queued)
+                {
                     notify_in(tx, "retry").await?;
                 }
                 job
@@ -405,7 +406,9 @@ impl Settlement<'_> {
                     .await)?;
                 let job = row.map(Job::try_from).transpose()?;
                 if let Some(pool) = db.as_postgres()
-                    && job.as_ref().is_some_and(|job| job.state == JobState::Queued)
+                    && job
+                        .as_ref()
+                        .is_some_and(|job| job.state == JobState::Queued)
                 {
                     sqlx::query("SELECT pg_notify($1, $2)")
                         .bind(crate::runtime::wake::PG_CHANNEL)

@@ -220,8 +220,7 @@ impl Runner {
                         // worker then; never sooner than the fast-poll floor, so work due now
                         // but locked by another claimer is not spun on.
                         next_due = batch.next_due_in_ms.map(|ms| {
-                            Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-                                .max(FAST_POLL_MIN)
+                            Duration::from_millis(u64::try_from(ms).unwrap_or(0)).max(FAST_POLL_MIN)
                         });
                         for claimed in batch.claimed {
                             let (id, entry) = self.spawn_attempt(&mut running, claimed);
@@ -530,13 +529,17 @@ impl Attempt {
         .unwrap_or_else(|_| Err(timed_out("release")));
         match release {
             Ok(Some(job)) if job.state == JobState::Failed => {
-                tracing::warn!(error = job.last_error.as_deref().unwrap_or_default(),
-                    "lease released; the job has no attempt left and failed");
+                tracing::warn!(
+                    error = job.last_error.as_deref().unwrap_or_default(),
+                    "lease released; the job has no attempt left and failed"
+                );
                 AttemptOutcome::Released
             }
             Ok(Some(job)) => {
-                tracing::info!(attempts = job.attempts,
-                    "attempt stopped; lease released for another worker");
+                tracing::info!(
+                    attempts = job.attempts,
+                    "attempt stopped; lease released for another worker"
+                );
                 AttemptOutcome::Released
             }
             Ok(None) => AttemptOutcome::LeaseLost,
@@ -548,17 +551,26 @@ impl Attempt {
     }
 
     /// Extends the lease every heartbeat interval. The attempt ends when the lease is lost, the
-    /// source revoked, or when nothing reached the database for a whole lease (measured on this
-    /// process's monotonic clock, whatever the database's clock says).
+    /// source revoked, or when heartbeats kept failing (or settlement kept hanging) for a whole
+    /// lease since the last contact, measured on this process's monotonic clock whatever the
+    /// database's clock says: by then the lease has expired for everyone else.
     async fn heartbeat_loop(&self) -> HeartbeatEnd {
         let lease = &self.ctx.claimed.lease;
         let lease_ms = duration_ms(self.lease);
         let mut last_contact = Instant::now();
+        // Set while heartbeats fail or settlement runs: only then is the deadline watched, so a
+        // worker merely configured with rare heartbeats keeps its old behaviour (fencing).
+        let mut watching_deadline = false;
         let mut was_settling = false;
         loop {
-            let until_deadline = self.lease.saturating_sub(last_contact.elapsed());
-            tokio::time::sleep(self.heartbeat.min(until_deadline)).await;
-            if last_contact.elapsed() >= self.lease {
+            let wait = if watching_deadline {
+                self.heartbeat
+                    .min(self.lease.saturating_sub(last_contact.elapsed()))
+            } else {
+                self.heartbeat
+            };
+            tokio::time::sleep(wait).await;
+            if watching_deadline && last_contact.elapsed() >= self.lease {
                 return HeartbeatEnd::Unreachable;
             }
             let _exclusive = self.ctx.lease_guard.lock.lock().await;
@@ -566,20 +578,28 @@ impl Attempt {
                 // Settlement owns the lease; it gets a whole lease from its start to finish.
                 if !was_settling {
                     was_settling = true;
+                    watching_deadline = true;
                     last_contact = Instant::now();
                 }
                 continue;
             }
+            // Settlement gave the lease back when a database error re-runs the job; the next
+            // heartbeat decides whether the deadline is watched.
             was_settling = false;
             let remaining = self.lease.saturating_sub(last_contact.elapsed());
             let beat = tokio::time::timeout(
                 remaining.min(db_call_timeout(self.lease)),
-                self.ctx.ledger.heartbeat(lease, lease_ms, self.gate.as_ref()),
+                self.ctx
+                    .ledger
+                    .heartbeat(lease, lease_ms, self.gate.as_ref()),
             )
             .await
             .unwrap_or_else(|_| Err(timed_out("heartbeat")));
             match beat {
-                Ok(HeartbeatOutcome::Extended { .. }) => last_contact = Instant::now(),
+                Ok(HeartbeatOutcome::Extended { .. }) => {
+                    last_contact = Instant::now();
+                    watching_deadline = false;
+                }
                 Ok(HeartbeatOutcome::SourceRevoked { reason }) => {
                     return HeartbeatEnd::SourceRevoked(reason);
                 }
@@ -588,6 +608,7 @@ impl Attempt {
                     // The lease stays ours until it expires; fencing keeps a late settlement
                     // safe if it does expire meanwhile.
                     tracing::warn!(%error, "heartbeat failed; will retry");
+                    watching_deadline = true;
                 }
             }
         }
@@ -670,7 +691,11 @@ mod tests {
     #[test]
     fn a_heartbeat_must_fit_twice_in_the_lease() {
         let mut config = RunnerConfig::new("w");
-        assert_eq!(config.validate(), Ok(()), "the defaults (60 s lease, 15 s heartbeat)");
+        assert_eq!(
+            config.validate(),
+            Ok(()),
+            "the defaults (60 s lease, 15 s heartbeat)"
+        );
         config.heartbeat = Duration::from_secs(30);
         assert_eq!(
             config.validate(),

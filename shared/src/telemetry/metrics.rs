@@ -101,9 +101,7 @@ pub fn ledger() -> &'static LedgerMetrics {
                 .build(),
             attempt_db_retries: meter
                 .u64_counter("zuno_attempt_db_retries")
-                .with_description(
-                    "Jobs run again within their attempt after a database error",
-                )
+                .with_description("Jobs run again within their attempt after a database error")
                 .build(),
             job_duration: meter
                 .f64_histogram("zuno_job_duration")

@@ -479,7 +479,10 @@ async fn a_release_returns_the_attempt_only_once(db: TestDb) {
     let claimed = claim_one(&ledger, "w1").await.unwrap();
     let released = ledger.release(&claimed.lease).await.unwrap().unwrap();
     assert_eq!(released.state, JobState::Queued);
-    assert_eq!(released.attempts, 0, "the first release gives the attempt back");
+    assert_eq!(
+        released.attempts, 0,
+        "the first release gives the attempt back"
+    );
     let again = claim_one(&ledger, "w2").await.unwrap();
     assert_eq!(again.lease.attempt, 1);
     assert!(
@@ -513,7 +516,10 @@ async fn a_job_released_again_and_again_stops_and_fails(db: TestDb) {
     assert_eq!(job.state, JobState::Failed);
     assert_eq!(job.attempts, MAX_ATTEMPTS);
     assert!(
-        job.last_error.as_deref().unwrap_or_default().contains("grace period"),
+        job.last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("grace period"),
         "{job:?}"
     );
     assert!(job.finished_at.is_some());
@@ -550,14 +556,18 @@ async fn an_unreadable_row_fails_alone_and_the_claim_goes_on(db: TestDb) {
     assert_eq!(batch.quarantined[0].job_id, ids[1]);
     let bad = ledger.get(&ids[1]).await;
     // The row stays unreadable; its state is what matters.
-    let (state, error): (String, Option<String>) = zuno_shared::on_db!(db.db, pool => sqlx::query_as(
+    let (state, error): (String, Option<String>) =
+        zuno_shared::on_db!(db.db, pool => sqlx::query_as(
             "SELECT state, last_error FROM learning_job WHERE id = $1")
         .bind(&ids[1]).fetch_one(pool).await)
-    .unwrap();
+        .unwrap();
     assert!(bad.is_err());
     assert_eq!(state, "failed");
     assert!(error.unwrap().contains("cannot be read"));
-    assert!(claim_one(&ledger, "w1").await.is_none(), "nothing left to claim");
+    assert!(
+        claim_one(&ledger, "w1").await.is_none(),
+        "nothing left to claim"
+    );
 }
 
 /// A gate that asks the database to parse each job's input digest as JSON: a corrupted digest
@@ -590,7 +600,14 @@ async fn a_gate_failing_on_one_job_fails_that_job_and_the_claim_goes_on(db: Test
     let mut ids = Vec::new();
     for n in 1..=3 {
         let key = format!("{{\"n\":{n}}}");
-        ids.push(ledger.admit(maintain_job(&key)).await.unwrap().into_job().id);
+        ids.push(
+            ledger
+                .admit(maintain_job(&key))
+                .await
+                .unwrap()
+                .into_job()
+                .id,
+        );
     }
     zuno_shared::on_db!(db.db, pool => sqlx::query("UPDATE learning_job SET input_digest = 'corrupted' WHERE id = $1")
         .bind(&ids[1]).execute(pool).await.map(|d| d.rows_affected()))

@@ -235,25 +235,33 @@ async fn losing_the_lease_mid_job_cancels_the_handler(db: TestDb) {
         async move { (ledger.get(&id).await.unwrap().state == JobState::Running).then_some(()) }
     })
     .await;
-    // Another worker takes the job over (its lease is forced to have expired).
-    zuno_shared::on_db!(db.db, pool => sqlx::query("UPDATE learning_job SET lease_expires_at = 0 WHERE id = $1")
-        .bind(&id).execute(pool).await.map(|d| d.rows_affected())).unwrap();
-    let kinds = [JobKind::Maintain];
-    let thief = db
-        .ledger()
-        .claim(
-            &zuno_shared::ledger::ClaimRequest {
-                worker_id: "w2",
-                kinds: &kinds,
-                limit: 1,
-                lease_ms: 60_000,
-                scopes: None,
-            },
-            &zuno_shared::ledger::AllowAll,
-        )
-        .await
-        .unwrap();
-    assert_eq!(thief.claimed.len(), 1);
+    // Another worker takes the job over (its lease is forced to have expired). A heartbeat
+    // landing between the two statements extends the lease again, so repeat until it works.
+    let thief = db.ledger();
+    eventually("another worker takes the job over", Duration::from_secs(10), || {
+        let (db, thief, id) = (&db, &thief, &id);
+        async move {
+            zuno_shared::on_db!(db.db, pool => sqlx::query(
+                    "UPDATE learning_job SET lease_expires_at = 0 WHERE id = $1 AND state = 'running'")
+                .bind(id).execute(pool).await.map(|d| d.rows_affected())).unwrap();
+            let kinds = [JobKind::Maintain];
+            let batch = thief
+                .claim(
+                    &zuno_shared::ledger::ClaimRequest {
+                        worker_id: "w2",
+                        kinds: &kinds,
+                        limit: 1,
+                        lease_ms: 60_000,
+                        scopes: None,
+                    },
+                    &zuno_shared::ledger::AllowAll,
+                )
+                .await
+                .unwrap();
+            (batch.claimed.len() == 1).then_some(())
+        }
+    })
+    .await;
     eventually("handler stopped", Duration::from_secs(10), || {
         let cancelled = probe.cancelled.load(Ordering::SeqCst);
         async move { (cancelled == 1).then_some(()) }
@@ -289,17 +297,11 @@ async fn a_retry_due_soon_runs_without_waiting_for_the_idle_poll(db: TestDb) {
             .run(shutdown.clone()),
     );
     // Well below the 60 s poll; the retry is due after 1 s.
-    eventually(
-        "the retried job completes",
-        Duration::from_secs(15),
-        || {
-            let ledger = ledger.clone();
-            let id = id.clone();
-            async move {
-                (ledger.get(&id).await.unwrap().state == JobState::Completed).then_some(())
-            }
-        },
-    )
+    eventually("the retried job completes", Duration::from_secs(15), || {
+        let ledger = ledger.clone();
+        let id = id.clone();
+        async move { (ledger.get(&id).await.unwrap().state == JobState::Completed).then_some(()) }
+    })
     .await;
     shutdown.cancel();
     let report = runner.await.unwrap();
