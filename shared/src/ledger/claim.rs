@@ -96,7 +96,11 @@ const RESCUE_INTERVAL_MS: i64 = 1000;
 /// was rolled back; on Postgres a failed statement poisons the whole transaction).
 enum ClaimRound {
     Done(ClaimBatch),
-    GateFailed { job: Job, error: StoreError },
+    GateFailed {
+        job_id: String,
+        kind: JobKind,
+        error: StoreError,
+    },
 }
 
 impl Ledger {
@@ -133,12 +137,16 @@ impl Ledger {
         let mut batch = loop {
             match self.claim_round(request, gate, rescue_due).await? {
                 ClaimRound::Done(batch) => break batch,
-                ClaimRound::GateFailed { job, error } => {
+                ClaimRound::GateFailed {
+                    job_id,
+                    kind,
+                    error,
+                } => {
                     let reason = format!("the claim gate failed on this job: {error}");
-                    self.quarantine(&job.id, &reason).await?;
+                    self.quarantine(&job_id, &reason).await?;
                     quarantined.push(QuarantinedAtClaim {
-                        job_id: job.id,
-                        kind: job.kind,
+                        job_id,
+                        kind,
                         reason,
                     });
                     // Each round removes one bad job from the queue; a batch's worth is enough
@@ -222,7 +230,11 @@ impl Ledger {
                     // The statement may have aborted the transaction (Postgres); start over
                     // without this job.
                     let _ = tx.rollback().await;
-                    return Ok(ClaimRound::GateFailed { job, error });
+                    return Ok(ClaimRound::GateFailed {
+                        job_id: job.id,
+                        kind: job.kind,
+                        error,
+                    });
                 }
             };
             match decision {
