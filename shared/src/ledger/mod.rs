@@ -162,13 +162,14 @@ pub(crate) async fn notify_in(tx: &mut Tx, reason: &str) -> Result<(), StoreErro
 
 /// The statement's time in Unix milliseconds: parameter `$param` when bound (the local or a
 /// simulated clock), else the database's own clock. Only Postgres is ever left to its clock;
-/// SQLite serves one host and always gets the local time.
+/// SQLite serves one host and always gets the local time, so there it is the parameter alone.
 pub(crate) fn now_sql(backend: Backend, param: usize) -> String {
-    let database_clock = match backend {
-        Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
-        Backend::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
-    };
-    format!("COALESCE(${param}, {database_clock})")
+    match backend {
+        Backend::Postgres => format!(
+            "COALESCE(${param}, CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT))"
+        ),
+        Backend::Sqlite => format!("${param}"),
+    }
 }
 
 /// Bounds stored diagnostics so a runaway error text cannot bloat the ledger.
