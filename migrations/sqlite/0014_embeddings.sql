@@ -34,6 +34,7 @@ CREATE TABLE learning_job_rebuilt (
     created_at        INTEGER NOT NULL,
     updated_at        INTEGER NOT NULL,
     finished_at       INTEGER,
+    releases          BIGINT NOT NULL DEFAULT 0 CHECK (releases BETWEEN 0 AND 1),
     -- The attempt ceiling lives in the schema, not only in code.
     CHECK (max_attempts BETWEEN 1 AND 3),
     CHECK (attempts BETWEEN 0 AND max_attempts),

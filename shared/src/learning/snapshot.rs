@@ -303,6 +303,8 @@ impl SourceGate {
                 extractor_version(&self.config) == MODEL_EXTRACTOR_VERSION
             }
             JobKind::Evaluate => true,
+            // Embeddings are not model calls: the daily cap counts the model's tokens.
+            JobKind::Embed => false,
         }
     }
 

@@ -42,23 +42,25 @@ impl Admission {
     }
 }
 
-/// The admission insert; `$1…$17` are bound by [`bind_new_job!`].
-fn insert_sql() -> String {
+/// The admission insert; `$1…$17` are bound by [`bind_new_job!`]. A job due at once is due by
+/// the ledger's clock (`$13` NULL: the database's on Postgres), like every lease decision.
+fn insert_sql(backend: Backend) -> String {
     format!(
         "INSERT INTO learning_job (id, kind, identity_key, project_id, session_id, \
            source_message_id, extractor_version, input_digest, bucket_start, claim_scope, \
            origin, priority, state, run_at, attempts, max_attempts, payload, trace_parent, \
            created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'queued', $13, 0, $14, \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'queued', {run_at}, 0, $14, \
            $15, $16, $17, $17) \
          ON CONFLICT (kind, identity_key) DO NOTHING \
-         RETURNING {JOB_COLUMNS}"
+         RETURNING {JOB_COLUMNS}",
+        run_at = super::now_sql(backend, 13)
     )
 }
 
 /// Binds a new job's values in [`insert_sql`] order.
 macro_rules! bind_new_job {
-    ($query:expr, $id:expr, $job:expr, $payload:expr, $now:expr) => {{
+    ($query:expr, $id:expr, $job:expr, $payload:expr, $due_now:expr, $now:expr) => {{
         let identity = &$job.identity;
         $query
             .bind($id)
@@ -73,7 +75,7 @@ macro_rules! bind_new_job {
             .bind(&$job.claim_scope)
             .bind($job.origin.as_str())
             .bind($job.origin.priority())
-            .bind($job.run_at.unwrap_or($now))
+            .bind($job.run_at.or($due_now))
             .bind($job.max_attempts)
             .bind($payload)
             .bind(&$job.trace_parent)
@@ -108,7 +110,7 @@ impl Ledger {
             Pool::Postgres(pool) => {
                 let sql = format!(
                     "WITH inserted AS ({}) SELECT inserted.*, pg_notify('{}', inserted.kind) AS notified FROM inserted",
-                    insert_sql(),
+                    insert_sql(Backend::Postgres),
                     crate::runtime::wake::PG_CHANNEL
                 );
                 bind_new_job!(
@@ -116,6 +118,7 @@ impl Ledger {
                     &id,
                     job,
                     &payload,
+                    self.statement_now(),
                     now
                 )
                 .fetch_optional(pool)
@@ -123,12 +126,13 @@ impl Ledger {
             }
             Pool::Sqlite(pool) => {
                 let _slot = self.db.write_slot().await;
-                let sql = insert_sql();
+                let sql = insert_sql(Backend::Sqlite);
                 bind_new_job!(
                     sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
                     &id,
                     job,
                     &payload,
+                    self.statement_now(),
                     now
                 )
                 .fetch_optional(pool)
@@ -177,9 +181,10 @@ impl Ledger {
         let now = self.now_ms();
         let id = crate::ids::new_id("job");
         let payload = job.payload.to_string();
-        let insert = insert_sql();
+        let insert = insert_sql(tx.backend());
+        let due_now = self.statement_now();
         let inserted: Option<JobRow> = crate::on_tx!(tx, conn =>
-            bind_new_job!(sqlx::query_as(sqlx::AssertSqlSafe(insert.as_str())), &id, job, &payload, now)
+            bind_new_job!(sqlx::query_as(sqlx::AssertSqlSafe(insert.as_str())), &id, job, &payload, due_now, now)
                 .fetch_optional(conn)
                 .await)?;
         let kind = job.identity.kind;

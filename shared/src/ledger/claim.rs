@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::model::{ClaimedJob, Job, JobKind, JobState, Lease};
 use super::row::{JOB_COLUMNS, JobRow};
-use super::{Ledger, LedgerError, insert_event};
+use super::{Ledger, LedgerError, insert_event, notify_in, now_sql, truncate_detail};
 use crate::db::{Backend, StoreError, Tx};
 
 /// What a worker asks for on one wake.
@@ -61,6 +61,15 @@ pub struct SkippedAtClaim {
     pub reason: String,
 }
 
+/// A job settled `failed` at claim because its row could not be decoded or its gate failed on
+/// it: one bad row must not stall every worker of its kind.
+#[derive(Debug, Clone)]
+pub struct QuarantinedAtClaim {
+    pub job_id: String,
+    pub kind: JobKind,
+    pub reason: String,
+}
+
 /// Everything one claim transaction did.
 #[derive(Debug, Default)]
 pub struct ClaimBatch {
@@ -70,6 +79,11 @@ pub struct ClaimBatch {
     pub rescued: Vec<(String, JobState)>,
     /// Jobs the gate deferred (still queued, attempt not spent).
     pub deferred: usize,
+    pub quarantined: Vec<QuarantinedAtClaim>,
+    /// When the batch was not full: milliseconds until the next queued job of the requested
+    /// kinds becomes due or the next lease expires (by the ledger's clock), so an idle worker
+    /// can sleep exactly that long instead of a whole poll interval. `None`: nothing pending.
+    pub next_due_in_ms: Option<i64>,
 }
 
 /// Upper bound on expired leases rescued per claim transaction.
@@ -77,6 +91,17 @@ const RESCUE_BATCH: i64 = 100;
 
 /// Minimum time between two expired-lease scans by one ledger handle.
 const RESCUE_INTERVAL_MS: i64 = 1000;
+
+/// One claim transaction's end: done, or stopped by a gate failure on one job (the transaction
+/// was rolled back; on Postgres a failed statement poisons the whole transaction).
+enum ClaimRound {
+    Done(ClaimBatch),
+    GateFailed {
+        job_id: String,
+        kind: JobKind,
+        error: StoreError,
+    },
+}
 
 impl Ledger {
     /// Rescues expired leases, then hands out up to `limit` due jobs of the requested kinds.
@@ -89,6 +114,10 @@ impl Ledger {
     /// `CHECK (attempts <= max_attempts)` makes a fourth attempt impossible whatever the code
     /// does. The gate then sees each claimed job in the same transaction; a job it skips is
     /// settled `skipped` with its attempt given back before anything commits.
+    ///
+    /// A row that cannot be decoded, or on which the gate fails with anything but a lost
+    /// connection, is settled `failed` with the reason and the claim goes on with the rest.
+    /// Times come from the database on Postgres (see [`Ledger::uses_database_clock`]).
     pub async fn claim(
         &self,
         request: &ClaimRequest<'_>,
@@ -98,18 +127,95 @@ impl Ledger {
             return Ok(ClaimBatch::default());
         }
         let started = std::time::Instant::now();
-        let now = self.now_ms();
-        let mut tx = self.db.begin().await?;
         // Expired leases are rare and a second's delay in noticing one is immaterial next to any
-        // lease length, so each handle scans for them at most once per second.
+        // lease length, so each handle scans for them at most once per second (by its own
+        // clock: only the interval matters here, not agreement with other hosts).
+        let local_now = self.now_ms();
         let last = self.last_rescue.load(std::sync::atomic::Ordering::Relaxed);
-        let rescue_due = now.saturating_sub(last) >= RESCUE_INTERVAL_MS;
+        let rescue_due = local_now.saturating_sub(last) >= RESCUE_INTERVAL_MS;
+        let mut quarantined = Vec::new();
+        let mut batch = loop {
+            match self.claim_round(request, gate, rescue_due).await? {
+                ClaimRound::Done(batch) => break batch,
+                ClaimRound::GateFailed {
+                    job_id,
+                    kind,
+                    error,
+                } => {
+                    let reason = format!("the claim gate failed on this job: {error}");
+                    self.quarantine(&job_id, &reason).await?;
+                    quarantined.push(QuarantinedAtClaim {
+                        job_id,
+                        kind,
+                        reason,
+                    });
+                    // Each round removes one bad job from the queue; a batch's worth is enough
+                    // for one wake, the rest wait for the next claim.
+                    if quarantined.len() >= request.limit {
+                        break ClaimBatch::default();
+                    }
+                }
+            }
+        };
+        batch.quarantined.splice(0..0, quarantined);
+        if rescue_due {
+            self.last_rescue
+                .store(local_now, std::sync::atomic::Ordering::Relaxed);
+        }
+
+        let metrics = crate::telemetry::metrics::ledger();
+        metrics.claim_latency(started.elapsed());
+        for claimed in &batch.claimed {
+            metrics.claimed(claimed.job.kind, claimed.lease.attempt);
+        }
+        for skipped in &batch.skipped {
+            metrics.skipped_at_claim(skipped.kind);
+            tracing::info!(job.id = %skipped.job_id, job.kind = %skipped.kind,
+                reason = %skipped.reason, "job skipped at claim; no attempt spent");
+        }
+        for poisoned in &batch.quarantined {
+            metrics.quarantined(poisoned.kind);
+            tracing::error!(job.id = %poisoned.job_id, job.kind = %poisoned.kind,
+                reason = %poisoned.reason, "job failed at claim; the claim goes on without it");
+        }
+        for (job_id, state) in &batch.rescued {
+            metrics.lease_expired();
+            tracing::warn!(job.id = %job_id, job.state = %state,
+                "lease expired without settlement; job rescued");
+        }
+        Ok(batch)
+    }
+
+    async fn claim_round(
+        &self,
+        request: &ClaimRequest<'_>,
+        gate: &dyn ClaimGate,
+        rescue_due: bool,
+    ) -> Result<ClaimRound, LedgerError> {
+        let now = self.statement_now();
+        let mut tx = self.db.begin().await?;
         let mut batch = ClaimBatch::default();
         if rescue_due {
             batch.rescued = rescue_expired(&mut tx, now).await?;
         }
 
-        let mut claimed = claim_rows(&mut tx, request, now).await?;
+        let mut claimed = Vec::new();
+        for row in claim_rows(&mut tx, request, now).await? {
+            let job_id = row.id().to_owned();
+            let kind = JobKind::parse(row.kind_text()).unwrap_or(request.kinds[0]);
+            match Job::try_from(row) {
+                Ok(job) => claimed.push(job),
+                Err(error) => {
+                    let reason = format!("the job's row cannot be read: {error}");
+                    quarantine_in(&mut tx, &job_id, &reason, now).await?;
+                    batch.quarantined.push(QuarantinedAtClaim {
+                        job_id,
+                        kind,
+                        reason,
+                    });
+                }
+            }
+        }
         claimed.sort_by(|a, b| {
             b.priority
                 .cmp(&a.priority)
@@ -117,10 +223,27 @@ impl Ledger {
                 .then(a.id.cmp(&b.id))
         });
         for job in claimed {
-            match gate.check(&mut tx, &job).await? {
+            let decision = match gate.check(&mut tx, &job).await {
+                Ok(decision) => decision,
+                Err(error) if error.is_connection() => return Err(error.into()),
+                Err(error) => {
+                    // The statement may have aborted the transaction (Postgres); start over
+                    // without this job.
+                    let _ = tx.rollback().await;
+                    return Ok(ClaimRound::GateFailed {
+                        job_id: job.id,
+                        kind: job.kind,
+                        error,
+                    });
+                }
+            };
+            match decision {
                 GateDecision::Proceed => {
                     let token = job.lease_token.clone().ok_or_else(|| {
                         StoreError::Corrupt(format!("claimed job {} has no lease token", job.id))
+                    })?;
+                    let expires_at = job.lease_expires_at.ok_or_else(|| {
+                        StoreError::Corrupt(format!("claimed job {} has no deadline", job.id))
                     })?;
                     let lease = Lease {
                         job_id: job.id.clone(),
@@ -128,16 +251,19 @@ impl Ledger {
                         token,
                         worker_id: request.worker_id.to_owned(),
                         attempt: job.attempts,
-                        expires_at: now + request.lease_ms,
+                        expires_at,
                     };
                     batch.claimed.push(ClaimedJob { job, lease });
                 }
                 GateDecision::Defer { until, reason } => {
-                    let sql = "UPDATE learning_job SET state = 'queued', attempts = attempts - 1, \
-                                 lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
-                                 heartbeat_at = NULL, run_at = $2, updated_at = $3 \
-                               WHERE id = $1 AND state = 'running'";
-                    crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+                    let sql = format!(
+                        "UPDATE learning_job SET state = 'queued', attempts = attempts - 1, \
+                           lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+                           heartbeat_at = NULL, run_at = $2, updated_at = {} \
+                         WHERE id = $1 AND state = 'running'",
+                        now_sql(tx.backend(), 3)
+                    );
+                    crate::on_tx!(&mut tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
                         .bind(&job.id)
                         .bind(until)
                         .bind(now)
@@ -151,11 +277,15 @@ impl Ledger {
                     // Undo the claim inside the same transaction: nothing outside it ever saw the
                     // job running, and the attempt is given back.
                     let result = serde_json::json!({ "skipped": reason }).to_string();
-                    let sql = "UPDATE learning_job SET state = 'skipped', attempts = attempts - 1, \
-                                 lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
-                                 heartbeat_at = NULL, result = $2, finished_at = $3, updated_at = $3 \
-                               WHERE id = $1 AND state = 'running'";
-                    crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+                    let sql = format!(
+                        "UPDATE learning_job SET state = 'skipped', attempts = attempts - 1, \
+                           lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+                           heartbeat_at = NULL, result = $2, finished_at = {now_at}, \
+                           updated_at = {now_at} \
+                         WHERE id = $1 AND state = 'running'",
+                        now_at = now_sql(tx.backend(), 3)
+                    );
+                    crate::on_tx!(&mut tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
                         .bind(&job.id)
                         .bind(&result)
                         .bind(now)
@@ -179,28 +309,86 @@ impl Ledger {
                 }
             }
         }
+        if batch.claimed.len() + batch.skipped.len() < request.limit {
+            batch.next_due_in_ms = next_due_in_ms(&mut tx, request, now).await?;
+        }
         tx.commit().await?;
-        if rescue_due {
-            self.last_rescue
-                .store(now, std::sync::atomic::Ordering::Relaxed);
-        }
+        Ok(ClaimRound::Done(batch))
+    }
 
-        let metrics = crate::telemetry::metrics::ledger();
-        metrics.claim_latency(started.elapsed());
-        for claimed in &batch.claimed {
-            metrics.claimed(claimed.job.kind, claimed.lease.attempt);
+    /// Settles a job `failed` outside any claim (its claim transaction was rolled back).
+    async fn quarantine(&self, job_id: &str, reason: &str) -> Result<(), LedgerError> {
+        let mut tx = self.db.begin().await?;
+        quarantine_in(&mut tx, job_id, reason, self.statement_now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// Fails a queued or just-claimed job that cannot be worked on, keeping the reason.
+async fn quarantine_in(
+    tx: &mut Tx,
+    job_id: &str,
+    reason: &str,
+    now: Option<i64>,
+) -> Result<(), LedgerError> {
+    let sql = format!(
+        "UPDATE learning_job SET state = 'failed', last_error = $2, lease_token = NULL, \
+           lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
+           finished_at = {now_at}, updated_at = {now_at} \
+         WHERE id = $1 AND state IN ('queued', 'running')",
+        now_at = now_sql(tx.backend(), 3)
+    );
+    crate::on_tx!(tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(job_id)
+        .bind(truncate_detail(reason))
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Milliseconds until the next queued job of the request's kinds is due or the next lease (of
+/// any kind) expires; negative when one is already due but was locked by another claimer.
+async fn next_due_in_ms(
+    tx: &mut Tx,
+    request: &ClaimRequest<'_>,
+    now: Option<i64>,
+) -> Result<Option<i64>, LedgerError> {
+    let mut next = 2;
+    let kinds = placeholders(&mut next, request.kinds.len());
+    let scope_filter = scope_filter(&mut next, request.scopes);
+    let sql = format!(
+        "SELECT MIN(due) - {now_at} FROM ( \
+           SELECT MIN(run_at) AS due FROM learning_job \
+           WHERE state = 'queued' AND attempts < max_attempts AND kind IN ({kinds}){scope_filter} \
+           UNION ALL \
+           SELECT MIN(lease_expires_at) AS due FROM learning_job WHERE state = 'running' \
+         ) AS upcoming",
+        now_at = now_sql(tx.backend(), 1)
+    );
+    let due: Option<i64> = crate::on_tx!(tx, conn => {
+        let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str())).bind(now);
+        for kind in request.kinds {
+            query = query.bind(kind.as_str());
         }
-        for skipped in &batch.skipped {
-            metrics.skipped_at_claim(skipped.kind);
-            tracing::info!(job.id = %skipped.job_id, job.kind = %skipped.kind,
-                reason = %skipped.reason, "job skipped at claim; no attempt spent");
+        for scope in request.scopes.unwrap_or_default() {
+            query = query.bind(scope.as_str());
         }
-        for (job_id, state) in &batch.rescued {
-            metrics.lease_expired();
-            tracing::warn!(job.id = %job_id, job.state = %state,
-                "lease expired without settlement; job rescued");
-        }
-        Ok(batch)
+        query.fetch_one(conn).await
+    })?;
+    Ok(due)
+}
+
+fn scope_filter(next: &mut usize, scopes: Option<&[String]>) -> String {
+    match scopes {
+        Some(scopes) if !scopes.is_empty() => format!(
+            " AND (claim_scope IS NULL OR claim_scope IN ({}))",
+            placeholders(next, scopes.len())
+        ),
+        Some(_) => String::from(" AND claim_scope IS NULL"),
+        None => String::new(),
     }
 }
 
@@ -209,27 +397,23 @@ impl Ledger {
 async fn claim_rows(
     tx: &mut Tx,
     request: &ClaimRequest<'_>,
-    now: i64,
-) -> Result<Vec<Job>, LedgerError> {
-    // Placeholders: $1 = now, $2 = limit, $3 = owner, $4 = deadline, then kinds, then scopes.
+    now: Option<i64>,
+) -> Result<Vec<JobRow>, LedgerError> {
+    // Placeholders: $1 = now, $2 = limit, $3 = owner, $4 = lease length, then kinds, then scopes.
     let mut next = 5;
     let kinds = placeholders(&mut next, request.kinds.len());
-    let scope_filter = match request.scopes {
-        Some(scopes) if !scopes.is_empty() => format!(
-            " AND (claim_scope IS NULL OR claim_scope IN ({}))",
-            placeholders(&mut next, scopes.len())
-        ),
-        Some(_) => String::from(" AND claim_scope IS NULL"),
-        None => String::new(),
-    };
+    let scope_filter = scope_filter(&mut next, request.scopes);
+    let now_at = now_sql(tx.backend(), 1);
     let due = format!(
         "SELECT id FROM learning_job \
-         WHERE state = 'queued' AND run_at <= $1 AND attempts < max_attempts \
+         WHERE state = 'queued' AND run_at <= {now_at} AND attempts < max_attempts \
            AND kind IN ({kinds}){scope_filter} \
          ORDER BY priority DESC, run_at, id LIMIT $2"
     );
-    let lease = "SET state = 'running', attempts = attempts + 1, lease_owner = $3, \
-                 lease_expires_at = $4, heartbeat_at = $1, updated_at = $1";
+    let lease = format!(
+        "SET state = 'running', attempts = attempts + 1, lease_owner = $3, \
+         lease_expires_at = {now_at} + $4, heartbeat_at = {now_at}, updated_at = {now_at}"
+    );
     let sql = match tx.backend() {
         // The CTE is materialized so the LIMIT binds before the update (a merged subquery could
         // update more rows than asked for).
@@ -244,13 +428,12 @@ async fn claim_rows(
         ),
     };
     let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
-    let deadline = now + request.lease_ms;
     let rows: Vec<JobRow> = crate::on_tx!(tx, conn => {
         let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(now)
             .bind(limit)
             .bind(request.worker_id)
-            .bind(deadline);
+            .bind(request.lease_ms);
         for kind in request.kinds {
             query = query.bind(kind.as_str());
         }
@@ -259,28 +442,39 @@ async fn claim_rows(
         }
         query.fetch_all(conn).await
     })?;
-    rows.into_iter()
-        .map(|row| Job::try_from(row).map_err(LedgerError::from))
-        .collect()
+    Ok(rows)
 }
 
-/// Returns expired leases to the queue, or fails them when their attempts are spent.
+/// Returns expired leases to the queue, or fails them when their attempts are spent, and wakes
+/// waiting workers for the requeued ones.
 ///
 /// Because the attempt was counted at claim, a job whose worker keeps dying still reaches the
 /// ceiling and settles `failed` instead of being retried forever.
-async fn rescue_expired(tx: &mut Tx, now: i64) -> Result<Vec<(String, JobState)>, LedgerError> {
+async fn rescue_expired(
+    tx: &mut Tx,
+    now: Option<i64>,
+) -> Result<Vec<(String, JobState)>, LedgerError> {
     let lock = match tx.backend() {
         Backend::Postgres => " FOR UPDATE SKIP LOCKED",
         Backend::Sqlite => "",
     };
     let select = format!(
         "SELECT id, lease_owner, attempts, max_attempts FROM learning_job \
-         WHERE state = 'running' AND lease_expires_at < $1 \
-         ORDER BY lease_expires_at LIMIT $2{lock}"
+         WHERE state = 'running' AND lease_expires_at < {} \
+         ORDER BY lease_expires_at LIMIT $2{lock}",
+        now_sql(tx.backend(), 1)
     );
     let expired: Vec<(String, Option<String>, i64, i64)> = crate::on_tx!(tx, conn =>
         sqlx::query_as(sqlx::AssertSqlSafe(select.as_str())).bind(now).bind(RESCUE_BATCH).fetch_all(conn).await)?;
     let mut rescued = Vec::with_capacity(expired.len());
+    let update = format!(
+        "UPDATE learning_job SET state = $2, last_error = $3, lease_token = NULL, \
+           lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
+           run_at = {now_at}, updated_at = {now_at}, \
+           finished_at = CASE WHEN $2 = 'failed' THEN {now_at} ELSE NULL END \
+         WHERE id = $1 AND state = 'running'",
+        now_at = now_sql(tx.backend(), 4)
+    );
     for (job_id, owner, attempts, max_attempts) in expired {
         let exhausted = attempts >= max_attempts;
         let (state, error) = if exhausted {
@@ -301,21 +495,19 @@ async fn rescue_expired(tx: &mut Tx, now: i64) -> Result<Vec<(String, JobState)>
                 ),
             )
         };
-        let sql = "UPDATE learning_job SET state = $2, last_error = $3, lease_token = NULL, \
-                     lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
-                     run_at = $4, updated_at = $4, \
-                     finished_at = CASE WHEN $2 = 'failed' THEN $4 ELSE NULL END \
-                   WHERE id = $1 AND state = 'running'";
-        crate::on_tx!(tx, conn => sqlx::query(sql)
+        crate::on_tx!(tx, conn => sqlx::query(sqlx::AssertSqlSafe(update.as_str()))
             .bind(&job_id)
             .bind(state.as_str())
             .bind(&error)
             .bind(now)
             .execute(conn)
-.await
-.map(|done| done.rows_affected()))?;
+            .await
+            .map(|done| done.rows_affected()))?;
         insert_event(tx, &job_id, "lease_expired", owner.as_deref(), &error, now).await?;
         rescued.push((job_id, state));
+    }
+    if rescued.iter().any(|(_, state)| *state == JobState::Queued) {
+        notify_in(tx, "rescued").await?;
     }
     Ok(rescued)
 }

@@ -13,16 +13,18 @@ mod row;
 mod settle;
 
 use crate::clock::SharedClock;
-use crate::db::{Db, StoreError, Tx};
+use crate::db::{Backend, Db, StoreError, Tx};
 
 pub use admit::Admission;
-pub use claim::{AllowAll, ClaimBatch, ClaimGate, ClaimRequest, GateDecision, SkippedAtClaim};
+pub use claim::{
+    AllowAll, ClaimBatch, ClaimGate, ClaimRequest, GateDecision, QuarantinedAtClaim, SkippedAtClaim,
+};
 pub use model::{
     ClaimedJob, Job, JobIdentity, JobKind, JobOrigin, JobState, Lease, MAX_ATTEMPTS, NewJob,
     bucket_start,
 };
 pub use query::{JobEvent, JobFilter, QueueCount};
-pub use settle::{HeartbeatOutcome, Settlement, retry_backoff_ms};
+pub use settle::{HeartbeatOutcome, MAX_RETURNED_RELEASES, Settlement, retry_backoff_ms};
 
 /// Errors from ledger operations.
 #[derive(Debug, thiserror::Error)]
@@ -50,17 +52,34 @@ impl From<sqlx::Error> for LedgerError {
 pub struct Ledger {
     db: Db,
     clock: SharedClock,
+    /// Lease decisions use the database's clock (Postgres with a real clock): every host of a
+    /// fleet then agrees on when a lease expires, whatever its own clock says.
+    database_clock: bool,
     /// When this handle last scanned for expired leases (see [`Ledger::claim`]).
     last_rescue: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Ledger {
     pub fn new(db: Db, clock: SharedClock) -> Ledger {
+        let database_clock = db.backend() == Backend::Postgres && !clock.is_simulated();
         Ledger {
             db,
             clock,
+            database_clock,
             last_rescue: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
         }
+    }
+
+    /// Whether claims, heartbeats, rescues and settlements read the time from the database
+    /// (Postgres) rather than from this process's clock (SQLite, or a simulated clock).
+    pub fn uses_database_clock(&self) -> bool {
+        self.database_clock
+    }
+
+    /// The time bound into lease statements as their `now` parameter: `None` lets the database
+    /// fill in its own clock (see [`now_sql`]).
+    pub(crate) fn statement_now(&self) -> Option<i64> {
+        (!self.database_clock).then(|| self.clock.now_ms())
     }
 
     pub fn db(&self) -> &Db {
@@ -85,7 +104,15 @@ impl Ledger {
         detail: &str,
     ) -> Result<(), LedgerError> {
         let mut tx = self.db.begin().await?;
-        insert_event(&mut tx, job_id, event, worker_id, detail, self.now_ms()).await?;
+        insert_event(
+            &mut tx,
+            job_id,
+            event,
+            worker_id,
+            detail,
+            self.statement_now(),
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -97,11 +124,14 @@ pub(crate) async fn insert_event(
     event: &str,
     worker_id: Option<&str>,
     detail: &str,
-    now: i64,
+    now: Option<i64>,
 ) -> Result<(), StoreError> {
-    let sql = "INSERT INTO learning_job_event (id, job_id, event, worker_id, detail, at) \
-               VALUES ($1, $2, $3, $4, $5, $6)";
-    crate::on_tx!(tx, conn => sqlx::query(sql)
+    let sql = format!(
+        "INSERT INTO learning_job_event (id, job_id, event, worker_id, detail, at) \
+         VALUES ($1, $2, $3, $4, $5, {})",
+        now_sql(tx.backend(), 6)
+    );
+    crate::on_tx!(tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
         .bind(crate::ids::new_id("jev"))
         .bind(job_id)
         .bind(event)
@@ -112,6 +142,34 @@ pub(crate) async fn insert_event(
 .await
 .map(|done| done.rows_affected()))?;
     Ok(())
+}
+
+/// Wakes waiting workers once `tx` commits: co-located ones through the wake bus and, on
+/// Postgres, every other process through `NOTIFY` (delivered only on commit). Used whenever work
+/// becomes claimable now or at a known time: admission, retry scheduling, release and rescue.
+pub(crate) async fn notify_in(tx: &mut Tx, reason: &str) -> Result<(), StoreError> {
+    if tx.backend() == Backend::Postgres {
+        crate::on_tx!(tx, conn => sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(crate::runtime::wake::PG_CHANNEL)
+            .bind(reason)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+    }
+    tx.wake_after_commit();
+    Ok(())
+}
+
+/// The statement's time in Unix milliseconds: parameter `$param` when bound (the local or a
+/// simulated clock), else the database's own clock. Only Postgres is ever left to its clock;
+/// SQLite serves one host and always gets the local time, so there it is the parameter alone.
+pub(crate) fn now_sql(backend: Backend, param: usize) -> String {
+    match backend {
+        Backend::Postgres => format!(
+            "COALESCE(${param}, CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT))"
+        ),
+        Backend::Sqlite => format!("${param}"),
+    }
 }
 
 /// Bounds stored diagnostics so a runaway error text cannot bloat the ledger.

@@ -40,6 +40,16 @@ pub(crate) struct JobRow {
     finished_at: Option<i64>,
 }
 
+impl JobRow {
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(crate) fn kind_text(&self) -> &str {
+        &self.kind
+    }
+}
+
 impl TryFrom<JobRow> for Job {
     type Error = StoreError;
 

@@ -7,7 +7,7 @@
 use super::claim::{ClaimGate, GateDecision};
 use super::model::{Job, JobKind, JobState, Lease};
 use super::row::{JOB_COLUMNS, JobRow};
-use super::{Ledger, LedgerError, insert_event, truncate_detail};
+use super::{Ledger, LedgerError, insert_event, notify_in, now_sql, truncate_detail};
 use crate::db::Tx;
 
 /// What a heartbeat achieved.
@@ -36,17 +36,18 @@ impl Ledger {
         lease_ms: i64,
         gate: &dyn ClaimGate,
     ) -> Result<HeartbeatOutcome, LedgerError> {
-        let now = self.now_ms();
+        let now = self.statement_now();
         let mut tx = self.db.begin().await?;
-        let expires_at = now + lease_ms;
         let sql = format!(
-            "UPDATE learning_job SET lease_expires_at = $3, heartbeat_at = $4, updated_at = $4 \
-             WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}"
+            "UPDATE learning_job SET lease_expires_at = {now_at} + $3, heartbeat_at = {now_at}, \
+               updated_at = {now_at} \
+             WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}",
+            now_at = now_sql(tx.backend(), 4)
         );
         let row: Option<JobRow> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(&lease.job_id)
             .bind(&lease.token)
-            .bind(expires_at)
+            .bind(lease_ms)
             .bind(now)
             .fetch_optional(conn)
             .await)?;
@@ -58,6 +59,7 @@ impl Ledger {
             });
         };
         let job = Job::try_from(row)?;
+        let expires_at = job.lease_expires_at.unwrap_or_default();
         match gate.check(&mut tx, &job).await? {
             // A deferral concerns new work; a running attempt may finish.
             GateDecision::Proceed | GateDecision::Defer { .. } => {
@@ -109,10 +111,10 @@ impl Ledger {
     /// the exact input, persisted before a provider request). Like settlement it proves the
     /// lease first; the caller commits it.
     pub async fn fenced_tx(&self, lease: &Lease) -> Result<Tx, LedgerError> {
-        let now = self.now_ms();
+        let now = self.statement_now();
         let mut tx = self.db.begin().await?;
-        let sql = "UPDATE learning_job SET updated_at = $3 WHERE id = $1 AND lease_token = $2 AND state = 'running'";
-        let proven = crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+        let sql = proof_sql(tx.backend());
+        let proven = crate::on_tx!(&mut tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(&lease.job_id)
             .bind(&lease.token)
             .bind(now)
@@ -129,36 +131,68 @@ impl Ledger {
         Ok(tx)
     }
 
-    /// Returns a claimed job to the queue without spending its attempt (graceful shutdown).
-    pub async fn release(&self, lease: &Lease) -> Result<bool, LedgerError> {
-        let now = self.now_ms();
+    /// Returns a claimed job to the queue (graceful shutdown past the grace period) and wakes
+    /// other workers for it. Returns the job as released, or `None` when the lease was already
+    /// lost.
+    ///
+    /// The first [`MAX_RETURNED_RELEASES`] releases of a job give its attempt back; later ones
+    /// spend it, so a job that always outlives the grace period runs at most
+    /// `max_attempts + MAX_RETURNED_RELEASES` times and then settles `failed` saying why.
+    pub async fn release(&self, lease: &Lease) -> Result<Option<Job>, LedgerError> {
+        let now = self.statement_now();
         let mut tx = self.db.begin().await?;
-        let sql = "UPDATE learning_job SET state = 'queued', attempts = attempts - 1, \
-                     lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
-                     heartbeat_at = NULL, run_at = $3, updated_at = $3 \
-                   WHERE id = $1 AND lease_token = $2 AND state = 'running'";
-        let released = crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+        let sql = format!(
+            "UPDATE learning_job SET \
+               state = CASE WHEN releases < $3 OR attempts < max_attempts THEN 'queued' \
+                            ELSE 'failed' END, \
+               attempts = CASE WHEN releases < $3 THEN attempts - 1 ELSE attempts END, \
+               releases = CASE WHEN releases < $3 THEN releases + 1 ELSE releases END, \
+               last_error = CASE WHEN releases < $3 THEN last_error ELSE $4 END, \
+               finished_at = CASE WHEN releases < $3 OR attempts < max_attempts THEN NULL \
+                                  ELSE {now_at} END, \
+               lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+               heartbeat_at = NULL, run_at = {now_at}, updated_at = {now_at} \
+             WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}",
+            now_at = now_sql(tx.backend(), 5)
+        );
+        let spent = format!(
+            "attempt {} did not finish within the shutdown grace period and the job was already \
+             released {MAX_RETURNED_RELEASES} time(s); the attempt counts",
+            lease.attempt
+        );
+        let row: Option<JobRow> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(&lease.job_id)
             .bind(&lease.token)
+            .bind(MAX_RETURNED_RELEASES)
+            .bind(&spent)
             .bind(now)
-            .execute(conn)
-.await
-.map(|done| done.rows_affected()))?
-            == 1;
-        if released {
-            insert_event(
-                &mut tx,
-                &lease.job_id,
-                "released",
-                Some(&lease.worker_id),
-                "released on shutdown; attempt not spent",
-                now,
-            )
-            .await?;
-            tx.wake_after_commit();
+            .fetch_optional(conn)
+            .await)?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let job = Job::try_from(row)?;
+        let detail = if job.attempts < lease.attempt {
+            String::from("released on shutdown; attempt not spent")
+        } else {
+            spent
+        };
+        insert_event(
+            &mut tx,
+            &lease.job_id,
+            "released",
+            Some(&lease.worker_id),
+            &detail,
+            now,
+        )
+        .await?;
+        if job.state == JobState::Queued {
+            notify_in(&mut tx, "released").await?;
         }
         tx.commit().await?;
-        Ok(released)
+        crate::telemetry::metrics::ledger().released(job.kind, job.state.as_str());
+        Ok(Some(job))
     }
 
     /// Revokes queued or running extraction jobs for one source message, except `keep_job_id`,
@@ -172,14 +206,18 @@ impl Ledger {
         keep_job_id: &str,
         reason: &str,
     ) -> Result<Vec<String>, LedgerError> {
-        let now = self.now_ms();
-        let sql = "UPDATE learning_job SET state = 'skipped', result = $4, lease_token = NULL, \
-                     lease_owner = NULL, lease_expires_at = NULL, finished_at = $5, updated_at = $5 \
-                   WHERE kind = 'extract' AND session_id = $1 AND source_message_id = $2 \
-                     AND id <> $3 AND state IN ('queued', 'running') \
-                   RETURNING id";
+        let now = self.statement_now();
+        let sql = format!(
+            "UPDATE learning_job SET state = 'skipped', result = $4, lease_token = NULL, \
+               lease_owner = NULL, lease_expires_at = NULL, finished_at = {now_at}, \
+               updated_at = {now_at} \
+             WHERE kind = 'extract' AND session_id = $1 AND source_message_id = $2 \
+               AND id <> $3 AND state IN ('queued', 'running') \
+             RETURNING id",
+            now_at = now_sql(tx.backend(), 5)
+        );
         let result = skip_result(reason);
-        let revoked: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sql)
+        let revoked: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(session_id)
             .bind(source_message_id)
             .bind(keep_job_id)
@@ -193,8 +231,9 @@ impl Ledger {
         Ok(revoked)
     }
 
+    /// Records a refused write. The metric counts only refusals the audit table holds, so the
+    /// two always agree.
     async fn refuse(&self, lease: &Lease, what: &str) -> Result<(), LedgerError> {
-        crate::telemetry::metrics::ledger().fenced(lease.kind, what);
         tracing::warn!(job.id = %lease.job_id, job.kind = %lease.kind, worker.id = %lease.worker_id,
             attempt = lease.attempt, "{what} refused: the lease was lost; nothing was committed");
         self.record_event(
@@ -203,8 +242,23 @@ impl Ledger {
             Some(&lease.worker_id),
             &format!("{what} refused for attempt {}", lease.attempt),
         )
-        .await
+        .await?;
+        crate::telemetry::metrics::ledger().fenced(lease.kind, what);
+        Ok(())
     }
+}
+
+/// How many graceful releases of one job give its attempt back.
+pub const MAX_RETURNED_RELEASES: i64 = 1;
+
+/// The first statement of a fenced transaction: proves the lease (and locks the row on
+/// Postgres). `$1` job, `$2` token, `$3` now.
+fn proof_sql(backend: crate::db::Backend) -> String {
+    format!(
+        "UPDATE learning_job SET updated_at = {} \
+         WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+        now_sql(backend, 3)
+    )
 }
 
 fn skip_result(reason: &str) -> String {
@@ -231,11 +285,10 @@ impl Settlement<'_> {
     /// The transaction for the job's domain writes, opened (and the lease proven) on first use.
     pub async fn tx(&mut self) -> Result<&mut Tx, LedgerError> {
         if self.tx.is_none() {
-            let now = self.ledger.now_ms();
+            let now = self.ledger.statement_now();
             let mut tx = self.ledger.db.begin().await?;
-            let sql = "UPDATE learning_job SET updated_at = $3 \
-                       WHERE id = $1 AND lease_token = $2 AND state = 'running'";
-            let proven = crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+            let sql = proof_sql(tx.backend());
+            let proven = crate::on_tx!(&mut tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
                 .bind(&self.lease.job_id)
                 .bind(&self.lease.token)
                 .bind(now)
@@ -267,7 +320,7 @@ impl Settlement<'_> {
 
     /// Settles `skipped` (the source changed or the work is no longer wanted).
     pub async fn skip(mut self, reason: &str) -> Result<Job, LedgerError> {
-        let now = self.ledger.now_ms();
+        let now = self.ledger.statement_now();
         let worker = self.lease.worker_id.clone();
         let job_id = self.lease.job_id.clone();
         insert_event(
@@ -294,9 +347,13 @@ impl Settlement<'_> {
         if self.lease.attempt >= super::MAX_ATTEMPTS {
             return self.fail(error, None).await;
         }
-        let now = self.ledger.now_ms();
-        let run_at = retry_at.unwrap_or(now + retry_backoff_ms(self.lease.attempt));
-        self.finish(Outcome::Retry, None, Some(error), Some(run_at))
+        // A requested retry time is this host's; only the delay it implies travels, so the
+        // ledger's clock (the database's on Postgres) decides when the job is due.
+        let delay = match retry_at {
+            Some(at) => at.saturating_sub(self.ledger.now_ms()).max(0),
+            None => retry_backoff_ms(self.lease.attempt),
+        };
+        self.finish(Outcome::Retry, None, Some(error), Some(delay))
             .await
     }
 
@@ -326,8 +383,9 @@ impl Settlement<'_> {
         .await
     }
 
-    /// `outcome` is a terminal state or another attempt (queued again unless the row's own
-    /// attempt count has reached its ceiling, which the statement decides). Runs in a `settle` span, a child
+    /// `outcome` is a terminal state or another attempt (queued again after `retry_delay_ms`
+    /// unless the row's own attempt count has reached its ceiling, which the statement decides).
+    /// A retry wakes waiting workers, which then sleep until it is due. Runs in a `settle` span, a child
     /// of the job's span, so the settlement shows in the admitting request's trace.
     #[tracing::instrument(name = "settle", skip_all,
         fields(job.id = %self.lease.job_id, job.kind = %self.lease.kind, settle.state = %outcome))]
@@ -336,32 +394,51 @@ impl Settlement<'_> {
         outcome: Outcome,
         result: Option<String>,
         error: Option<&str>,
-        run_at: Option<i64>,
+        retry_delay_ms: Option<i64>,
     ) -> Result<Job, LedgerError> {
-        let now = self.ledger.now_ms();
+        let now = self.ledger.statement_now();
         let job = match self.tx.as_mut() {
             Some(tx) => {
-                finish_returning(
+                let job = finish_returning(
                     tx,
                     &self.lease,
                     outcome,
                     result.as_deref(),
                     error,
-                    run_at,
+                    retry_delay_ms,
                     now,
                 )
-                .await?
+                .await?;
+                if job
+                    .as_ref()
+                    .is_some_and(|job| job.state == JobState::Queued)
+                {
+                    notify_in(tx, "retry").await?;
+                }
+                job
             }
             None => {
                 let db = &self.ledger.db;
                 let _slot = db.write_slot().await;
-                let sql = finish_sql();
+                let sql = finish_sql(db.backend());
                 let row: Option<JobRow> = crate::on_db!(db, pool => bind_finish!(
                         sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
-                        &self.lease, outcome, result.as_deref(), error, run_at, now)
+                        &self.lease, outcome, result.as_deref(), error, retry_delay_ms, now)
                     .fetch_optional(pool)
                     .await)?;
-                row.map(Job::try_from).transpose()?
+                let job = row.map(Job::try_from).transpose()?;
+                if let Some(pool) = db.as_postgres()
+                    && job
+                        .as_ref()
+                        .is_some_and(|job| job.state == JobState::Queued)
+                {
+                    sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind(crate::runtime::wake::PG_CHANNEL)
+                        .bind("retry")
+                        .execute(pool)
+                        .await?;
+                }
+                job
             }
         };
         let Some(job) = job else {
@@ -374,12 +451,7 @@ impl Settlement<'_> {
             });
         };
         match self.tx.take() {
-            Some(mut tx) => {
-                if job.state == JobState::Queued {
-                    tx.wake_after_commit();
-                }
-                tx.commit().await?;
-            }
+            Some(tx) => tx.commit().await?,
             None => {
                 if job.state == JobState::Queued {
                     self.ledger.db.wake_bus().wake();
@@ -408,23 +480,26 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-/// The guarded final state change. `$3` is the terminal state, NULL for another attempt.
-fn finish_sql() -> String {
+/// The guarded final state change. `$3` is the terminal state, NULL for another attempt, `$6`
+/// the retry delay, `$7` now (NULL: the database's clock).
+fn finish_sql(backend: crate::db::Backend) -> String {
     format!(
         "UPDATE learning_job SET \
            state = CASE WHEN $3 IS NOT NULL THEN $3 \
                         WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END, \
            result = COALESCE($4, result), last_error = COALESCE($5, last_error), \
            lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
-           run_at = CASE WHEN $3 IS NULL THEN COALESCE($6, run_at) ELSE run_at END, \
-           finished_at = CASE WHEN $3 IS NULL AND attempts < max_attempts THEN NULL ELSE $7 END, \
-           updated_at = $7 \
-         WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}"
+           run_at = CASE WHEN $3 IS NULL THEN {now_at} + COALESCE($6, 0) ELSE run_at END, \
+           finished_at = CASE WHEN $3 IS NULL AND attempts < max_attempts THEN NULL \
+                              ELSE {now_at} END, \
+           updated_at = {now_at} \
+         WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}",
+        now_at = now_sql(backend, 7)
     )
 }
 
 macro_rules! bind_finish {
-    ($query:expr, $lease:expr, $outcome:expr, $result:expr, $error:expr, $run_at:expr, $now:expr) => {
+    ($query:expr, $lease:expr, $outcome:expr, $result:expr, $error:expr, $delay:expr, $now:expr) => {
         $query
             .bind(&$lease.job_id)
             .bind(&$lease.token)
@@ -434,7 +509,7 @@ macro_rules! bind_finish {
             })
             .bind($result)
             .bind($error.map(truncate_detail))
-            .bind($run_at)
+            .bind($delay)
             .bind($now)
     };
 }
@@ -446,7 +521,7 @@ async fn finish(
     outcome: Outcome,
     result: Option<&str>,
     error: Option<&str>,
-    now: i64,
+    now: Option<i64>,
 ) -> Result<(), LedgerError> {
     finish_returning(tx, lease, outcome, result, error, None, now).await?;
     Ok(())
@@ -458,12 +533,12 @@ async fn finish_returning(
     outcome: Outcome,
     result: Option<&str>,
     error: Option<&str>,
-    run_at: Option<i64>,
-    now: i64,
+    retry_delay_ms: Option<i64>,
+    now: Option<i64>,
 ) -> Result<Option<Job>, LedgerError> {
-    let sql = finish_sql();
+    let sql = finish_sql(tx.backend());
     let row: Option<JobRow> = crate::on_tx!(tx, conn => bind_finish!(
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), lease, outcome, result, error, run_at, now)
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), lease, outcome, result, error, retry_delay_ms, now)
         .fetch_optional(conn)
         .await)?;
     row.map(Job::try_from)

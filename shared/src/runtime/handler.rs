@@ -90,6 +90,11 @@ pub enum JobError {
     /// The lease was lost; nothing was committed and nothing more may be written.
     #[error("lease lost")]
     LeaseLost,
+    /// A database statement failed (a dropped connection, a restart, a timeout). The runner
+    /// runs the job again within the same attempt a few times, then retries it like
+    /// [`JobError::Retryable`].
+    #[error("database error: {0}")]
+    Database(String),
 }
 
 impl JobError {
@@ -112,17 +117,23 @@ impl From<LedgerError> for JobError {
     fn from(error: LedgerError) -> JobError {
         match error {
             LedgerError::LeaseLost { .. } => JobError::LeaseLost,
-            LedgerError::Store(store) => JobError::retryable(store.to_string()),
+            LedgerError::Store(store) => store.into(),
             LedgerError::NotFound(id) => JobError::permanent(format!("job {id} vanished")),
             LedgerError::Invalid(message) => JobError::permanent(message),
         }
     }
 }
 
-/// A storage failure inside a handler: the database may be back on the next attempt.
+/// A storage failure inside a handler: the database may be back in a moment. A constraint
+/// refusal or corrupt data will not heal by running again at once, so it spends the attempt.
 impl From<crate::db::StoreError> for JobError {
     fn from(error: crate::db::StoreError) -> JobError {
-        JobError::retryable(error.to_string())
+        match &error {
+            crate::db::StoreError::Database(_) if error.constraint_violation().is_none() => {
+                JobError::Database(error.to_string())
+            }
+            _ => JobError::retryable(error.to_string()),
+        }
     }
 }
 

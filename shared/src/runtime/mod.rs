@@ -10,4 +10,4 @@ pub mod shutdown;
 pub mod wake;
 
 pub use handler::{JobContext, JobError, JobHandler};
-pub use runner::{RunReport, Runner, RunnerConfig};
+pub use runner::{RunReport, Runner, RunnerConfig, RunnerConfigError};

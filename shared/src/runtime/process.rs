@@ -20,7 +20,8 @@ use crate::telemetry::{MetricsServer, TelemetryConfig, TelemetryGuard, report_qu
 /// Command-line options every worker binary accepts.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
-    /// Identifies this worker in leases and logs (default: host name and process id).
+    /// Identifies this worker in leases and logs (default: host name, process id and a nonce
+    /// drawn at start, so a restarted container never reuses its predecessor's id).
     #[arg(long, env = "ZUNO_WORKER_ID")]
     pub worker_id: Option<String>,
     /// Directory holding the database and configuration (default: platform directories).
@@ -42,9 +43,14 @@ pub struct WorkerArgs {
     /// Lease length in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     pub lease_ms: u64,
-    /// Heartbeat interval in milliseconds (default: a quarter of the lease).
+    /// Heartbeat interval in milliseconds (default: a quarter of the lease); must be shorter
+    /// than half the lease.
     #[arg(long)]
     pub heartbeat_ms: Option<u64>,
+    /// Start even when the heartbeat is not shorter than half the lease. Only for tests that
+    /// need a lease to lapse under a live worker; a fleet must never run like this.
+    #[arg(long, hide = true)]
+    pub unchecked_heartbeat: bool,
     /// Idle poll interval in milliseconds (default: learning.post_turn.poll_interval_ms).
     #[arg(long)]
     pub poll_interval_ms: Option<u64>,
@@ -195,6 +201,9 @@ where
     }
     let gate = gate(&env);
     let config = runner_config(&args, &env.settings.config, default_worker_id(service));
+    if !args.unchecked_heartbeat {
+        config.validate().context("invalid worker configuration")?;
+    }
     let listener = super::wake::start_pg_listener(&db, shutdown.clone())
         .await
         .context("cannot LISTEN for job notifications")?;
@@ -263,12 +272,67 @@ pub fn allow_all(_env: &WorkerEnv) -> Arc<dyn ClaimGate> {
     Arc::new(crate::ledger::AllowAll)
 }
 
-/// `<service>@<host>:<pid>`.
+/// `<service>@<host>:<pid>:<nonce>`. The nonce is drawn once per process start: in a container
+/// the host name survives a restart and the pid is always 1, and a worker id that outlives its
+/// process would make audit events and lease owners of two processes indistinguishable.
 pub fn default_worker_id(service: &str) -> String {
+    static NONCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let nonce = NONCE.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..8].to_owned());
     let host = std::fs::read_to_string("/etc/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| String::from("localhost"));
-    format!("{service}@{host}:{}", std::process::id())
+    format!("{service}@{host}:{}:{nonce}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_worker_ids_carry_host_pid_and_a_start_nonce() {
+        let id = default_worker_id("zuno-worker-extract");
+        let (service, rest) = id.split_once('@').unwrap();
+        assert_eq!(service, "zuno-worker-extract");
+        let parts: Vec<&str> = rest.rsplitn(3, ':').collect();
+        assert_eq!(parts.len(), 3, "{id}");
+        let (nonce, pid) = (parts[0], parts[1]);
+        assert_eq!(pid, std::process::id().to_string());
+        assert_eq!(nonce.len(), 8);
+        assert!(nonce.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert_eq!(
+            default_worker_id("zuno-worker-mine")
+                .split_once('@')
+                .unwrap()
+                .1,
+            rest,
+            "one nonce per process start"
+        );
+    }
+
+    #[test]
+    fn a_worker_refuses_a_heartbeat_slower_than_half_its_lease() {
+        let args = WorkerArgs {
+            worker_id: None,
+            home: None,
+            config: None,
+            database_url: None,
+            concurrency: 4,
+            max_jobs_per_wake: None,
+            lease_ms: 60_000,
+            heartbeat_ms: Some(40_000),
+            unchecked_heartbeat: false,
+            poll_interval_ms: None,
+            grace_ms: 30_000,
+            exit_when_idle: false,
+            claim_scopes: Vec::new(),
+            metrics_addr: None,
+        };
+        let config = runner_config(&args, &Config::default(), String::from("w"));
+        assert!(matches!(
+            config.validate(),
+            Err(crate::runtime::RunnerConfigError::HeartbeatTooSlow { .. })
+        ));
+    }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, Retryable};
 use futures::FutureExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -41,7 +42,35 @@ pub struct RunnerConfig {
     pub exit_when_idle: bool,
 }
 
+/// A runner configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunnerConfigError {
+    /// Two heartbeats must fit in one lease, or one slow or lost heartbeat lets the lease
+    /// expire under a healthy worker.
+    #[error(
+        "the heartbeat interval ({heartbeat_ms} ms) must be shorter than half the lease \
+         ({lease_ms} ms)"
+    )]
+    HeartbeatTooSlow { heartbeat_ms: u128, lease_ms: u128 },
+    #[error("the lease must be longer than zero")]
+    EmptyLease,
+}
+
 impl RunnerConfig {
+    /// Checks what a worker must refuse to start with.
+    pub fn validate(&self) -> Result<(), RunnerConfigError> {
+        if self.lease.is_zero() {
+            return Err(RunnerConfigError::EmptyLease);
+        }
+        if self.heartbeat.saturating_mul(2) >= self.lease {
+            return Err(RunnerConfigError::HeartbeatTooSlow {
+                heartbeat_ms: self.heartbeat.as_millis(),
+                lease_ms: self.lease.as_millis(),
+            });
+        }
+        Ok(())
+    }
+
     pub fn new(worker_id: impl Into<String>) -> RunnerConfig {
         RunnerConfig {
             worker_id: worker_id.into(),
@@ -150,6 +179,7 @@ impl Runner {
         let mut in_flight: HashMap<tokio::task::Id, Running> = HashMap::new();
         let mut fast_delay = FAST_POLL_MIN;
         let mut db_error_delay: Option<Duration> = None;
+        crate::telemetry::metrics::ledger().export_from_zero(&kinds);
         tracing::info!(worker.id = %config.worker_id, kinds = ?kinds, "worker started");
 
         loop {
@@ -159,6 +189,7 @@ impl Runner {
             let free = config.concurrency.saturating_sub(running.len());
             let mut claimed_any = false;
             let mut batch_full = false;
+            let mut next_due: Option<Duration> = None;
             // Claim only when a whole wake's batch fits: one claim transaction then serves
             // `max_jobs_per_wake` jobs instead of one (a commit each on SQLite).
             let batch = config.max_jobs_per_wake.min(config.concurrency).max(1);
@@ -171,7 +202,13 @@ impl Runner {
                     lease_ms: duration_ms(config.lease),
                     scopes: config.scopes.as_deref(),
                 };
-                match self.ledger.claim(&request, self.gate.as_ref()).await {
+                let claim = tokio::time::timeout(
+                    db_call_timeout(config.lease),
+                    self.ledger.claim(&request, self.gate.as_ref()),
+                )
+                .await
+                .unwrap_or_else(|_| Err(timed_out("claim")));
+                match claim {
                     Ok(batch) => {
                         if db_error_delay.take().is_some() {
                             tracing::info!(worker.id = %config.worker_id, "database reachable again");
@@ -179,6 +216,12 @@ impl Runner {
                         claimed_any = !batch.claimed.is_empty() || !batch.skipped.is_empty();
                         // Deferred jobs are not work for now; they do not count as progress.
                         batch_full = batch.claimed.len() + batch.skipped.len() >= limit;
+                        // A retry or an expiring lease due before the next poll wakes this
+                        // worker then; never sooner than the fast-poll floor, so work due now
+                        // but locked by another claimer is not spun on.
+                        next_due = batch.next_due_in_ms.map(|ms| {
+                            Duration::from_millis(u64::try_from(ms).unwrap_or(0)).max(FAST_POLL_MIN)
+                        });
                         for claimed in batch.claimed {
                             let (id, entry) = self.spawn_attempt(&mut running, claimed);
                             in_flight.insert(id, entry);
@@ -218,6 +261,10 @@ impl Runner {
                 fast_delay
             } else {
                 config.poll_interval
+            };
+            let delay = match next_due {
+                Some(due) if db_error_delay.is_none() => delay.min(due),
+                _ => delay,
             };
             tokio::select! {
                 biased;
@@ -295,7 +342,7 @@ impl Runner {
             ctx: JobContext::new(self.ledger.clone(), claimed, cancel.clone()),
             handler,
             gate: Arc::clone(&self.gate),
-            lease_ms: duration_ms(self.config.lease),
+            lease: self.config.lease,
             heartbeat: self.config.heartbeat,
             kill: kill.clone(),
         };
@@ -310,6 +357,37 @@ const FAST_POLL_MAX: Duration = Duration::from_secs(1);
 const DB_RETRY_MIN: Duration = Duration::from_millis(100);
 const DB_RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// How often a database failure inside an attempt re-runs the handler (within the same attempt
+/// and lease) before the attempt is spent.
+const ATTEMPT_DB_RETRIES: usize = 3;
+
+/// Longest a single ledger call may take before the runner gives up on it: a frozen connection
+/// must not hold an attempt (or the claim loop) forever.
+fn db_call_timeout(lease: Duration) -> Duration {
+    (lease / 2).clamp(Duration::from_millis(100), Duration::from_secs(30))
+}
+
+/// A ledger call that outlived [`db_call_timeout`]: an unresponsive connection, reported like
+/// any other lost connection.
+fn timed_out(call: &str) -> LedgerError {
+    LedgerError::Store(crate::db::StoreError::Database(sqlx::Error::Io(
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the database did not answer the {call} in time"),
+        ),
+    )))
+}
+
+/// Backoff for database calls the runner repeats: short, jittered, bounded by `total`.
+fn db_backoff(total: Duration) -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(2))
+        .with_jitter()
+        .with_total_delay(Some(total))
+        .without_max_times()
+}
+
 fn duration_ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
@@ -319,7 +397,7 @@ struct Attempt {
     ctx: JobContext,
     handler: Arc<dyn JobHandler>,
     gate: Arc<dyn ClaimGate>,
-    lease_ms: i64,
+    lease: Duration,
     heartbeat: Duration,
     kill: CancellationToken,
 }
@@ -328,6 +406,9 @@ struct Attempt {
 enum HeartbeatEnd {
     LeaseLost,
     SourceRevoked(String),
+    /// No heartbeat (or settlement) got through for a whole lease: the database is unreachable
+    /// or the connection froze. The lease has expired by now; the attempt ends.
+    Unreachable,
 }
 
 impl Attempt {
@@ -347,7 +428,7 @@ impl Attempt {
     async fn run(self) -> AttemptOutcome {
         let started = Instant::now();
         let kind = self.ctx.claimed.job.kind;
-        let handler_run = AssertUnwindSafe(self.handler.run(self.ctx.clone())).catch_unwind();
+        let handler_run = AssertUnwindSafe(self.run_handler()).catch_unwind();
         tokio::pin!(handler_run);
         let heartbeats = self.heartbeat_loop();
         tokio::pin!(heartbeats);
@@ -375,6 +456,11 @@ impl Attempt {
                             tracing::info!(%reason, "source revoked during the job; settled skipped");
                             AttemptOutcome::Settled(JobState::Skipped)
                         }
+                        HeartbeatEnd::Unreachable => {
+                            tracing::error!(lease_ms = duration_ms(self.lease),
+                                "no heartbeat reached the database for a whole lease; attempt aborted");
+                            self.release_after_abort().await
+                        }
                     };
                 }
                 _ = self.kill.cancelled(), if !killed => {
@@ -385,17 +471,7 @@ impl Attempt {
                         continue;
                     }
                     self.ctx.cancel.cancel();
-                    break match self.ctx.ledger.release(&self.ctx.claimed.lease).await {
-                        Ok(true) => {
-                            tracing::info!("grace period over; lease released for another worker");
-                            AttemptOutcome::Released
-                        }
-                        Ok(false) => AttemptOutcome::LeaseLost,
-                        Err(error) => {
-                            tracing::warn!(%error, "cannot release the lease; it will expire");
-                            AttemptOutcome::Abandoned
-                        }
-                    };
+                    break self.release_after_abort().await;
                 }
             }
         };
@@ -416,23 +492,114 @@ impl Attempt {
         outcome
     }
 
+    /// Runs the handler, re-running it within this attempt when it failed on the database: a
+    /// database blip must not spend one of the job's three attempts. Each re-run starts from
+    /// scratch (nothing of a failed run committed) and the lease stays ours meanwhile.
+    async fn run_handler(&self) -> Result<crate::ledger::Job, JobError> {
+        let mut backoff = db_backoff(self.lease).build();
+        let mut reruns = 0;
+        loop {
+            let error = match self.handler.run(self.ctx.clone()).await {
+                Err(JobError::Database(message)) => message,
+                other => return other,
+            };
+            let delay = match backoff.next() {
+                Some(delay) if reruns < ATTEMPT_DB_RETRIES && !self.ctx.cancel.is_cancelled() => {
+                    delay
+                }
+                _ => return Err(JobError::Database(error)),
+            };
+            reruns += 1;
+            crate::telemetry::metrics::ledger().attempt_db_retry(self.ctx.claimed.job.kind);
+            tracing::warn!(%error, rerun = reruns, retry_in_ms = delay.as_millis() as u64,
+                "database error inside the attempt; running the job again");
+            tokio::time::sleep(delay).await;
+            self.ctx.lease_guard.settling.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Gives the lease back after the attempt was stopped (grace period over, or the database
+    /// unreachable for a whole lease).
+    async fn release_after_abort(&self) -> AttemptOutcome {
+        let release = tokio::time::timeout(
+            db_call_timeout(self.lease),
+            self.ctx.ledger.release(&self.ctx.claimed.lease),
+        )
+        .await
+        .unwrap_or_else(|_| Err(timed_out("release")));
+        match release {
+            Ok(Some(job)) if job.state == JobState::Failed => {
+                tracing::warn!(
+                    error = job.last_error.as_deref().unwrap_or_default(),
+                    "lease released; the job has no attempt left and failed"
+                );
+                AttemptOutcome::Released
+            }
+            Ok(Some(job)) => {
+                tracing::info!(
+                    attempts = job.attempts,
+                    "attempt stopped; lease released for another worker"
+                );
+                AttemptOutcome::Released
+            }
+            Ok(None) => AttemptOutcome::LeaseLost,
+            Err(error) => {
+                tracing::warn!(%error, "cannot release the lease; it will expire");
+                AttemptOutcome::Abandoned
+            }
+        }
+    }
+
+    /// Extends the lease every heartbeat interval. The attempt ends when the lease is lost, the
+    /// source revoked, or when heartbeats kept failing (or settlement kept hanging) for a whole
+    /// lease since the last contact, measured on this process's monotonic clock whatever the
+    /// database's clock says: by then the lease has expired for everyone else.
     async fn heartbeat_loop(&self) -> HeartbeatEnd {
         let lease = &self.ctx.claimed.lease;
+        let lease_ms = duration_ms(self.lease);
+        let mut last_contact = Instant::now();
+        // Set while heartbeats fail or settlement runs: only then is the deadline watched, so a
+        // worker merely configured with rare heartbeats keeps its old behaviour (fencing).
+        let mut watching_deadline = false;
+        let mut was_settling = false;
         loop {
-            tokio::time::sleep(self.heartbeat).await;
+            let wait = if watching_deadline {
+                self.heartbeat
+                    .min(self.lease.saturating_sub(last_contact.elapsed()))
+            } else {
+                self.heartbeat
+            };
+            tokio::time::sleep(wait).await;
+            if watching_deadline && last_contact.elapsed() >= self.lease {
+                return HeartbeatEnd::Unreachable;
+            }
             let _exclusive = self.ctx.lease_guard.lock.lock().await;
             if self.ctx.lease_guard.settling.load(Ordering::SeqCst) {
-                // Settlement owns the lease from here; stop heartbeating for good.
-                drop(_exclusive);
-                std::future::pending::<()>().await;
+                // Settlement owns the lease; it gets a whole lease from its start to finish.
+                if !was_settling {
+                    was_settling = true;
+                    watching_deadline = true;
+                    last_contact = Instant::now();
+                }
+                continue;
             }
-            match self
-                .ctx
-                .ledger
-                .heartbeat(lease, self.lease_ms, self.gate.as_ref())
-                .await
-            {
-                Ok(HeartbeatOutcome::Extended { .. }) => {}
+            // Settlement gave the lease back when a database error re-runs the job; the next
+            // heartbeat decides whether the deadline is watched.
+            was_settling = false;
+            let remaining = self.lease.saturating_sub(last_contact.elapsed());
+            let beat = tokio::time::timeout(
+                remaining.min(db_call_timeout(self.lease)),
+                self.ctx
+                    .ledger
+                    .heartbeat(lease, lease_ms, self.gate.as_ref()),
+            )
+            .await
+            .unwrap_or_else(|_| Err(timed_out("heartbeat")));
+            match beat {
+                Ok(HeartbeatOutcome::Extended { .. }) => {
+                    last_contact = Instant::now();
+                    watching_deadline = false;
+                }
                 Ok(HeartbeatOutcome::SourceRevoked { reason }) => {
                     return HeartbeatEnd::SourceRevoked(reason);
                 }
@@ -441,33 +608,50 @@ impl Attempt {
                     // The lease stays ours until it expires; fencing keeps a late settlement
                     // safe if it does expire meanwhile.
                     tracing::warn!(%error, "heartbeat failed; will retry");
+                    watching_deadline = true;
                 }
             }
         }
     }
 
+    /// Records a failed attempt. A settlement the database refuses for any reason but a lost
+    /// lease is retried with backoff while the lease lasts; only then is it given up (the lease
+    /// expires and the job is rescued).
     async fn settle_error(&self, error: JobError) -> AttemptOutcome {
         let (verb, message) = match &error {
             JobError::LeaseLost => return AttemptOutcome::LeaseLost,
             JobError::Retryable { message, .. } => ("retry", message.clone()),
+            JobError::Database(message) => ("retry", format!("database error: {message}")),
             JobError::Permanent { message, .. } => ("fail", message.clone()),
             JobError::SourceChanged(reason) => ("skip", reason.clone()),
         };
-        let settlement = match self.ctx.begin_settlement().await {
-            Ok(settlement) => settlement,
-            Err(LedgerError::LeaseLost { .. }) => return AttemptOutcome::LeaseLost,
-            Err(settle_error) => {
-                tracing::error!(error = %message, %settle_error,
-                    "job failed and the failure could not be recorded; the lease will expire");
-                return AttemptOutcome::Abandoned;
-            }
+        let settle = || async {
+            let call = async {
+                let settlement = self.ctx.begin_settlement().await?;
+                match &error {
+                    JobError::Retryable { message, retry_at } => {
+                        settlement.retry(message, *retry_at).await
+                    }
+                    JobError::Database(_) => settlement.retry(&message, None).await,
+                    JobError::Permanent { message, result } => {
+                        settlement.fail(message, result.clone()).await
+                    }
+                    JobError::SourceChanged(reason) => settlement.skip(reason).await,
+                    JobError::LeaseLost => unreachable!("handled above"),
+                }
+            };
+            tokio::time::timeout(db_call_timeout(self.lease), call)
+                .await
+                .unwrap_or_else(|_| Err(timed_out("settlement")))
         };
-        let settled = match error {
-            JobError::Retryable { message, retry_at } => settlement.retry(&message, retry_at).await,
-            JobError::Permanent { message, result } => settlement.fail(&message, result).await,
-            JobError::SourceChanged(reason) => settlement.skip(&reason).await,
-            JobError::LeaseLost => unreachable!("handled above"),
-        };
+        let settled = settle
+            .retry(db_backoff(self.lease.saturating_sub(self.heartbeat)))
+            .when(|error| !matches!(error, LedgerError::LeaseLost { .. }))
+            .notify(|settle_error, delay| {
+                tracing::warn!(%settle_error, retry_in_ms = delay.as_millis() as u64,
+                    "cannot record the attempt's outcome yet; retrying");
+            })
+            .await;
         match settled {
             Ok(job) => {
                 match job.state {
@@ -482,7 +666,8 @@ impl Attempt {
             }
             Err(LedgerError::LeaseLost { .. }) => AttemptOutcome::LeaseLost,
             Err(settle_error) => {
-                tracing::error!(error = %message, %settle_error, "cannot record the job's failure");
+                tracing::error!(error = %message, %settle_error,
+                    "cannot record the job's failure; the lease will expire");
                 AttemptOutcome::Abandoned
             }
         }
@@ -496,5 +681,32 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         text.clone()
     } else {
         String::from("unknown panic payload")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_must_fit_twice_in_the_lease() {
+        let mut config = RunnerConfig::new("w");
+        assert_eq!(
+            config.validate(),
+            Ok(()),
+            "the defaults (60 s lease, 15 s heartbeat)"
+        );
+        config.heartbeat = Duration::from_secs(30);
+        assert_eq!(
+            config.validate(),
+            Err(RunnerConfigError::HeartbeatTooSlow {
+                heartbeat_ms: 30_000,
+                lease_ms: 60_000
+            })
+        );
+        config.heartbeat = Duration::from_millis(29_999);
+        assert_eq!(config.validate(), Ok(()));
+        config.lease = Duration::ZERO;
+        assert_eq!(config.validate(), Err(RunnerConfigError::EmptyLease));
     }
 }

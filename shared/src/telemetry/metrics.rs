@@ -40,6 +40,9 @@ pub struct LedgerMetrics {
     fenced: Counter<u64>,
     lease_expiries: Counter<u64>,
     skipped_at_claim: Counter<u64>,
+    quarantined: Counter<u64>,
+    released: Counter<u64>,
+    attempt_db_retries: Counter<u64>,
     job_duration: Histogram<f64>,
     queue_depth: Gauge<i64>,
 }
@@ -84,6 +87,22 @@ pub fn ledger() -> &'static LedgerMetrics {
                 .u64_counter("zuno_jobs_skipped_at_claim")
                 .with_description("Jobs skipped at claim because their source changed")
                 .build(),
+            quarantined: meter
+                .u64_counter("zuno_jobs_quarantined")
+                .with_description(
+                    "Jobs failed at claim because their row or their claim gate could not be read",
+                )
+                .build(),
+            released: meter
+                .u64_counter("zuno_jobs_released")
+                .with_description(
+                    "Leases released at shutdown, by the state the job went to (queued or failed)",
+                )
+                .build(),
+            attempt_db_retries: meter
+                .u64_counter("zuno_attempt_db_retries")
+                .with_description("Jobs run again within their attempt after a database error")
+                .build(),
             job_duration: meter
                 .f64_histogram("zuno_job_duration")
                 .with_unit("s")
@@ -98,7 +117,68 @@ pub fn ledger() -> &'static LedgerMetrics {
     })
 }
 
+/// Every `operation` label of `zuno_fenced_writes`.
+const FENCED_OPERATIONS: [&str; 3] = ["heartbeat", "settlement", "write"];
+
 impl LedgerMetrics {
+    /// Exports every ledger counter of `kinds` at zero, so a scraper sees a series from the
+    /// process's start rather than from its first event (a rate over a series that appears at 1
+    /// loses that first event).
+    pub fn export_from_zero(&self, kinds: &[JobKind]) {
+        self.lease_expiries.add(0, &[]);
+        for kind in kinds {
+            let kind_label = KeyValue::new("kind", kind.as_str());
+            for outcome in ["queued", "existing"] {
+                self.admitted
+                    .add(0, &[kind_label.clone(), KeyValue::new("outcome", outcome)]);
+            }
+            self.claimed.add(0, std::slice::from_ref(&kind_label));
+            for state in crate::ledger::JobState::ALL {
+                if state.is_terminal() || state == crate::ledger::JobState::Queued {
+                    self.settled.add(
+                        0,
+                        &[kind_label.clone(), KeyValue::new("state", state.as_str())],
+                    );
+                }
+            }
+            for operation in FENCED_OPERATIONS {
+                self.fenced.add(
+                    0,
+                    &[kind_label.clone(), KeyValue::new("operation", operation)],
+                );
+            }
+            self.skipped_at_claim
+                .add(0, std::slice::from_ref(&kind_label));
+            self.quarantined.add(0, std::slice::from_ref(&kind_label));
+            self.attempt_db_retries
+                .add(0, std::slice::from_ref(&kind_label));
+            for state in ["queued", "failed"] {
+                self.released
+                    .add(0, &[kind_label.clone(), KeyValue::new("state", state)]);
+            }
+        }
+    }
+
+    pub fn attempt_db_retry(&self, kind: JobKind) {
+        self.attempt_db_retries
+            .add(1, &[KeyValue::new("kind", kind.as_str())]);
+    }
+
+    pub fn quarantined(&self, kind: JobKind) {
+        self.quarantined
+            .add(1, &[KeyValue::new("kind", kind.as_str())]);
+    }
+
+    pub fn released(&self, kind: JobKind, state: &str) {
+        self.released.add(
+            1,
+            &[
+                KeyValue::new("kind", kind.as_str()),
+                KeyValue::new("state", state.to_owned()),
+            ],
+        );
+    }
+
     pub fn admitted(&self, kind: JobKind, outcome: &'static str) {
         self.admitted.add(
             1,

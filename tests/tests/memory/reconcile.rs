@@ -163,7 +163,10 @@ async fn the_maintain_worker_reconciles_and_repairs_files_when_it_starts(db: Tes
         accepted,
         "the deleted projection is restored"
     );
-    assert_eq!(env.candidate(&interrupted).await.state, "applied");
+    assert_eq!(
+        env.candidate(&interrupted).await.state,
+        MemoryCandidateState::Applied
+    );
     assert_eq!(
         std::fs::read_to_string(&other_rules).unwrap(),
         edited,

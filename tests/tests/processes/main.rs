@@ -353,7 +353,90 @@ async fn a_real_worker_binary_drains_and_exits(db: TestDb) {
     assert_eq!(settled.attempts, 1);
 }
 
+/// A real worker process exports every ledger counter of its kinds at zero before any job
+/// exists, and refuses to start with a heartbeat slower than half its lease.
+async fn a_worker_exports_its_ledger_counters_from_zero(db: TestDb) {
+    let home = tempfile::tempdir().unwrap();
+    let refused = Command::new(binary("zuno-worker-maintain"))
+        .args(["--database-url", &db.url, "--lease-ms", "10000"])
+        .args(["--heartbeat-ms", "5000", "--exit-when-idle"])
+        .env("ZUNO_HOME", home.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("shorter than half the lease"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port();
+    let mut worker = Command::new(binary("zuno-worker-maintain"))
+        .args(["--database-url", &db.url, "--metrics-addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .env("ZUNO_HOME", home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let wanted = [
+        "zuno_fenced_writes",
+        "zuno_jobs_claimed",
+        "zuno_jobs_settled",
+        "zuno_jobs_quarantined",
+        "zuno_jobs_released",
+        "zuno_jobs_skipped_at_claim",
+        "zuno_attempt_db_retries",
+    ];
+    let text = eventually(
+        "every ledger counter is exported",
+        Duration::from_secs(60),
+        || {
+            let url = url.clone();
+            async move {
+                let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
+                wanted
+                    .iter()
+                    .all(|name| {
+                        text.lines().any(|line| {
+                            line.starts_with(name) && line.contains("kind=\"maintain\"")
+                        })
+                    })
+                    .then_some(text)
+            }
+        },
+    )
+    .await;
+    for name in wanted {
+        for line in text.lines().filter(|line| line.starts_with(name)) {
+            assert!(line.ends_with(" 0"), "no work yet, so zero: {line}");
+        }
+    }
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("zuno_lease_expiries") && line.ends_with(" 0")),
+        "{text}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), worker.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+}
+
 on_both_backends!(
+    a_worker_exports_its_ledger_counters_from_zero,
     a_hundred_admissions_from_four_processes_leave_one_row,
     hosts_checking_one_bucket_create_one_job,
     four_worker_processes_drain_two_thousand_jobs_exactly_once,
@@ -427,5 +510,82 @@ mod fresh_database {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_processes_starting_together_all_start() {
         super::processes_starting_together_all_start(Backend::Postgres).await
+    }
+}
+
+/// Three worker processes share a Postgres queue, one with a correct clock and two whose clocks
+/// run five minutes ahead and behind (`ZUNO_CLOCK_OFFSET_MS`). Leases, rescues and due times are
+/// decided by the database's clock, so the fast host rescues no live lease, the slow host still
+/// sees due work, and every job runs exactly once. (SQLite serves one host and keeps its clock.)
+mod skewed_clocks {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_workers_with_skewed_clocks_steal_no_live_lease() {
+        let db = TestDb::postgres().await;
+        create_effect_table(&db).await;
+        let jobs = (0..30)
+            .map(|i| {
+                NewJob::new(
+                    JobIdentity::maintain("p", "/m", &format!("skew-{i}")),
+                    JobOrigin::Explicit,
+                )
+            })
+            .collect();
+        db.ledger().admit_batch(jobs).await.unwrap();
+        let offsets = [300_000_i64, -300_000, 0];
+        let workers: Vec<(i64, Child)> = offsets
+            .iter()
+            .map(|&offset| {
+                let child = probe(&db)
+                    .env(zuno_shared::clock::CLOCK_OFFSET_ENV, offset.to_string())
+                    .args(["work", "--worker-id", &format!("offset{offset}")])
+                    .args(["--concurrency", "2", "--max-jobs-per-wake", "2"])
+                    .args(["--lease-ms", "4000", "--heartbeat-ms", "1000"])
+                    .args(["--hold-ms", "500", "--exit-when-idle"])
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                (offset, child)
+            })
+            .collect();
+        let mut completed = 0;
+        for (offset, worker) in workers {
+            let report = output_json(worker).await;
+            assert_eq!(report["leaseLost"], 0, "offset {offset}: {report}");
+            let done = report["completed"].as_u64().unwrap();
+            if offset != 0 {
+                assert!(done > 0, "the host {offset} ms off did work: {report}");
+            }
+            completed += done;
+        }
+        assert_eq!(completed, 30);
+        assert_eq!(
+            scalar(&db, "SELECT COUNT(*) FROM probe_effect").await,
+            30,
+            "no job ran twice"
+        );
+        assert_eq!(
+            scalar(&db, "SELECT COUNT(DISTINCT job_id) FROM probe_effect").await,
+            30
+        );
+        assert_eq!(
+            scalar(
+                &db,
+                "SELECT COUNT(*) FROM learning_job WHERE state = 'completed' AND attempts = 1"
+            )
+            .await,
+            30,
+            "no attempt was spent on a stolen lease"
+        );
+        assert_eq!(
+            scalar(
+                &db,
+                "SELECT COUNT(*) FROM learning_job_event WHERE event = 'lease_expired'"
+            )
+            .await,
+            0,
+            "no live lease was rescued"
+        );
     }
 }

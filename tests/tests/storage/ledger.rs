@@ -6,7 +6,8 @@ use std::sync::Arc;
 use zuno_shared::db::Tx;
 use zuno_shared::ledger::{
     AllowAll, ClaimGate, ClaimRequest, GateDecision, HeartbeatOutcome, Job, JobIdentity, JobKind,
-    JobOrigin, JobState, Ledger, LedgerError, NewJob, bucket_start,
+    JobOrigin, JobState, Ledger, LedgerError, MAX_ATTEMPTS, MAX_RETURNED_RELEASES, NewJob,
+    bucket_start,
 };
 use zuno_tests::{TestDb, on_both_backends};
 
@@ -472,20 +473,251 @@ async fn one_interval_bucket_creates_one_job_across_hosts(db: TestDb) {
     assert_eq!(row_count(&db).await, 2);
 }
 
-async fn release_returns_the_job_without_spending_the_attempt(db: TestDb) {
+async fn a_release_returns_the_attempt_only_once(db: TestDb) {
     let ledger = db.ledger();
     ledger.admit(maintain_job("rel")).await.unwrap();
     let claimed = claim_one(&ledger, "w1").await.unwrap();
-    assert!(ledger.release(&claimed.lease).await.unwrap());
-    let job = ledger.get(&claimed.job.id).await.unwrap();
-    assert_eq!(job.state, JobState::Queued);
-    assert_eq!(job.attempts, 0);
+    let released = ledger.release(&claimed.lease).await.unwrap().unwrap();
+    assert_eq!(released.state, JobState::Queued);
+    assert_eq!(
+        released.attempts, 0,
+        "the first release gives the attempt back"
+    );
     let again = claim_one(&ledger, "w2").await.unwrap();
     assert_eq!(again.lease.attempt, 1);
     assert!(
-        !ledger.release(&claimed.lease).await.unwrap(),
+        ledger.release(&claimed.lease).await.unwrap().is_none(),
         "a stale lease cannot release"
     );
+    let second = ledger.release(&again.lease).await.unwrap().unwrap();
+    assert_eq!(second.state, JobState::Queued);
+    assert_eq!(second.attempts, 1, "a second release spends the attempt");
+}
+
+/// A job that always outlives the shutdown grace period is released on every run. Releases
+/// return the attempt once; after that each one spends it, so the job stops after
+/// `max_attempts + 1` runs and says why.
+async fn a_job_released_again_and_again_stops_and_fails(db: TestDb) {
+    let ledger = db.ledger();
+    let id = ledger
+        .admit(maintain_job("always-outlives-grace"))
+        .await
+        .unwrap()
+        .into_job()
+        .id;
+    let mut runs = 0;
+    while let Some(claimed) = claim_one(&ledger, "w").await {
+        runs += 1;
+        assert!(runs <= 10, "released jobs must not run forever");
+        ledger.release(&claimed.lease).await.unwrap().unwrap();
+    }
+    assert_eq!(runs, MAX_ATTEMPTS + MAX_RETURNED_RELEASES);
+    let job = ledger.get(&id).await.unwrap();
+    assert_eq!(job.state, JobState::Failed);
+    assert_eq!(job.attempts, MAX_ATTEMPTS);
+    assert!(
+        job.last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("grace period"),
+        "{job:?}"
+    );
+    assert!(job.finished_at.is_some());
+    let releases = ledger
+        .events(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|event| event.event == "released")
+        .count();
+    assert_eq!(releases as i64, runs);
+}
+
+async fn an_unreadable_row_fails_alone_and_the_claim_goes_on(db: TestDb) {
+    let ledger = db.ledger();
+    let mut ids = Vec::new();
+    for key in ["good-1", "bad", "good-2"] {
+        ids.push(ledger.admit(maintain_job(key)).await.unwrap().into_job().id);
+    }
+    zuno_shared::on_db!(db.db, pool => sqlx::query("UPDATE learning_job SET payload = '{not json' WHERE id = $1")
+        .bind(&ids[1]).execute(pool).await.map(|d| d.rows_affected()))
+    .unwrap();
+    let kinds = [JobKind::Maintain];
+    let batch = ledger
+        .claim(&request("w1", &kinds, 3), &AllowAll)
+        .await
+        .expect("one bad row does not fail the claim");
+    let mut claimed: Vec<_> = batch.claimed.iter().map(|c| c.job.id.clone()).collect();
+    claimed.sort();
+    let mut good = vec![ids[0].clone(), ids[2].clone()];
+    good.sort();
+    assert_eq!(claimed, good);
+    assert_eq!(batch.quarantined.len(), 1);
+    assert_eq!(batch.quarantined[0].job_id, ids[1]);
+    let bad = ledger.get(&ids[1]).await;
+    // The row stays unreadable; its state is what matters.
+    let (state, error): (String, Option<String>) =
+        zuno_shared::on_db!(db.db, pool => sqlx::query_as(
+            "SELECT state, last_error FROM learning_job WHERE id = $1")
+        .bind(&ids[1]).fetch_one(pool).await)
+        .unwrap();
+    assert!(bad.is_err());
+    assert_eq!(state, "failed");
+    assert!(error.unwrap().contains("cannot be read"));
+    assert!(
+        claim_one(&ledger, "w1").await.is_none(),
+        "nothing left to claim"
+    );
+}
+
+/// A gate that asks the database to parse each job's input digest as JSON: a corrupted digest
+/// makes the gate's statement fail (which, on Postgres, aborts the claim transaction).
+struct ParsesDigestInTheDatabase;
+
+#[async_trait::async_trait]
+impl ClaimGate for ParsesDigestInTheDatabase {
+    async fn check(
+        &self,
+        tx: &mut Tx,
+        job: &Job,
+    ) -> Result<GateDecision, zuno_shared::db::StoreError> {
+        let sql = match tx.backend() {
+            zuno_shared::db::Backend::Postgres => {
+                "SELECT CAST(CAST(input_digest AS jsonb) ->> 'n' AS BIGINT) FROM learning_job WHERE id = $1"
+            }
+            zuno_shared::db::Backend::Sqlite => {
+                "SELECT CAST(json_extract(input_digest, '$.n') AS INTEGER) FROM learning_job WHERE id = $1"
+            }
+        };
+        let _: Option<i64> = zuno_shared::on_tx!(tx, conn => sqlx::query_scalar(sql)
+            .bind(&job.id).fetch_one(conn).await)?;
+        Ok(GateDecision::Proceed)
+    }
+}
+
+async fn a_gate_failing_on_one_job_fails_that_job_and_the_claim_goes_on(db: TestDb) {
+    let ledger = db.ledger();
+    let mut ids = Vec::new();
+    for n in 1..=3 {
+        let key = format!("{{\"n\":{n}}}");
+        ids.push(
+            ledger
+                .admit(maintain_job(&key))
+                .await
+                .unwrap()
+                .into_job()
+                .id,
+        );
+    }
+    zuno_shared::on_db!(db.db, pool => sqlx::query("UPDATE learning_job SET input_digest = 'corrupted' WHERE id = $1")
+        .bind(&ids[1]).execute(pool).await.map(|d| d.rows_affected()))
+    .unwrap();
+    let kinds = [JobKind::Maintain];
+    let batch = ledger
+        .claim(&request("w1", &kinds, 3), &ParsesDigestInTheDatabase)
+        .await
+        .expect("a gate failure on one job does not fail the claim");
+    let mut claimed: Vec<_> = batch.claimed.iter().map(|c| c.job.id.clone()).collect();
+    claimed.sort();
+    let mut good = vec![ids[0].clone(), ids[2].clone()];
+    good.sort();
+    assert_eq!(claimed, good, "{batch:?}");
+    assert_eq!(batch.quarantined.len(), 1);
+    let bad = ledger.get(&ids[1]).await.unwrap();
+    assert_eq!(bad.state, JobState::Failed);
+    assert_eq!(bad.attempts, 0);
+    assert!(
+        bad.last_error.unwrap().contains("claim gate failed"),
+        "the reason is kept"
+    );
+    for claimed in batch.claimed {
+        assert_eq!(
+            ledger.get(&claimed.job.id).await.unwrap().state,
+            JobState::Running
+        );
+    }
+}
+
+/// Retry scheduling, release and rescue wake waiting workers of other processes (Postgres
+/// `NOTIFY`, received by a listener on a separate pool) and of this one (the wake bus).
+async fn retries_releases_and_rescues_wake_waiting_workers(db: TestDb) {
+    let (ledger, clock) = db.manual_ledger();
+    let (waiting, listener) = match db.backend {
+        zuno_shared::db::Backend::Postgres => {
+            let other = db.reopen().await;
+            let listener = zuno_shared::runtime::wake::start_pg_listener(
+                &other,
+                tokio_util::sync::CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+            (other, listener)
+        }
+        zuno_shared::db::Backend::Sqlite => (db.db.clone(), None),
+    };
+    let mut wake = waiting.wake_bus().subscribe();
+    wake.borrow_and_update();
+    // One transaction, one notification: once it has arrived the bus is quiet.
+    ledger
+        .admit_batch(["retry", "release", "rescue"].map(maintain_job).to_vec())
+        .await
+        .unwrap();
+    expect_wake(&mut wake, "an admission").await;
+    let first = claim_one(&ledger, "w").await.unwrap();
+    ledger
+        .begin_settlement(&first.lease)
+        .await
+        .unwrap()
+        .retry("try again", None)
+        .await
+        .unwrap();
+    expect_wake(&mut wake, "a retry").await;
+
+    let second = claim_one(&ledger, "w").await.unwrap();
+    ledger.release(&second.lease).await.unwrap().unwrap();
+    expect_wake(&mut wake, "a release").await;
+
+    claim_one(&ledger, "w").await.unwrap();
+    claim_one(&ledger, "w").await.unwrap();
+    assert!(!wake.has_changed().unwrap(), "claims wake nobody");
+    clock.advance(LEASE_MS + 2000);
+    let kinds = [JobKind::Extract];
+    let batch = ledger
+        .claim(&request("other-kind", &kinds, 1), &AllowAll)
+        .await
+        .unwrap();
+    assert_eq!(batch.rescued.len(), 2, "{batch:?}");
+    expect_wake(&mut wake, "a rescue").await;
+    drop(listener);
+}
+
+async fn expect_wake(wake: &mut tokio::sync::watch::Receiver<u64>, what: &str) {
+    tokio::time::timeout(std::time::Duration::from_secs(10), wake.changed())
+        .await
+        .unwrap_or_else(|_| panic!("no wake-up after {what}"))
+        .unwrap();
+    wake.borrow_and_update();
+}
+
+/// An idle claim says when the next job is due, so a worker sleeps until then, not a poll.
+async fn an_idle_claim_reports_when_the_next_job_is_due(db: TestDb) {
+    let (ledger, clock) = db.manual_ledger();
+    let kinds = [JobKind::Maintain];
+    let empty = ledger
+        .claim(&request("w", &kinds, 2), &AllowAll)
+        .await
+        .unwrap();
+    assert_eq!(empty.next_due_in_ms, None, "nothing pending");
+    ledger
+        .admit(maintain_job("later").due_at(clock.now() + 7_000))
+        .await
+        .unwrap();
+    let batch = ledger
+        .claim(&request("w", &kinds, 2), &AllowAll)
+        .await
+        .unwrap();
+    assert!(batch.claimed.is_empty());
+    assert_eq!(batch.next_due_in_ms, Some(7_000));
 }
 
 async fn revoking_a_source_fences_its_running_job(db: TestDb) {
@@ -606,7 +838,12 @@ on_both_backends!(
     a_gate_skip_settles_skipped_without_spending_an_attempt,
     closed_turns_are_claimed_before_legacy_backlog,
     one_interval_bucket_creates_one_job_across_hosts,
-    release_returns_the_job_without_spending_the_attempt,
+    a_release_returns_the_attempt_only_once,
+    a_job_released_again_and_again_stops_and_fails,
+    an_unreadable_row_fails_alone_and_the_claim_goes_on,
+    a_gate_failing_on_one_job_fails_that_job_and_the_claim_goes_on,
+    retries_releases_and_rescues_wake_waiting_workers,
+    an_idle_claim_reports_when_the_next_job_is_due,
     revoking_a_source_fences_its_running_job,
     admission_wakes_local_workers_only_after_commit,
     claims_only_take_requested_kinds_and_scopes,

@@ -15,6 +15,12 @@ enum Behavior {
     AlwaysRetry,
     Panic,
     WaitForCancel,
+    /// Fails the first call with a retry due in one second, then completes.
+    RetrySoonThenComplete,
+    /// Fails the first two calls on the database, then completes.
+    DatabaseBlipsThenComplete,
+    /// Never returns, whatever happens (a call stuck on a frozen connection).
+    Hang,
 }
 
 struct Probe {
@@ -58,6 +64,23 @@ impl JobHandler for Probe {
                 retry_at: Some(ctx.ledger.now_ms()),
             }),
             Behavior::Panic => panic!("probe exploded on call {call}"),
+            Behavior::RetrySoonThenComplete if call == 1 => Err(JobError::Retryable {
+                message: String::from("provider busy"),
+                retry_at: Some(ctx.ledger.now_ms() + 1000),
+            }),
+            Behavior::DatabaseBlipsThenComplete if call <= 2 => {
+                Err(zuno_shared::db::StoreError::Database(sqlx::Error::PoolTimedOut).into())
+            }
+            Behavior::RetrySoonThenComplete | Behavior::DatabaseBlipsThenComplete => Ok(ctx
+                .begin_settlement()
+                .await?
+                .complete(serde_json::json!({"call": call}))
+                .await?),
+            Behavior::Hang => {
+                let _stopped = CountOnDrop(self.cancelled.clone());
+                std::future::pending::<()>().await;
+                unreachable!("pending never resolves")
+            }
             Behavior::WaitForCancel => {
                 // The runner stops a handler by dropping its future; the guard observes that.
                 let _stopped = CountOnDrop(self.cancelled.clone());
@@ -188,7 +211,7 @@ async fn shutdown_releases_running_work_after_the_grace_period(db: TestDb) {
     assert_eq!(job.state, JobState::Queued, "released for another worker");
     assert_eq!(
         job.attempts, 0,
-        "a graceful release does not spend the attempt"
+        "a first graceful release does not spend the attempt"
     );
     assert_eq!(ledger.event_count("released").await.unwrap(), 1);
 }
@@ -212,25 +235,33 @@ async fn losing_the_lease_mid_job_cancels_the_handler(db: TestDb) {
         async move { (ledger.get(&id).await.unwrap().state == JobState::Running).then_some(()) }
     })
     .await;
-    // Another worker takes the job over (its lease is forced to have expired).
-    zuno_shared::on_db!(db.db, pool => sqlx::query("UPDATE learning_job SET lease_expires_at = 0 WHERE id = $1")
-        .bind(&id).execute(pool).await.map(|d| d.rows_affected())).unwrap();
-    let kinds = [JobKind::Maintain];
-    let thief = db
-        .ledger()
-        .claim(
-            &zuno_shared::ledger::ClaimRequest {
-                worker_id: "w2",
-                kinds: &kinds,
-                limit: 1,
-                lease_ms: 60_000,
-                scopes: None,
-            },
-            &zuno_shared::ledger::AllowAll,
-        )
-        .await
-        .unwrap();
-    assert_eq!(thief.claimed.len(), 1);
+    // Another worker takes the job over (its lease is forced to have expired). A heartbeat
+    // landing between the two statements extends the lease again, so repeat until it works.
+    let thief = db.ledger();
+    eventually("another worker takes the job over", Duration::from_secs(10), || {
+        let (db, thief, id) = (&db, &thief, &id);
+        async move {
+            zuno_shared::on_db!(db.db, pool => sqlx::query(
+                    "UPDATE learning_job SET lease_expires_at = 0 WHERE id = $1 AND state = 'running'")
+                .bind(id).execute(pool).await.map(|d| d.rows_affected())).unwrap();
+            let kinds = [JobKind::Maintain];
+            let batch = thief
+                .claim(
+                    &zuno_shared::ledger::ClaimRequest {
+                        worker_id: "w2",
+                        kinds: &kinds,
+                        limit: 1,
+                        lease_ms: 60_000,
+                        scopes: None,
+                    },
+                    &zuno_shared::ledger::AllowAll,
+                )
+                .await
+                .unwrap();
+            (batch.claimed.len() == 1).then_some(())
+        }
+    })
+    .await;
     eventually("handler stopped", Duration::from_secs(10), || {
         let cancelled = probe.cancelled.load(Ordering::SeqCst);
         async move { (cancelled == 1).then_some(()) }
@@ -249,7 +280,110 @@ async fn losing_the_lease_mid_job_cancels_the_handler(db: TestDb) {
     );
 }
 
+/// A retry due in a second is run about a second later by a worker whose idle poll is a minute:
+/// the idle claim told it when the retry is due.
+async fn a_retry_due_soon_runs_without_waiting_for_the_idle_poll(db: TestDb) {
+    let ledger = db.ledger();
+    let id = ledger.admit(job(0)).await.unwrap().into_job().id;
+    let probe = Arc::new(Probe::new(Behavior::RetrySoonThenComplete));
+    let mut cfg = config("w1");
+    cfg.exit_when_idle = false;
+    cfg.fast_poll = false;
+    cfg.poll_interval = Duration::from_secs(60);
+    let shutdown = CancellationToken::new();
+    let runner = tokio::spawn(
+        Runner::new(ledger.clone(), cfg)
+            .register(probe.clone())
+            .run(shutdown.clone()),
+    );
+    // Well below the 60 s poll; the retry is due after 1 s.
+    eventually("the retried job completes", Duration::from_secs(15), || {
+        let ledger = ledger.clone();
+        let id = id.clone();
+        async move { (ledger.get(&id).await.unwrap().state == JobState::Completed).then_some(()) }
+    })
+    .await;
+    shutdown.cancel();
+    let report = runner.await.unwrap();
+    assert_eq!((report.retried, report.completed), (1, 1), "{report:?}");
+    assert_eq!(ledger.get(&id).await.unwrap().attempts, 2);
+}
+
+/// Database errors inside an attempt re-run the job within the same attempt instead of spending
+/// the job's attempts: two blips, then success, on attempt 1.
+async fn database_errors_inside_an_attempt_do_not_spend_it(db: TestDb) {
+    let ledger = db.ledger();
+    let id = ledger.admit(job(0)).await.unwrap().into_job().id;
+    let probe = Arc::new(Probe::new(Behavior::DatabaseBlipsThenComplete));
+    let report = Runner::new(ledger.clone(), config("w1"))
+        .register(probe.clone())
+        .run(CancellationToken::new())
+        .await;
+    assert_eq!(probe.calls.load(Ordering::SeqCst), 3);
+    assert_eq!((report.completed, report.retried), (1, 0), "{report:?}");
+    let job = ledger.get(&id).await.unwrap();
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(job.attempts, 1);
+}
+
+/// A job stuck on a database that stops answering (here: its table locked by another
+/// connection) ends once no heartbeat got through for a whole lease; nothing hangs forever.
+async fn an_attempt_cut_off_from_the_database_ends(db: TestDb) {
+    let ledger = db.ledger();
+    let id = ledger.admit(job(0)).await.unwrap().into_job().id;
+    let probe = Arc::new(Probe::new(Behavior::Hang));
+    let mut cfg = config("w1");
+    cfg.exit_when_idle = false;
+    cfg.lease = Duration::from_millis(1500);
+    cfg.heartbeat = Duration::from_millis(300);
+    let shutdown = CancellationToken::new();
+    let runner = tokio::spawn(
+        Runner::new(ledger.clone(), cfg)
+            .register(probe.clone())
+            .run(shutdown.clone()),
+    );
+    eventually("job running", Duration::from_secs(10), || {
+        let ledger = ledger.clone();
+        let id = id.clone();
+        async move { (ledger.get(&id).await.unwrap().state == JobState::Running).then_some(()) }
+    })
+    .await;
+    let blocker_db = db.reopen().await;
+    let mut blocker = blocker_db.begin().await.unwrap();
+    if db.backend == zuno_shared::db::Backend::Postgres {
+        zuno_shared::on_tx!(&mut blocker, conn => sqlx::query(
+                "LOCK TABLE learning_job IN ACCESS EXCLUSIVE MODE")
+            .execute(conn).await.map(|d| d.rows_affected()))
+        .unwrap();
+    }
+    // (SQLite: the open write transaction holds the database's only write lock.)
+    eventually(
+        "the stuck attempt is stopped",
+        Duration::from_secs(20),
+        || {
+            let stopped = probe.cancelled.load(Ordering::SeqCst);
+            async move { (stopped == 1).then_some(()) }
+        },
+    )
+    .await;
+    shutdown.cancel();
+    let report = runner.await.unwrap();
+    blocker.rollback().await.unwrap();
+    assert_eq!(report.completed, 0, "{report:?}");
+    assert_eq!(
+        report.abandoned, 1,
+        "the release could not reach the database either: {report:?}"
+    );
+    // The lease expired; the next claim rescues the job for another attempt.
+    let job = ledger.get(&id).await.unwrap();
+    assert_eq!(job.state, JobState::Running);
+    assert!(job.lease_expires_at.unwrap() < zuno_shared::clock::now_ms() + 1);
+}
+
 on_both_backends!(
+    a_retry_due_soon_runs_without_waiting_for_the_idle_poll,
+    database_errors_inside_an_attempt_do_not_spend_it,
+    an_attempt_cut_off_from_the_database_ends,
     a_runner_drains_the_queue_recording_each_effect_once,
     retryable_failures_stop_at_the_third_attempt,
     a_panicking_handler_is_recorded_as_a_failed_attempt,

@@ -86,9 +86,11 @@ async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
         &metrics_address,
         "--lease-ms",
         &LEASE_MS.to_string(),
-        // No heartbeat before the lease runs out: the hanging call must lose its lease.
+        // No heartbeat before the lease runs out: the hanging call must lose its lease (a
+        // configuration workers refuse unless told it is deliberate).
         "--heartbeat-ms",
         "600000",
+        "--unchecked-heartbeat",
         "--poll-interval-ms",
         "200",
     ]);
