@@ -10,3 +10,4 @@ mod manual;
 mod policy;
 mod quality;
 mod recall;
+mod recall_index;

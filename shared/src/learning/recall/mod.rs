@@ -10,6 +10,7 @@
 //!   charged for what the prompt actually spends.
 
 pub mod floor;
+pub mod index;
 pub mod query;
 pub mod render;
 pub mod stem;
