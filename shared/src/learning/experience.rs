@@ -158,7 +158,6 @@ pub struct StoredExtraction {
     pub reinforced: Vec<(i64, String)>,
 }
 
-
 /// Pending records a writer indexes in its own transaction (its own and any left behind).
 const INDEX_BATCH: i64 = 256;
 /// Inserts an extraction's accepted experiences, evidence and hints in the caller's (settlement)

@@ -333,7 +333,9 @@ mod path_tests {
     #[test]
     fn paths_with_random_directory_names_are_not_secrets() {
         assert_eq!(
-            secret_shape("Imported from /tmp/.tmpqtKX0D/.claude/projects/-tmp--tmpa1TT04/memory/MEMORY.md:3"),
+            secret_shape(
+                "Imported from /tmp/.tmpqtKX0D/.claude/projects/-tmp--tmpa1TT04/memory/MEMORY.md:3"
+            ),
             None
         );
     }

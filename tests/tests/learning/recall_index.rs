@@ -35,11 +35,47 @@ impl Rng {
 /// Words with a skewed frequency (earlier ones far more often), identifiers and Chinese, so
 /// keys range from one in most records to one in a handful.
 const WORDS: &[&str] = &[
-    "test", "build", "error", "config", "cargo", "migration", "schema", "lockfile", "pnpm",
-    "install", "tests", "testing", "deploy", "timeout", "retry", "cache", "docker", "worker",
-    "lease", "token", "parser", "tokenizer", "sqlite", "postgres", "vacuum", "checkpoint",
-    "src/lib.rs", "foo.bar", "snake_case", "kebab-case", "v1.2.3", "the", "and", "of", "with",
-    "数据库", "迁移", "安装依赖", "测试", "超时", "缓存",
+    "test",
+    "build",
+    "error",
+    "config",
+    "cargo",
+    "migration",
+    "schema",
+    "lockfile",
+    "pnpm",
+    "install",
+    "tests",
+    "testing",
+    "deploy",
+    "timeout",
+    "retry",
+    "cache",
+    "docker",
+    "worker",
+    "lease",
+    "token",
+    "parser",
+    "tokenizer",
+    "sqlite",
+    "postgres",
+    "vacuum",
+    "checkpoint",
+    "src/lib.rs",
+    "foo.bar",
+    "snake_case",
+    "kebab-case",
+    "v1.2.3",
+    "the",
+    "and",
+    "of",
+    "with",
+    "数据库",
+    "迁移",
+    "安装依赖",
+    "测试",
+    "超时",
+    "缓存",
 ];
 
 fn word(rng: &mut Rng) -> &'static str {
@@ -113,7 +149,10 @@ async fn assert_index_is_exact(db: &Db, project: &str, prompts: &[String], stage
                     "SELECT project_id FROM experience_record WHERE id = $1")
                 .bind(id).fetch_one(pool).await)
             .unwrap();
-            assert_eq!(owner, project, "{stage}: {id} of another project for {prompt:?}");
+            assert_eq!(
+                owner, project,
+                "{stage}: {id} of another project for {prompt:?}"
+            );
         }
         if !fast.is_empty() {
             nonempty += 1;

@@ -288,7 +288,8 @@ pub async fn top(
         .filter(|row| row.project_id.as_deref() == Some(project_id))
         .map(|row| (row.num, document_keys(row.text()).into_iter().collect()))
         .collect();
-    let docs = (indexed_docs.unwrap_or(0).max(0) as usize + fresh.len()).saturating_sub(stale.len());
+    let docs =
+        (indexed_docs.unwrap_or(0).max(0) as usize + fresh.len()).saturating_sub(stale.len());
     let mut lists = Vec::with_capacity(keys.len());
     for key in keys {
         let mut list = match stored.get(key) {
@@ -466,7 +467,11 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
         if let (Some(project), Some(keys)) = (&row.indexed_project, &row.indexed_keys) {
             let lists = changes.entry(project.clone()).or_default();
             for key in keys.split('\n').filter(|k| !k.is_empty()) {
-                lists.entry(key.to_owned()).or_default().remove.push(row.num);
+                lists
+                    .entry(key.to_owned())
+                    .or_default()
+                    .remove
+                    .push(row.num);
             }
         }
         match &row.project_id {
@@ -612,11 +617,26 @@ mod tests {
             .into_iter()
             .map(|(k, _)| k)
             .collect();
-        for expected in ["test", "fail", "src/a/b.rs", "用", "pnpm", "安装", "装依", "依赖"] {
-            assert!(keys.contains(&expected.to_owned()), "{expected} in {keys:?}");
+        for expected in [
+            "test",
+            "fail",
+            "src/a/b.rs",
+            "用",
+            "pnpm",
+            "安装",
+            "装依",
+            "依赖",
+        ] {
+            assert!(
+                keys.contains(&expected.to_owned()),
+                "{expected} in {keys:?}"
+            );
         }
         assert!(!keys.contains(&"in".to_owned()), "stopwords are not keys");
-        assert!(!keys.contains(&"src".to_owned()), "identifier parts are not keys");
+        assert!(
+            !keys.contains(&"src".to_owned()),
+            "identifier parts are not keys"
+        );
         let terms = query::parse("testing src/a/b.rs 安装依赖");
         assert_eq!(
             query_keys(&terms, &[]),
@@ -651,10 +671,7 @@ mod tests {
         // Key 0 in three documents, key 1 only in document 7.
         let lists = vec![vec![(3, 1.0f32), (5, 1.0), (7, 1.0)], vec![(7, 1.0f32)]];
         let ranked = rank(&lists, 10, 3);
-        assert_eq!(
-            ranked.iter().map(|r| r.0).collect::<Vec<_>>(),
-            [7, 3, 5]
-        );
+        assert_eq!(ranked.iter().map(|r| r.0).collect::<Vec<_>>(), [7, 3, 5]);
         assert_eq!(rank(&lists, 10, 1).len(), 1);
         assert!(rank(&[vec![(1, 1.0)], vec![(2, 1.0)]], 4, 2)[0].0 == 1);
         let common = rank(&[vec![(1, 1.0f32), (2, 1.0)]], 2, 2)[0].1;
