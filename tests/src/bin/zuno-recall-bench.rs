@@ -45,6 +45,12 @@
 //! - **ranked FTS**: the same query ordered by relevance (bm25 / ts_rank_cd), first 40: the least
 //!   a ranked recall must do.
 //!
+//! After seeding, the recall index (`recall::index`, migration 0013) indexes the bulk-inserted
+//! records in one catch-up (timed, on stderr), as writers do record by record. For each timed
+//! prompt that quotes a stored title, the quoted experience is looked up (untimed) in the ranked
+//! FTS query's top 5 (what `scripts/recall-pruning-check.py` counts), in the recall index's top 5
+//! and in what `context` selected: the hit-rate columns.
+//!
 //! `--rounds` times `--queries` new prompts per round on the same data; the table reports the
 //! median over rounds of each round's p50 and p99 (nearest rank), so one burst of load on a
 //! shared machine does not make the figure. One Markdown row per (backend, size) goes to stdout; progress, seed

@@ -248,12 +248,26 @@ pub async fn top(
     if keys.is_empty() || limit == 0 {
         return Ok(Some(Vec::new()));
     }
-    let pending: Vec<PendingRow> = crate::on_db!(db, pool => sqlx::query_as(
+    // Pending rows are few; the join must start from them (SQLite: `CROSS JOIN` fixes the order;
+    // Postgres: a materialised CTE), or it reads every document of the index.
+    let pending_sql = match db.backend() {
+        Backend::Sqlite => {
             "SELECT d.num AS num, d.project_id AS indexed_project, e.project_id AS project_id, \
                     e.title AS title, e.summary AS summary, e.resolution AS resolution, e.keywords AS keywords \
-             FROM recall_pending p JOIN recall_doc d ON d.experience_id = p.experience_id \
+             FROM recall_pending p CROSS JOIN recall_doc d \
              LEFT JOIN experience_record e ON e.id = p.experience_id \
-             WHERE d.project_id = $1 OR e.project_id = $1 LIMIT $2")
+             WHERE d.experience_id = p.experience_id AND (d.project_id = $1 OR e.project_id = $1) LIMIT $2"
+        }
+        Backend::Postgres => {
+            "WITH waiting AS MATERIALIZED (SELECT experience_id FROM recall_pending) \
+             SELECT d.num AS num, d.project_id AS indexed_project, e.project_id AS project_id, \
+                    e.title AS title, e.summary AS summary, e.resolution AS resolution, e.keywords AS keywords \
+             FROM waiting p JOIN recall_doc d ON d.experience_id = p.experience_id \
+             LEFT JOIN experience_record e ON e.id = p.experience_id \
+             WHERE d.project_id = $1 OR e.project_id = $1 LIMIT $2"
+        }
+    };
+    let pending: Vec<PendingRow> = crate::on_db!(db, pool => sqlx::query_as(pending_sql)
         .bind(project_id)
         .bind(MAX_PENDING_SCORED as i64 + 1)
         .fetch_all(pool).await)?;
