@@ -158,6 +158,8 @@ pub struct StoredExtraction {
     pub reinforced: Vec<(i64, String)>,
 }
 
+/// Pending records a writer indexes in its own transaction (its own and any left behind).
+const INDEX_BATCH: i64 = 256;
 /// Inserts an extraction's accepted experiences, evidence and hints in the caller's (settlement)
 /// transaction. `(job, ordinal)` is unique, so a resumed attempt stores nothing twice.
 pub async fn insert_extraction_in(
@@ -285,6 +287,9 @@ pub async fn insert_extraction_in(
             .map(|done| done.rows_affected()))?;
         stored.hints += 1;
     }
+    // The new records join the recall index in the transaction that stores them, so recall
+    // rarely has to score pending records from their text.
+    crate::learning::recall::index::catch_up_in(tx, INDEX_BATCH).await?;
     Ok(stored)
 }
 
@@ -411,6 +416,7 @@ pub async fn insert_manual_in(
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
+    crate::learning::recall::index::catch_up_in(tx, INDEX_BATCH).await?;
     Ok(Ok(get_in(tx, &id).await?.expect("inserted above")))
 }
 

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::experience::{self, EXPERIENCE_COLUMNS, Experience, ExperienceRow};
 use super::recall::floor::Floor;
+use super::recall::index;
 use super::recall::query::{self, MatchMode, QueryTerms};
 use super::recall::{render, tokens};
 use super::{events, policy, signals};
@@ -96,6 +97,20 @@ async fn text_candidates(
     mode: MatchMode,
     bigrams: &[String],
 ) -> Result<Vec<(String, f64)>, StoreError> {
+    // `any` matching ranks from the recall index (one posting list per key, ADR 0005); `all`
+    // matching, and any project whose index is too far behind, from the full-text indexes.
+    if mode == MatchMode::Any {
+        let keys = index::query_keys(terms, bigrams);
+        if let Some(ranked) = index::top(db, project_id, &keys, CANDIDATES as usize).await? {
+            let best = ranked
+                .first()
+                .map_or(f64::MIN_POSITIVE, |(_, score)| score.max(f64::MIN_POSITIVE));
+            return Ok(ranked
+                .into_iter()
+                .map(|(id, score)| (id, (score / best).clamp(0.01, 1.0)))
+                .collect());
+        }
+    }
     let mut found: HashMap<String, f64> = HashMap::new();
     let mut keep = |rows: Vec<RankRow>, scale: f64| {
         let best = rows

@@ -45,6 +45,12 @@
 //! - **ranked FTS**: the same query ordered by relevance (bm25 / ts_rank_cd), first 40: the least
 //!   a ranked recall must do.
 //!
+//! After seeding, the recall index (`recall::index`, migration 0013) indexes the bulk-inserted
+//! records in one catch-up (timed, on stderr), as writers do record by record. For each timed
+//! prompt that quotes a stored title, the quoted experience is looked up (untimed) in the ranked
+//! FTS query's top 5 (what `scripts/recall-pruning-check.py` counts), in the recall index's top 5
+//! and in what `context` selected: the hit-rate columns.
+//!
 //! `--rounds` times `--queries` new prompts per round on the same data; the table reports the
 //! median over rounds of each round's p50 and p99 (nearest rank), so one burst of load on a
 //! shared machine does not make the figure. One Markdown row per (backend, size) goes to stdout; progress, seed
@@ -61,6 +67,8 @@ use zuno_shared::db::{Backend, Db, Pool};
 use zuno_shared::learning::LearningIngestion;
 use zuno_shared::learning::experience::content_digest;
 use zuno_shared::learning::extraction::ExperienceKind;
+use zuno_shared::learning::recall::floor::Floor;
+use zuno_shared::learning::recall::index;
 use zuno_shared::learning::recall::query::{self, MatchMode, QueryTerms};
 use zuno_shared::learning::retrieval;
 use zuno_shared::ledger::Ledger;
@@ -928,8 +936,8 @@ struct Project {
     /// The session prompts are assembled for (not one the experiences came from).
     query_session: String,
     seed_sessions: Vec<String>,
-    /// Titles of some of the project's experiences, for prompts related to stored work.
-    sample_titles: Vec<String>,
+    /// Titles and ids of some of the project's experiences, for prompts related to stored work.
+    sample_titles: Vec<(String, String)>,
     /// Live experiences Memory entries can cite, as `(id, kind)`.
     supportable: Vec<(String, &'static str)>,
 }
@@ -1066,7 +1074,9 @@ async fn seed(
             let project = &mut projects[i % args.projects];
             let (experience, rows) = generate(rng, vocabulary, project, now);
             if project.sample_titles.len() < 200 && rng.chance(0.05) {
-                project.sample_titles.push(experience.title.clone());
+                project
+                    .sample_titles
+                    .push((experience.title.clone(), experience.id.clone()));
             }
             if project.supportable.len() < 40
                 && experience.status == "active"
@@ -1088,9 +1098,17 @@ async fn seed(
         done += n;
     }
     seed_memory(&test_db.db, &projects, vocabulary, rng, now).await?;
+    // What the writers' transactions do record by record (`recall::index::catch_up_in`), here
+    // for the bulk-inserted records at once.
+    let started = Instant::now();
+    let indexed = index::catch_up(&test_db.db, 200_000).await?;
+    eprintln!(
+        "  recall index: {indexed} records indexed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     if let Pool::Postgres(pool) = test_db.db.pool() {
         // What autovacuum would have done shortly after such a load.
-        sqlx::query("ANALYZE").execute(pool).await?;
+        sqlx::query("VACUUM ANALYZE").execute(pool).await?;
     }
     Ok(projects)
 }
@@ -1284,14 +1302,15 @@ async fn insert_postgres(
 }
 
 /// A prompt for `project` (see the module docs for the mix).
-fn prompt(rng: &mut Rng, vocabulary: &Vocabulary, project: &Project) -> String {
+fn prompt(rng: &mut Rng, vocabulary: &Vocabulary, project: &Project) -> (String, Option<String>) {
     let style = &project.style;
     let chinese = style.chinese;
     let fresh = |rng: &mut Rng, low, high| vocabulary.sentence(rng, style, low, high);
     let roll = rng.unit();
     if roll < 0.40 && !project.sample_titles.is_empty() {
         // Part of a stored title, in a question.
-        let title = project.sample_titles[rng.below(project.sample_titles.len())].to_lowercase();
+        let (title, target) = &project.sample_titles[rng.below(project.sample_titles.len())];
+        let title = title.to_lowercase();
         let part: String = if chinese {
             let chars: Vec<char> = title.chars().collect();
             let keep = rng.range(chars.len().div_ceil(2), chars.len());
@@ -1304,7 +1323,7 @@ fn prompt(rng: &mut Rng, vocabulary: &Vocabulary, project: &Project) -> String {
             words[start..start + keep].join(" ")
         };
         let tail = fresh(rng, 0, 8);
-        return match (chinese, rng.below(3)) {
+        let text = match (chinese, rng.below(3)) {
             (false, 0) => format!("why does {part} fail again? {tail}"),
             (false, 1) => format!("how do we handle {part} here; {tail}"),
             (false, _) => format!("{part} {tail}"),
@@ -1312,12 +1331,13 @@ fn prompt(rng: &mut Rng, vocabulary: &Vocabulary, project: &Project) -> String {
             (true, 1) => format!("这里怎么处理{part}，{tail}"),
             (true, _) => format!("{part} {tail}"),
         };
+        return (text, Some(target.clone()));
     }
     if roll < 0.75 {
-        return fresh(rng, 4, 30);
+        return (fresh(rng, 4, 30), None);
     }
     if roll < 0.85 {
-        return fresh(rng, 1, 3);
+        return (fresh(rng, 1, 3), None);
     }
     if roll < 0.90 {
         let (a, b) = (
@@ -1325,11 +1345,14 @@ fn prompt(rng: &mut Rng, vocabulary: &Vocabulary, project: &Project) -> String {
             vocabulary.content(rng, style).to_owned(),
         );
         let tail = fresh(rng, 3, 12);
-        return format!("no, that's wrong: don't use {a}, use {b} instead. {tail}");
+        return (
+            format!("no, that's wrong: don't use {a}, use {b} instead. {tail}"),
+            None,
+        );
     }
     if roll < 0.95 {
         let tail = fresh(rng, 3, 12);
-        return format!("thanks, looks good. now {tail}");
+        return (format!("thanks, looks good. now {tail}"), None);
     }
     // A pasted log.
     let mut out = String::from("it fails with:\n");
@@ -1342,7 +1365,7 @@ fn prompt(rng: &mut Rng, vocabulary: &Vocabulary, project: &Project) -> String {
             line.replace(' ', if rng.chance(0.3) { "::" } else { " " })
         ));
     }
-    out
+    (out, None)
 }
 
 /// The bare query: same index, same project scope, same terms as `context` searches for;
@@ -1353,31 +1376,35 @@ async fn bare_fts(
     project_id: &str,
     terms: &QueryTerms,
     ranked: bool,
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<Vec<String>> {
     match db.pool() {
         Pool::Sqlite(pool) => {
             let Some(expression) = terms.fts5_unicode(MatchMode::Any) else {
-                return Ok(0);
+                return Ok(Vec::new());
             };
             let scope = format!("p{}", hex_lower(project_id));
             let matcher =
                 format!("scope:\"{scope}\" AND {{title summary resolution}}: ({expression})");
+            // The ids of the (at most 40 or 50) rows found, in rank order.
             let sql = if ranked {
-                "SELECT rowid FROM experience_fts WHERE experience_fts MATCH $1 \
-                 ORDER BY bm25(experience_fts, 0.0, 5.0, 2.0, 1.0) LIMIT 40"
+                "SELECT k.experience_id FROM (SELECT rowid AS num, bm25(experience_fts, 0.0, 5.0, 2.0, 1.0) AS rank \
+                   FROM experience_fts WHERE experience_fts MATCH $1 ORDER BY rank LIMIT 40) found \
+                 JOIN experience_search_key k ON k.num = found.num ORDER BY found.rank, found.num"
             } else {
-                "SELECT rowid FROM experience_fts WHERE experience_fts MATCH $1 LIMIT 50"
+                "SELECT k.experience_id FROM (SELECT rowid AS num FROM experience_fts \
+                   WHERE experience_fts MATCH $1 LIMIT 50) found \
+                 JOIN experience_search_key k ON k.num = found.num"
             };
-            let rows: Vec<i64> = sqlx::query_scalar(sql)
+            let rows: Vec<String> = sqlx::query_scalar(sql)
                 .bind(&matcher)
                 .fetch_all(pool)
                 .await?;
-            Ok(rows.len())
+            Ok(rows)
         }
         Pool::Postgres(pool) => {
             let texts = terms.texts();
             if texts.is_empty() {
-                return Ok(0);
+                return Ok(Vec::new());
             }
             let tsquery: Vec<String> = (0..texts.len())
                 .map(|i| format!("plainto_tsquery('simple', ${})", i + 2))
@@ -1401,7 +1428,7 @@ async fn bare_fts(
                 query = query.bind(text);
             }
             let rows: Vec<String> = query.fetch_all(pool).await?;
-            Ok(rows.len())
+            Ok(rows)
         }
     }
 }
@@ -1458,12 +1485,16 @@ struct Row {
     matched: usize,
     selected: usize,
     samples: usize,
+    /// Timed prompts that quote a stored title, and how often the quoted experience was in
+    /// the ranked FTS top 5, the recall index's top 5 and `context`'s selection.
+    quoting: usize,
+    hits: [usize; 3],
 }
 
 impl Row {
     fn markdown(&self) -> String {
         format!(
-            "| {} | {} | {:.2} | **{:.2}** | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} |",
+            "| {} | {} | {:.2} | **{:.2}** | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {q} | {} | {} | {} |",
             self.backend,
             thousands(self.experiences),
             self.context.ms(0.5),
@@ -1475,6 +1506,10 @@ impl Row {
             self.ranked.ms(0.99),
             self.matched as f64 / self.samples as f64,
             self.selected as f64 / self.samples as f64,
+            self.hits[0],
+            self.hits[1],
+            self.hits[2],
+            q = self.quoting,
         )
     }
 }
@@ -1497,18 +1532,32 @@ fn load_average() -> String {
         .unwrap_or_else(|_| String::from("?"))
 }
 
+/// One prompt's measurements.
+struct Sample {
+    /// `context`, bare FTS, ranked FTS.
+    times: [Duration; 3],
+    /// Rows the bare query returned and experiences `context` selected.
+    matched: usize,
+    selected: usize,
+    /// For a prompt quoting a stored title: whether that experience is in the ranked FTS
+    /// query's top 5, in the recall index's top 5, and among what `context` selected.
+    hits: Option<[bool; 3]>,
+}
+
 /// Times `context`, the bare and the ranked query for one prompt, in an order that rotates
-/// with `turn`. Returns the three durations and the rows/experiences counted.
+/// with `turn`; then, untimed, looks the quoted experience (if any) up in the recall index's
+/// top 5.
 async fn time_prompt(
     db: &Db,
     config: &Config,
     project: &Project,
-    prompt: &str,
+    (prompt, target): &(String, Option<String>),
     turn: usize,
-) -> anyhow::Result<([Duration; 3], usize, usize)> {
+) -> anyhow::Result<Sample> {
     let terms = query::parse(prompt);
     let mut times = [Duration::ZERO; 3];
-    let (mut matched, mut selected) = (0, 0);
+    let (mut matched, mut selected) = (0, Vec::new());
+    let mut fts_top = Vec::new();
     for step in 0..3 {
         let side = (turn + step) % 3;
         let start = Instant::now();
@@ -1518,16 +1567,33 @@ async fn time_prompt(
                     retrieval::assemble(db, config, &project.query_session, prompt, now_ms())
                         .await?
                         .ok_or_else(|| anyhow::anyhow!("session disappeared"))?;
-                selected = context.experience_ids.len();
+                selected = context.experience_ids;
             }
-            1 => matched = bare_fts(db, &project.id, &terms, false).await?,
-            _ => {
-                bare_fts(db, &project.id, &terms, true).await?;
-            }
+            1 => matched = bare_fts(db, &project.id, &terms, false).await?.len(),
+            _ => fts_top = bare_fts(db, &project.id, &terms, true).await?,
         }
         times[side] = start.elapsed();
     }
-    Ok((times, matched, selected))
+    let hits = match target {
+        Some(target) => {
+            let keys = index::query_keys(&terms, Floor::of(prompt).bigrams());
+            let index_top = index::top(db, &project.id, &keys, 5)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("the recall index is behind"))?;
+            Some([
+                fts_top.iter().take(5).any(|id| id == target),
+                index_top.iter().any(|(id, _)| id == target),
+                selected.iter().any(|id| id == target),
+            ])
+        }
+        None => None,
+    };
+    Ok(Sample {
+        times,
+        matched,
+        selected: selected.len(),
+        hits,
+    })
 }
 
 async fn run(args: &Args, backend: Backend, count: usize) -> anyhow::Result<Row> {
@@ -1567,19 +1633,26 @@ async fn run(args: &Args, backend: Backend, count: usize) -> anyhow::Result<Row>
         matched: 0,
         selected: 0,
         samples: 0,
+        quoting: 0,
+        hits: [0; 3],
     };
     for round in 0..args.rounds {
         let mut sides: [Vec<Duration>; 3] = Default::default();
         let batch = &timed[round * args.queries..(round + 1) * args.queries];
         for (turn, (project, prompt)) in batch.iter().enumerate() {
-            let (times, matched, selected) =
-                time_prompt(db, &config, project, prompt, turn).await?;
-            for (side, time) in sides.iter_mut().zip(times) {
+            let sample = time_prompt(db, &config, project, prompt, turn).await?;
+            for (side, time) in sides.iter_mut().zip(sample.times) {
                 side.push(time);
             }
-            row.matched += matched;
-            row.selected += selected;
+            row.matched += sample.matched;
+            row.selected += sample.selected;
             row.samples += 1;
+            if let Some(hits) = sample.hits {
+                row.quoting += 1;
+                for (count, hit) in row.hits.iter_mut().zip(hits) {
+                    *count += usize::from(hit);
+                }
+            }
         }
         eprintln!(
             "  round {}: context p50 {:.2} p99 {:.2} ms, bare p50 {:.2} p99 {:.2} ms, ranked p50 {:.2} p99 {:.2} ms (load {})",
@@ -1635,8 +1708,9 @@ async fn run(args: &Args, backend: Backend, count: usize) -> anyhow::Result<Row>
 }
 
 const HEADER: &str = "| backend | experiences | context p50 ms | context p99 ms | context max ms | \
-bare FTS p50 ms | bare FTS p99 ms | ranked FTS p50 ms | ranked FTS p99 ms | bare rows | selected |\n\
-|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+bare FTS p50 ms | bare FTS p99 ms | ranked FTS p50 ms | ranked FTS p99 ms | bare rows | selected | \
+quoting prompts | quoted in ranked FTS top 5 | quoted in index top 5 | quoted in context |\n\
+|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {

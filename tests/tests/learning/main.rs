@@ -11,4 +11,5 @@ mod manual;
 mod policy;
 mod quality;
 mod recall;
+mod recall_index;
 mod semantic;

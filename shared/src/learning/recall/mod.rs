@@ -13,6 +13,7 @@
 
 pub mod floor;
 pub mod fusion;
+pub mod index;
 pub mod query;
 pub mod render;
 pub mod semantic;

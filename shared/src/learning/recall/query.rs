@@ -264,16 +264,10 @@ impl Builder {
     }
 
     fn latin(&mut self, piece: &str) -> bool {
-        let trimmed = piece
-            .trim_start_matches(|c: char| !(c.is_alphanumeric() || KEEP_LEADING.contains(&c)))
-            .trim_end_matches(|c: char| {
-                !(c.is_alphanumeric() || is_combining_mark(c) || KEEP_TRAILING.contains(&c))
-            });
-        if !trimmed.chars().any(char::is_alphanumeric) {
+        let Some(lower) = latin_word(piece) else {
             return true;
-        }
-        let lower = trimmed.to_lowercase();
-        if ENGLISH_STOPWORDS.contains(&lower.as_str()) {
+        };
+        if is_stopword(&lower) {
             return true;
         }
         self.push(lower, false)
@@ -310,6 +304,70 @@ impl Builder {
         }
         self.terms.len() < MAX_TERMS
     }
+}
+
+/// A non-CJK piece as a term: leading/trailing punctuation that is not part of an identifier
+/// trimmed, lowercased; `None` without a letter or digit.
+fn latin_word(piece: &str) -> Option<String> {
+    let trimmed = piece
+        .trim_start_matches(|c: char| !(c.is_alphanumeric() || KEEP_LEADING.contains(&c)))
+        .trim_end_matches(|c: char| {
+            !(c.is_alphanumeric() || is_combining_mark(c) || KEEP_TRAILING.contains(&c))
+        });
+    trimmed
+        .chars()
+        .any(char::is_alphanumeric)
+        .then(|| trimmed.to_lowercase())
+}
+
+/// Whether a lowercased non-CJK term is an English stopword.
+pub(crate) fn is_stopword(word: &str) -> bool {
+    ENGLISH_STOPWORDS.contains(&word)
+}
+
+/// One piece of stored text as [`parse`] splits queries, for indexing the same words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// A lowercased word or identifier (stopwords included).
+    Word(String),
+    /// A run of CJK characters.
+    Cjk(String),
+}
+
+/// Every piece of `text`, in order, split exactly as [`parse`] splits a query but without its
+/// caps (no length limit, no term limit, no deduplication) and with stopwords kept, so an index
+/// built from stored text meets the terms of a query.
+pub(crate) fn pieces(text: &str, mut visit: impl FnMut(Piece)) {
+    let mut candidate = String::new();
+    let flush = |candidate: &str, visit: &mut dyn FnMut(Piece)| {
+        let mut rest = candidate;
+        while let Some(first) = rest.chars().next() {
+            let cjk = is_cjk(first);
+            let end = rest
+                .char_indices()
+                .find(|&(_, c)| is_cjk(c) != cjk)
+                .map_or(rest.len(), |(at, _)| at);
+            let (piece, tail) = rest.split_at(end);
+            rest = tail;
+            if cjk {
+                visit(Piece::Cjk(piece.to_lowercase()));
+            } else if let Some(word) = latin_word(piece) {
+                visit(Piece::Word(word));
+            }
+        }
+    };
+    for c in text.chars().map(fold_full_width) {
+        if is_invisible_or_reordering(c) && !c.is_control() {
+            continue;
+        }
+        if is_separator(c) {
+            flush(&candidate, &mut visit);
+            candidate.clear();
+        } else {
+            candidate.push(c);
+        }
+    }
+    flush(&candidate, &mut visit);
 }
 
 /// Punctuation that may begin an identifier: `.env`, `@scope/pkg`, `$HOME`, `~/.ssh`, `/usr`,
