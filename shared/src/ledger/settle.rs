@@ -170,6 +170,8 @@ impl Ledger {
             .await)?;
         let Some(row) = row else {
             tx.rollback().await?;
+            // Another worker took the job over: the release is a stale write like any other.
+            self.refuse(lease, "release").await?;
             return Ok(None);
         };
         let job = Job::try_from(row)?;

@@ -428,52 +428,63 @@ impl Attempt {
     async fn run(self) -> AttemptOutcome {
         let started = Instant::now();
         let kind = self.ctx.claimed.job.kind;
-        let handler_run = AssertUnwindSafe(self.run_handler()).catch_unwind();
-        tokio::pin!(handler_run);
-        let heartbeats = self.heartbeat_loop();
-        tokio::pin!(heartbeats);
-        let mut killed = false;
-        let outcome = loop {
-            tokio::select! {
-                result = &mut handler_run => {
-                    break match result {
-                        Ok(Ok(job)) => AttemptOutcome::Settled(job.state),
-                        Ok(Err(error)) => self.settle_error(error).await,
-                        Err(panic) => {
-                            let message = panic_message(&panic);
-                            self.settle_error(JobError::retryable(format!("handler panicked: {message}"))).await
-                        }
-                    };
-                }
-                end = &mut heartbeats => {
-                    self.ctx.cancel.cancel();
-                    break match end {
-                        HeartbeatEnd::LeaseLost => {
-                            tracing::warn!("lease lost during the job; its result will not commit");
-                            AttemptOutcome::LeaseLost
-                        }
-                        HeartbeatEnd::SourceRevoked(reason) => {
-                            tracing::info!(%reason, "source revoked during the job; settled skipped");
-                            AttemptOutcome::Settled(JobState::Skipped)
-                        }
-                        HeartbeatEnd::Unreachable => {
-                            tracing::error!(lease_ms = duration_ms(self.lease),
-                                "no heartbeat reached the database for a whole lease; attempt aborted");
-                            self.release_after_abort().await
-                        }
-                    };
-                }
-                _ = self.kill.cancelled(), if !killed => {
-                    killed = true;
-                    if self.ctx.is_settling() {
-                        // Settlement is one short transaction: let it finish rather than
-                        // abandon a result that is about to commit.
-                        continue;
+        let mut release_when_reachable = false;
+        // The block owns the handler's future: leaving it drops (cancels) the handler before a
+        // release that may wait for the database.
+        let outcome = {
+            let handler_run = AssertUnwindSafe(self.run_handler()).catch_unwind();
+            tokio::pin!(handler_run);
+            let heartbeats = self.heartbeat_loop();
+            tokio::pin!(heartbeats);
+            let mut killed = false;
+            loop {
+                tokio::select! {
+                    result = &mut handler_run => {
+                        break match result {
+                            Ok(Ok(job)) => AttemptOutcome::Settled(job.state),
+                            Ok(Err(error)) => self.settle_error(error).await,
+                            Err(panic) => {
+                                let message = panic_message(&panic);
+                                self.settle_error(JobError::retryable(format!("handler panicked: {message}"))).await
+                            }
+                        };
                     }
-                    self.ctx.cancel.cancel();
-                    break self.release_after_abort().await;
+                    end = &mut heartbeats => {
+                        self.ctx.cancel.cancel();
+                        break match end {
+                            HeartbeatEnd::LeaseLost => {
+                                tracing::warn!("lease lost during the job; its result will not commit");
+                                AttemptOutcome::LeaseLost
+                            }
+                            HeartbeatEnd::SourceRevoked(reason) => {
+                                tracing::info!(%reason, "source revoked during the job; settled skipped");
+                                AttemptOutcome::Settled(JobState::Skipped)
+                            }
+                            HeartbeatEnd::Unreachable => {
+                                tracing::error!(lease_ms = duration_ms(self.lease),
+                                    "no heartbeat reached the database for a whole lease; attempt aborted");
+                                release_when_reachable = true;
+                                AttemptOutcome::Abandoned
+                            }
+                        };
+                    }
+                    _ = self.kill.cancelled(), if !killed => {
+                        killed = true;
+                        if self.ctx.is_settling() {
+                            // Settlement is one short transaction: let it finish rather than
+                            // abandon a result that is about to commit.
+                            continue;
+                        }
+                        self.ctx.cancel.cancel();
+                        break self.release_after_abort().await;
+                    }
                 }
             }
+        };
+        let outcome = if release_when_reachable {
+            self.release_when_reachable().await
+        } else {
+            outcome
         };
         let label = match outcome {
             AttemptOutcome::Settled(state) => match state {
@@ -515,6 +526,26 @@ impl Attempt {
                 "database error inside the attempt; running the job again");
             tokio::time::sleep(delay).await;
             self.ctx.lease_guard.settling.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// After the database was unreachable for a whole lease the lease has expired for everyone
+    /// else: the release is the stale attempt's last word, refused and audited as `fenced` if
+    /// another worker took the job over meanwhile. It is repeated while the database stays
+    /// unreachable (bounded, and never past shutdown), so the attempt's end reaches the audit
+    /// trail once the connection heals.
+    async fn release_when_reachable(&self) -> AttemptOutcome {
+        let patience = (self.lease * 10).clamp(Duration::from_secs(30), Duration::from_secs(600));
+        let started = Instant::now();
+        loop {
+            let outcome = self.release_after_abort().await;
+            if !matches!(outcome, AttemptOutcome::Abandoned) || started.elapsed() >= patience {
+                return outcome;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                _ = self.kill.cancelled() => return outcome,
+            }
         }
     }
 
@@ -586,9 +617,18 @@ impl Attempt {
             // Settlement gave the lease back when a database error re-runs the job; the next
             // heartbeat decides whether the deadline is watched.
             was_settling = false;
-            let remaining = self.lease.saturating_sub(last_contact.elapsed());
+            // Only a watched deadline shortens the call: a worker that was frozen (paused,
+            // suspended) past its lease must still reach the database, which refuses and audits
+            // its stale heartbeat.
+            let call_timeout = if watching_deadline {
+                self.lease
+                    .saturating_sub(last_contact.elapsed())
+                    .min(db_call_timeout(self.lease))
+            } else {
+                db_call_timeout(self.lease)
+            };
             let beat = tokio::time::timeout(
-                remaining.min(db_call_timeout(self.lease)),
+                call_timeout,
                 self.ctx
                     .ledger
                     .heartbeat(lease, lease_ms, self.gate.as_ref()),

@@ -217,7 +217,8 @@ async fn the_index_ranks_as_the_stored_text_does_caught_up_or_not(db: TestDb) {
         .unwrap();
     }
     zuno_shared::on_db!(db, pool => sqlx::query(
-            "UPDATE experience_record SET project_id = 'beta', session_id = $2 WHERE id = $1")
+            // A moved record takes a place in its new project's sequence (mining order).
+            "UPDATE experience_record SET project_id = 'beta', session_id = $2, seq = 1000000 WHERE id = $1")
         .bind(&alpha[8]).bind(&sessions[1]).execute(pool).await.map(|done| done.rows_affected()))
     .unwrap();
     seed(&db, "alpha", &sessions[0], 600..604, &mut rng).await;

@@ -366,18 +366,32 @@ async fn an_attempt_cut_off_from_the_database_ends(db: TestDb) {
         },
     )
     .await;
+    // The database heals: the stopped attempt's release, repeated meanwhile, now gets through:
+    // it gives the job back, or, when a claim rescued the expired lease first (the runner
+    // itself may), it is refused and audited as fenced.
+    blocker.rollback().await.unwrap();
+    eventually("the job is given back", Duration::from_secs(20), || {
+        let ledger = ledger.clone();
+        let id = id.clone();
+        async move {
+            let events = ledger.events(&id).await.unwrap();
+            events
+                .iter()
+                .any(|event| {
+                    event.event == "released"
+                        || (event.event == "fenced"
+                            && event
+                                .detail
+                                .as_deref()
+                                .is_some_and(|detail| detail.starts_with("release refused")))
+                })
+                .then_some(())
+        }
+    })
+    .await;
     shutdown.cancel();
     let report = runner.await.unwrap();
-    blocker.rollback().await.unwrap();
     assert_eq!(report.completed, 0, "{report:?}");
-    assert_eq!(
-        report.abandoned, 1,
-        "the release could not reach the database either: {report:?}"
-    );
-    // The lease expired; the next claim rescues the job for another attempt.
-    let job = ledger.get(&id).await.unwrap();
-    assert_eq!(job.state, JobState::Running);
-    assert!(job.lease_expires_at.unwrap() < zuno_shared::clock::now_ms() + 1);
 }
 
 on_both_backends!(
