@@ -163,7 +163,7 @@ impl TokenStore {
                    VALUES ($1, $2, $3, $4, $5, $6, $7)";
         let projects_json =
             serde_json::to_string(&info.projects).unwrap_or_else(|_| String::from("[]"));
-        crate::on_db!(self.db, pool => sqlx::query(sql)
+        crate::on_db!(self.db, |pool| sqlx::query(sql)
             .bind(&info.id)
             .bind(&info.name)
             .bind(digest_hex(&secret))
@@ -182,8 +182,11 @@ impl TokenStore {
     pub async fn grant_for(&self, digest_hex: &str) -> Result<Option<Grant>, StoreError> {
         let sql = "SELECT id, projects, global_scope, is_user FROM api_token \
                    WHERE token_sha256 = $1 AND revoked_at IS NULL";
-        let row: Option<(String, String, String, bool)> = crate::on_db!(self.db, pool =>
-            sqlx::query_as(sql).bind(digest_hex).fetch_optional(pool).await)?;
+        let row: Option<(String, String, String, bool)> =
+            crate::on_db!(self.db, |pool| sqlx::query_as(sql)
+                .bind(digest_hex)
+                .fetch_optional(pool)
+                .await)?;
         row.map(|(id, projects, global, user)| {
             Ok(Grant {
                 id,
@@ -201,13 +204,13 @@ impl TokenStore {
         let sql = "SELECT id, name, projects, global_scope, is_user, created_at, revoked_at \
                    FROM api_token ORDER BY created_at, id";
         let rows: Vec<TokenRow> =
-            crate::on_db!(self.db, pool => sqlx::query_as(sql).fetch_all(pool).await)?;
+            crate::on_db!(self.db, |pool| sqlx::query_as(sql).fetch_all(pool).await)?;
         rows.into_iter().map(info).collect()
     }
 
     pub async fn revoke(&self, id: &str) -> Result<bool, StoreError> {
         let sql = "UPDATE api_token SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
-        let changed = crate::on_db!(self.db, pool => sqlx::query(sql)
+        let changed = crate::on_db!(self.db, |pool| sqlx::query(sql)
             .bind(id)
             .bind(self.clock.now_ms())
             .execute(pool)

@@ -74,12 +74,13 @@ impl JobHandler for EmbedHandler {
 
         let db = ctx.ledger.db().clone();
         let mut read = db.begin_read().await?;
-        let source: Option<Source> = zuno_shared::on_tx!(&mut read, conn => sqlx::query_as(
-                "SELECT project_id, title, summary, resolution, keywords, status \
-                 FROM experience_record WHERE id = $1")
-            .bind(&experience_id)
-            .fetch_optional(conn)
-            .await)?;
+        let source: Option<Source> = zuno_shared::on_tx!(&mut read, |conn| sqlx::query_as(
+            "SELECT project_id, title, summary, resolution, keywords, status \
+                 FROM experience_record WHERE id = $1"
+        )
+        .bind(&experience_id)
+        .fetch_optional(conn)
+        .await)?;
         let stored = semantic::stored_digest_in(&mut read, &experience_id, &model).await?;
         read.rollback().await?;
         let Some(source) = source.filter(|s| s.status == "active") else {

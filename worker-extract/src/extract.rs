@@ -80,12 +80,14 @@ impl JobHandler for ExtractHandler {
                 return Err(JobError::SourceChanged(reason));
             }
         };
-        let session_model: Option<String> = zuno_shared::on_tx!(&mut read, conn =>
-            sqlx::query_scalar("SELECT model FROM session WHERE id = $1")
-                .bind(&snapshot.session_id)
-                .fetch_optional(conn)
-                .await)?
-        .flatten();
+        let session_model: Option<String> =
+            zuno_shared::on_tx!(&mut read, |conn| sqlx::query_scalar(
+                "SELECT model FROM session WHERE id = $1"
+            )
+            .bind(&snapshot.session_id)
+            .fetch_optional(conn)
+            .await)?
+            .flatten();
         read.rollback().await?;
 
         let version = job
@@ -316,11 +318,12 @@ impl ExtractHandler {
         snapshot: &SourceSnapshot,
         manifest: &SourceManifest,
     ) -> Result<Option<String>, JobError> {
-        let project: Option<String> = zuno_shared::on_tx!(tx, conn =>
-            sqlx::query_scalar("SELECT project_id FROM session WHERE id = $1")
-                .bind(&snapshot.session_id)
-                .fetch_optional(conn)
-                .await)?;
+        let project: Option<String> = zuno_shared::on_tx!(tx, |conn| sqlx::query_scalar(
+            "SELECT project_id FROM session WHERE id = $1"
+        )
+        .bind(&snapshot.session_id)
+        .fetch_optional(conn)
+        .await)?;
         if project.as_deref() != Some(snapshot.project_id.as_str()) {
             return Err(JobError::permanent(
                 "no durable project or session for this extraction",

@@ -105,9 +105,11 @@ async fn moved_revision_in(
 ) -> Result<Option<(Scope, i64, i64)>, sqlx::Error> {
     for &(scope, expected) in planned {
         let project = (scope == Scope::Project).then_some(project_id);
-        let current: Option<i64> = zuno_shared::on_tx!(tx, conn => sqlx::query_scalar(
+        let current: Option<i64> = zuno_shared::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT revision FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = COALESCE($2, '')")
-            .bind(scope.as_str()).bind(project).fetch_optional(conn).await)?;
+            .bind(scope.as_str()).bind(project).fetch_optional(conn).await
+        })?;
         let current = current.unwrap_or(0);
         if current != expected {
             return Ok(Some((scope, expected, current)));
@@ -136,13 +138,18 @@ impl JobHandler for MaintainHandler {
                 .map_err(|e| JobError::retryable(e.to_string()))?;
         }
         let mut read = db.begin_read().await?;
-        let watermark: Option<(i64, String)> = zuno_shared::on_tx!(&mut read, conn => sqlx::query_as(
-                "SELECT watermark_at, watermark_id FROM memory_maintenance WHERE project_id = $1")
-            .bind(&project_id).fetch_optional(conn).await)?;
+        let watermark: Option<(i64, String)> =
+            zuno_shared::on_tx!(&mut read, |conn| sqlx::query_as(
+                "SELECT watermark_at, watermark_id FROM memory_maintenance WHERE project_id = $1"
+            )
+            .bind(&project_id)
+            .fetch_optional(conn)
+            .await)?;
         let (mark_at, mark_id) = watermark.unwrap_or((i64::MIN, String::new()));
         // Validated inputs: verified, live, never unresolved issues, and backed by a user
         // statement or a successful tool result (or an explicit user record).
-        let inputs: Vec<Input> = zuno_shared::on_tx!(&mut read, conn => sqlx::query_as(
+        let inputs: Vec<Input> = zuno_shared::on_tx!(&mut read, |conn| {
+            sqlx::query_as(
                 "SELECT e.id, e.kind, e.origin, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
                  WHERE e.project_id = $1 AND e.status = 'active' AND e.source_state = 'current' AND e.verification = 'verified' \
                    AND e.kind <> 'unresolved_issue' \
@@ -153,16 +160,19 @@ impl JobHandler for MaintainHandler {
                           AND s.verification IN ('user_statement', 'user_feedback', 'tool_succeeded'))) \
                  ORDER BY e.created_at, e.id LIMIT $4")
             .bind(&project_id).bind(mark_at).bind(&mark_id).bind(MAX_EXPERIENCES)
-            .fetch_all(conn).await)?;
+            .fetch_all(conn).await
+        })?;
         let user_backed: HashSet<String> = {
             let mut set = HashSet::new();
             for input in &inputs {
-                let explicit: i64 = zuno_shared::on_tx!(&mut read, conn => sqlx::query_scalar(
+                let explicit: i64 = zuno_shared::on_tx!(&mut read, |conn| {
+                    sqlx::query_scalar(
                         "SELECT COUNT(*) FROM experience_evidence v JOIN experience_record e ON e.id = v.experience_id \
                          LEFT JOIN learning_source_record s ON s.job_id = COALESCE(v.job_id, e.job_id) AND s.source_id = v.source_id \
                          WHERE v.experience_id = $1 AND v.verified = TRUE \
                            AND (e.origin = 'remember' OR s.verification IN ('user_statement', 'user_feedback'))")
-                    .bind(&input.id).fetch_one(conn).await)?;
+                    .bind(&input.id).fetch_one(conn).await
+                })?;
                 if explicit > 0 {
                     set.insert(input.id.clone());
                 }
@@ -171,10 +181,12 @@ impl JobHandler for MaintainHandler {
         };
         let mut hints: Vec<Hint> = Vec::new();
         for input in &inputs {
-            let mut rows: Vec<Hint> = zuno_shared::on_tx!(&mut read, conn => sqlx::query_as(
+            let mut rows: Vec<Hint> = zuno_shared::on_tx!(&mut read, |conn| {
+                sqlx::query_as(
                     "SELECT experience_id, target, action, content, old_text, reason, confidence FROM memory_hint \
                      WHERE experience_id = $1 ORDER BY ordinal")
-                .bind(&input.id).fetch_all(conn).await)?;
+                .bind(&input.id).fetch_all(conn).await
+            })?;
             hints.append(&mut rows);
         }
         let project_view = store::view_in(&mut read, Scope::Project, Some(&project_id)).await?;
@@ -295,11 +307,13 @@ impl JobHandler for MaintainHandler {
             {
                 Ok(Committed { staged, skipped }) => {
                     if let Some((at, id)) = &watermark {
-                        zuno_shared::on_tx!(tx, conn => sqlx::query(
+                        zuno_shared::on_tx!(tx, |conn| {
+                            sqlx::query(
                                 "INSERT INTO memory_maintenance (project_id, watermark_at, watermark_id, updated_at) VALUES ($1, $2, $3, $4) \
                                  ON CONFLICT (project_id) DO UPDATE SET watermark_at = excluded.watermark_at, watermark_id = excluded.watermark_id, updated_at = excluded.updated_at")
                             .bind(&project_id).bind(*at).bind(id).bind(ctx.ledger.now_ms())
-                            .execute(conn).await.map(|done| done.rows_affected()))?;
+                            .execute(conn).await.map(|done| done.rows_affected())
+                        })?;
                     }
                     let applied = staged.iter().filter(|s| s.applied).count();
                     let consolidated: Vec<serde_json::Value> = staged

@@ -338,9 +338,11 @@ impl JobHandler for AggregateGlobalHandler {
         let max_rules = config.learning.skill.max_learned_rules as usize;
         let db = ctx.ledger.db().clone();
         let mut read = db.begin_read().await?;
-        let ids: Vec<String> = zuno_shared::on_tx!(&mut read, conn => sqlx::query_scalar(
+        let ids: Vec<String> = zuno_shared::on_tx!(&mut read, |conn| {
+            sqlx::query_scalar(
                 "SELECT id FROM learning_pattern WHERE scope = 'project' AND state = 'promoted' ORDER BY id")
-            .fetch_all(conn).await)?;
+            .fetch_all(conn).await
+        })?;
         let mut promoted = Vec::new();
         for id in ids {
             if let Some(p) = pattern::pattern_in(&mut read, &id).await? {

@@ -168,7 +168,7 @@ async fn migrate_locked(db: &Db) -> Result<MigrationReport, MigrationError> {
     // that now exists. Re-verifying then shows whether the database is already where we need it.
     let mut tries = 0;
     loop {
-        match crate::on_db!(db, pool => migrator.run(pool).await) {
+        match crate::on_db!(db, |pool| migrator.run(pool).await) {
             Ok(()) => break,
             Err(error) => {
                 tries += 1;
@@ -287,7 +287,7 @@ async fn applied_versions(db: &Db) -> Result<HashMap<i64, AppliedMigration>, Mig
         return Ok(HashMap::new());
     }
     let sql = "SELECT version, checksum, success FROM _sqlx_migrations";
-    let rows: Vec<(i64, Vec<u8>, bool)> = crate::on_db!(db, pool => {
+    let rows: Vec<(i64, Vec<u8>, bool)> = crate::on_db!(db, |pool| {
         sqlx::query(sql)
             .fetch_all(pool)
             .await?
@@ -335,7 +335,7 @@ async fn recorded_fingerprint(db: &Db) -> Result<Option<(i64, String)>, Migratio
     }
     let sql = "SELECT migration_version, fingerprint FROM zuno_schema WHERE id = 1";
     let row: Option<(i64, String)> =
-        crate::on_db!(db, pool => sqlx::query_as(sql).fetch_optional(pool).await?);
+        crate::on_db!(db, |pool| sqlx::query_as(sql).fetch_optional(pool).await?);
     Ok(row)
 }
 
@@ -344,20 +344,21 @@ async fn record_fingerprint(
     version: i64,
     fingerprint: &str,
 ) -> Result<(), MigrationError> {
-    crate::on_db!(db, pool => sqlx::query(META_TABLE_DDL).execute(pool)
-.await
-.map(|done| done.rows_affected()))?;
+    crate::on_db!(db, |pool| sqlx::query(META_TABLE_DDL)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))?;
     let sql = "INSERT INTO zuno_schema (id, migration_version, fingerprint, recorded_at) \
                VALUES (1, $1, $2, $3) \
                ON CONFLICT (id) DO UPDATE SET migration_version = excluded.migration_version, \
                fingerprint = excluded.fingerprint, recorded_at = excluded.recorded_at";
-    crate::on_db!(db, pool => sqlx::query(sql)
+    crate::on_db!(db, |pool| sqlx::query(sql)
         .bind(version)
         .bind(fingerprint)
         .bind(now_ms())
         .execute(pool)
-.await
-.map(|done| done.rows_affected()))?;
+        .await
+        .map(|done| done.rows_affected()))?;
     Ok(())
 }
 

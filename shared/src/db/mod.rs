@@ -129,7 +129,7 @@ pub fn is_connection_error(error: &sqlx::Error) -> bool {
 /// Runs `$body` with `$pool` bound to the concrete pool of the [`Db`] `$db`.
 #[macro_export]
 macro_rules! on_db {
-    ($db:expr, $pool:ident => $body:expr) => {
+    ($db:expr, |$pool:ident| $body:expr) => {
         match $db.pool() {
             $crate::db::Pool::Sqlite($pool) => $body,
             $crate::db::Pool::Postgres($pool) => $body,
@@ -140,7 +140,7 @@ macro_rules! on_db {
 /// Runs `$body` with `$conn` bound to the concrete connection of the [`Tx`] `$tx`.
 #[macro_export]
 macro_rules! on_tx {
-    ($tx:expr, $conn:ident => $body:expr) => {
+    ($tx:expr, |$conn:ident| $body:expr) => {
         match $tx.conn_mut() {
             $crate::db::TxConn::Sqlite(tx) => {
                 let $conn = &mut **tx;
@@ -248,14 +248,15 @@ impl Db {
 
     /// A cheap liveness probe used by `/readyz` and worker reconnect loops.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        on_db!(self, pool => sqlx::query("SELECT 1").execute(pool)
-.await
-.map(|done| done.rows_affected()))?;
+        on_db!(self, |pool| sqlx::query("SELECT 1")
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected()))?;
         Ok(())
     }
 
     pub async fn close(&self) {
-        on_db!(self, pool => pool.close().await)
+        on_db!(self, |pool| pool.close().await)
     }
 
     /// The Postgres pool, when this is a Postgres database (used for LISTEN/NOTIFY).

@@ -44,7 +44,7 @@ pub async fn append_in(
     let id = crate::ids::new_id("lev");
     let sql = "INSERT INTO learning_event (id, kind, project_id, session_id, job_id, message_id, payload, at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-    crate::on_tx!(tx, conn => sqlx::query(sql)
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
         .bind(&id)
         .bind(kind)
         .bind(scope.project_id)
@@ -63,9 +63,12 @@ const COLUMNS: &str = "id, kind, project_id, session_id, job_id, message_id, pay
 
 pub async fn for_job(db: &Db, job_id: &str) -> Result<Vec<LearningEvent>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM learning_event WHERE job_id = $1 ORDER BY at, id");
-    Ok(
-        crate::on_db!(db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(job_id).fetch_all(pool).await)?,
+    Ok(crate::on_db!(db, |pool| sqlx::query_as(
+        sqlx::AssertSqlSafe(sql.as_str())
     )
+    .bind(job_id)
+    .fetch_all(pool)
+    .await)?)
 }
 
 pub async fn for_session(
@@ -78,12 +81,12 @@ pub async fn for_session(
         "SELECT {COLUMNS} FROM learning_event WHERE session_id = $1 AND ($2 IS NULL OR kind = $2) \
          ORDER BY at DESC, id DESC LIMIT $3"
     );
-    Ok(
-        crate::on_db!(db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(session_id)
-        .bind(kind)
-        .bind(limit)
-        .fetch_all(pool)
-        .await)?,
+    Ok(crate::on_db!(db, |pool| sqlx::query_as(
+        sqlx::AssertSqlSafe(sql.as_str())
     )
+    .bind(session_id)
+    .bind(kind)
+    .bind(limit)
+    .fetch_all(pool)
+    .await)?)
 }

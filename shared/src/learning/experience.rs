@@ -185,10 +185,15 @@ pub async fn insert_extraction_in(
             &experience.summary,
             experience.resolution.as_deref(),
         );
-        let already: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
-                "SELECT id FROM experience_record WHERE session_id = $1 AND content_digest = $2 \
-                 AND status = 'active' AND job_id <> $3 ORDER BY created_at, id LIMIT 1")
-            .bind(session_id).bind(&digest).bind(job_id).fetch_optional(conn).await)?;
+        let already: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            "SELECT id FROM experience_record WHERE session_id = $1 AND content_digest = $2 \
+                 AND status = 'active' AND job_id <> $3 ORDER BY created_at, id LIMIT 1"
+        )
+        .bind(session_id)
+        .bind(&digest)
+        .bind(job_id)
+        .fetch_optional(conn)
+        .await)?;
         if already.is_some() {
             stored.existing += 1;
             continue;
@@ -206,7 +211,7 @@ pub async fn insert_extraction_in(
                    VALUES ($1, $2, $3, $4, $5, 'extraction', $6, $7, $8, $9, $10, $11, $12, 'active', $13, $14, $14, $15) \
                    ON CONFLICT (job_id, ordinal) DO NOTHING";
         let new_id = crate::ids::new_id("exp");
-        let inserted = crate::on_tx!(tx, conn => sqlx::query(sql)
+        let inserted = crate::on_tx!(tx, |conn| sqlx::query(sql)
             .bind(&new_id)
             .bind(project_id)
             .bind(session_id)
@@ -228,18 +233,19 @@ pub async fn insert_extraction_in(
         let id = if inserted == 1 {
             new_id
         } else {
-            crate::on_tx!(tx, conn => sqlx::query_scalar(
-                    "SELECT id FROM experience_record WHERE job_id = $1 AND ordinal = $2")
-                .bind(job_id)
-                .bind(experience.ordinal)
-                .fetch_one(conn)
-                .await)?
+            crate::on_tx!(tx, |conn| sqlx::query_scalar(
+                "SELECT id FROM experience_record WHERE job_id = $1 AND ordinal = $2"
+            )
+            .bind(job_id)
+            .bind(experience.ordinal)
+            .fetch_one(conn)
+            .await)?
         };
         for (index, citation) in experience.citations.iter().enumerate() {
             let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
                          raw_digest, redacted_digest, verified, detail) \
                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (experience_id, ordinal) DO NOTHING";
-            crate::on_tx!(tx, conn => sqlx::query(sql)
+            crate::on_tx!(tx, |conn| sqlx::query(sql)
                 .bind(&id)
                 .bind(index as i64)
                 .bind(&citation.source_id)
@@ -269,7 +275,7 @@ pub async fn insert_extraction_in(
         let sql = "INSERT INTO memory_hint (job_id, ordinal, experience_id, experience_kind, project_id, target, action, \
                      content, old_text, reason, confidence, created_at) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id, ordinal) DO NOTHING";
-        crate::on_tx!(tx, conn => sqlx::query(sql)
+        crate::on_tx!(tx, |conn| sqlx::query(sql)
             .bind(job_id)
             .bind(hint.ordinal)
             .bind(experience_id)
@@ -308,11 +314,13 @@ async fn restated_in(
     if rule.is_empty() {
         return Ok(None);
     }
-    let recent: Vec<(String, String)> = crate::on_tx!(tx, conn => sqlx::query_as(
+    let recent: Vec<(String, String)> = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
             "SELECT id, summary FROM experience_record WHERE project_id = $1 AND status = 'active' AND source_state = 'current' \
              AND verification = 'verified' AND kind <> 'unresolved_issue' AND (job_id IS NULL OR job_id <> $2) \
              ORDER BY created_at DESC, id DESC LIMIT $3")
-        .bind(project_id).bind(job_id).bind(RESTATEMENT_WINDOW).fetch_all(conn).await)?;
+        .bind(project_id).bind(job_id).bind(RESTATEMENT_WINDOW).fetch_all(conn).await
+    })?;
     Ok(recent
         .into_iter()
         .find(|(_, other)| crate::memory::dedupe::RuleSignature::of(other).same_rule_as(&rule))
@@ -326,11 +334,15 @@ async fn reinforce_in(
     job_id: &str,
     citations: &[super::validate::CheckedCitation],
 ) -> Result<(), StoreError> {
-    let next: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
-            "SELECT COALESCE(MAX(ordinal), -1) + 1 FROM experience_evidence WHERE experience_id = $1")
-        .bind(experience_id).fetch_one(conn).await)?;
+    let next: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT COALESCE(MAX(ordinal), -1) + 1 FROM experience_evidence WHERE experience_id = $1"
+    )
+    .bind(experience_id)
+    .fetch_one(conn)
+    .await)?;
     for (index, citation) in citations.iter().enumerate() {
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
                    raw_digest, redacted_digest, verified, detail, job_id) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (experience_id, ordinal) DO NOTHING")
@@ -347,7 +359,8 @@ async fn reinforce_in(
             .bind(job_id)
             .execute(conn)
             .await
-            .map(|done| done.rows_affected()))?;
+            .map(|done| done.rows_affected())
+        })?;
     }
     super::retrieval::adjust_in(tx, experience_id, super::retrieval::ranking::REINFORCE).await
 }
@@ -393,7 +406,7 @@ pub async fn insert_manual_in(
     let sql = "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, confidence, \
                  verification, status, content_digest, created_at, updated_at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, 1.0, 'verified', 'active', $8, $9, $9)";
-    crate::on_tx!(tx, conn => sqlx::query(sql)
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
         .bind(&id)
         .bind(project_id)
         .bind(session_id)
@@ -409,7 +422,7 @@ pub async fn insert_manual_in(
     let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, excerpt, verified) \
                VALUES ($1, 0, $2, $2, $3, TRUE)";
     let address = format!("command:{}", origin.as_str());
-    crate::on_tx!(tx, conn => sqlx::query(sql)
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
         .bind(&id)
         .bind(&address)
         .bind(text)
@@ -483,11 +496,19 @@ const EVIDENCE_COLUMNS: &str = "experience_id, ordinal, source_id, address, mess
 
 pub async fn get_in(tx: &mut Tx, id: &str) -> Result<Option<Experience>, StoreError> {
     let sql = format!("SELECT {EXPERIENCE_COLUMNS} FROM experience_record WHERE id = $1");
-    let rows: Vec<ExperienceRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(id).fetch_all(conn).await)?;
+    let rows: Vec<ExperienceRow> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(id)
+            .fetch_all(conn)
+            .await)?;
     let sql = format!(
         "SELECT {EVIDENCE_COLUMNS} FROM experience_evidence WHERE experience_id = $1 ORDER BY ordinal"
     );
-    let evidence: Vec<EvidenceRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(id).fetch_all(conn).await)?;
+    let evidence: Vec<EvidenceRow> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(id)
+            .fetch_all(conn)
+            .await)?;
     Ok(evidence_for(rows, evidence).await?.pop())
 }
 
@@ -508,10 +529,19 @@ pub async fn list(
     let sql = format!(
         "SELECT {EXPERIENCE_COLUMNS} FROM experience_record WHERE project_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3"
     );
-    let rows: Vec<ExperienceRow> = crate::on_db!(db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id).bind(limit).bind(offset).fetch_all(pool).await)?;
-    let total: i64 = crate::on_db!(db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM experience_record WHERE project_id = $1")
-        .bind(project_id).fetch_one(pool).await)?;
+    let rows: Vec<ExperienceRow> =
+        crate::on_db!(db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(project_id)
+            .bind(limit)
+            .bind(offset)
+            .fetch_all(pool)
+            .await)?;
+    let total: i64 = crate::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM experience_record WHERE project_id = $1"
+    )
+    .bind(project_id)
+    .fetch_one(pool)
+    .await)?;
     Ok((with_evidence(db, rows).await?, total))
 }
 
@@ -520,8 +550,11 @@ pub async fn for_session(db: &Db, session_id: &str) -> Result<Vec<Experience>, S
     let sql = format!(
         "SELECT {EXPERIENCE_COLUMNS} FROM experience_record WHERE session_id = $1 ORDER BY created_at, ordinal"
     );
-    let rows: Vec<ExperienceRow> = crate::on_db!(db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(session_id).fetch_all(pool).await)?;
+    let rows: Vec<ExperienceRow> =
+        crate::on_db!(db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(session_id)
+            .fetch_all(pool)
+            .await)?;
     with_evidence(db, rows).await
 }
 
@@ -547,7 +580,7 @@ async fn load_evidence<'a>(
         "SELECT {EVIDENCE_COLUMNS} FROM experience_evidence WHERE experience_id IN ({}) ORDER BY experience_id, ordinal",
         placeholders.join(", ")
     );
-    Ok(crate::on_db!(db, pool => {
+    Ok(crate::on_db!(db, |pool| {
         let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
         for id in &ids {
             query = query.bind(*id);
@@ -569,16 +602,20 @@ pub async fn forget_in(
     if experience.status == "forgotten" {
         return Ok(Ok(experience));
     }
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1")
-        .bind(id).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+        .bind(id).bind(now).execute(conn).await.map(|done| done.rows_affected())
+    })?;
     for evidence in &experience.evidence {
         if let (Some(message_id), Some(raw_digest)) = (&evidence.message_id, &evidence.raw_digest) {
-            crate::on_tx!(tx, conn => sqlx::query(
+            crate::on_tx!(tx, |conn| {
+                sqlx::query(
                     "INSERT INTO forgotten_source (message_id, raw_digest, experience_id, at) VALUES ($1, $2, $3, $4) \
                      ON CONFLICT (message_id, raw_digest) DO NOTHING")
                 .bind(message_id).bind(raw_digest).bind(id).bind(now)
-                .execute(conn).await.map(|done| done.rows_affected()))?;
+                .execute(conn).await.map(|done| done.rows_affected())
+            })?;
         }
     }
     Ok(Ok(get_in(tx, id).await?.expect("exists")))
@@ -616,10 +653,12 @@ pub async fn solve_in(
         &experience.summary,
         Some(resolution),
     );
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "UPDATE experience_record SET kind = 'problem', resolution = $2, content_digest = $3, updated_at = $4 WHERE id = $1")
         .bind(id).bind(resolution).bind(&digest).bind(now)
-        .execute(conn).await.map(|done| done.rows_affected()))?;
+        .execute(conn).await.map(|done| done.rows_affected())
+    })?;
     Ok(Ok(get_in(tx, id).await?.expect("exists")))
 }
 
@@ -629,9 +668,11 @@ pub async fn any_forgotten_in(
     sources: &[(String, String)],
 ) -> Result<bool, StoreError> {
     for (message_id, raw_digest) in sources {
-        let found: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+        let found: Option<i64> = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT CAST(1 AS BIGINT) FROM forgotten_source WHERE message_id = $1 AND raw_digest = $2")
-            .bind(message_id).bind(raw_digest).fetch_optional(conn).await)?;
+            .bind(message_id).bind(raw_digest).fetch_optional(conn).await
+        })?;
         if found.is_some() {
             return Ok(true);
         }
@@ -659,5 +700,8 @@ pub struct MemoryHint {
 pub async fn hints_for_job(db: &Db, job_id: &str) -> Result<Vec<MemoryHint>, StoreError> {
     let sql = "SELECT job_id, ordinal, experience_id, project_id, target, action, content, old_text, reason, confidence, created_at \
                FROM memory_hint WHERE job_id = $1 ORDER BY ordinal";
-    Ok(crate::on_db!(db, pool => sqlx::query_as(sql).bind(job_id).fetch_all(pool).await)?)
+    Ok(crate::on_db!(db, |pool| sqlx::query_as(sql)
+        .bind(job_id)
+        .fetch_all(pool)
+        .await)?)
 }

@@ -68,8 +68,10 @@ struct Row {
 
 pub async fn load_in(tx: &mut Tx, message_id: &str) -> Result<Option<Feedback>, StoreError> {
     let sql = "SELECT message_id, session_id, value, note, revision, updated_at FROM message_feedback WHERE message_id = $1";
-    let row: Option<Row> =
-        crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(message_id).fetch_optional(conn).await)?;
+    let row: Option<Row> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(message_id)
+        .fetch_optional(conn)
+        .await)?;
     row.map(|row| {
         Ok(Feedback {
             value: FeedbackValue::parse(&row.value)
@@ -96,11 +98,13 @@ pub async fn set_in(
     if note.is_some_and(|n| n.chars().count() > 2000) {
         return Ok(Err(FeedbackError::NoteTooLong));
     }
-    let target: Option<(String, String, String)> = crate::on_tx!(tx, conn => sqlx::query_as(
+    let target: Option<(String, String, String)> = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
             "SELECT m.session_id, m.role, s.project_id FROM message m JOIN session s ON s.id = m.session_id WHERE m.id = $1")
         .bind(message_id)
         .fetch_optional(conn)
-        .await)?;
+        .await
+    })?;
     let Some((session_id, role, project_id)) = target else {
         return Ok(Err(FeedbackError::NotFound(message_id.to_owned())));
     };
@@ -133,15 +137,27 @@ pub async fn set_in(
     let changed = if current_revision == 0 {
         let sql = "INSERT INTO message_feedback (message_id, session_id, value, note, revision, updated_at) \
                    VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (message_id) DO NOTHING";
-        crate::on_tx!(tx, conn => sqlx::query(sql)
-            .bind(message_id).bind(&session_id).bind(value.as_str()).bind(note).bind(now)
-            .execute(conn).await.map(|done| done.rows_affected()))?
+        crate::on_tx!(tx, |conn| sqlx::query(sql)
+            .bind(message_id)
+            .bind(&session_id)
+            .bind(value.as_str())
+            .bind(note)
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?
     } else {
         let sql = "UPDATE message_feedback SET value = $2, note = $3, revision = revision + 1, updated_at = $4 \
                    WHERE message_id = $1 AND revision = $5";
-        crate::on_tx!(tx, conn => sqlx::query(sql)
-            .bind(message_id).bind(value.as_str()).bind(note).bind(now).bind(expected_revision)
-            .execute(conn).await.map(|done| done.rows_affected()))?
+        crate::on_tx!(tx, |conn| sqlx::query(sql)
+            .bind(message_id)
+            .bind(value.as_str())
+            .bind(note)
+            .bind(now)
+            .bind(expected_revision)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?
     };
     if changed != 1 {
         let latest = load_in(tx, message_id).await?.map_or(0, |f| f.revision);

@@ -352,7 +352,7 @@ pub async fn persist_in(
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
-        crate::on_tx!(tx, conn => sqlx::query(sql)
+        crate::on_tx!(tx, |conn| sqlx::query(sql)
             .bind(job_id)
             .bind(&record.source_id)
             .bind(&record.address)
@@ -392,8 +392,10 @@ pub async fn load_persisted(
         clipped: bool,
         context: bool,
     }
-    let rows: Vec<Row> =
-        crate::on_db!(db, pool => sqlx::query_as(sql).bind(job_id).fetch_all(pool).await)?;
+    let rows: Vec<Row> = crate::on_db!(db, |pool| sqlx::query_as(sql)
+        .bind(job_id)
+        .fetch_all(pool)
+        .await)?;
     let mut records: Vec<serde_json::Value> = rows
         .into_iter()
         .map(|row| {

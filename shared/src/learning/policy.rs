@@ -107,8 +107,10 @@ pub fn configured_default(session_id: &str, config: &LearningConfig, now: i64) -
 pub async fn load_in(tx: &mut Tx, session_id: &str) -> Result<Option<SessionPolicy>, StoreError> {
     let sql = "SELECT session_id, use_memories, generation, revision, reason, updated_at \
                FROM session_memory_policy WHERE session_id = $1";
-    let row: Option<PolicyRow> =
-        crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(session_id).fetch_optional(conn).await)?;
+    let row: Option<PolicyRow> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(session_id)
+        .fetch_optional(conn)
+        .await)?;
     row.map(SessionPolicy::try_from).transpose()
 }
 
@@ -160,7 +162,7 @@ async fn write_in(tx: &mut Tx, policy: &SessionPolicy) -> Result<(), StoreError>
                ON CONFLICT (session_id) DO UPDATE SET use_memories = excluded.use_memories, \
                  generation = excluded.generation, revision = excluded.revision, \
                  reason = excluded.reason, updated_at = excluded.updated_at";
-    crate::on_tx!(tx, conn => sqlx::query(sql)
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
         .bind(&policy.session_id)
         .bind(policy.use_memories)
         .bind(policy.generation.as_str())
@@ -215,7 +217,7 @@ pub async fn update_in(
         write_in(tx, &next).await?;
         1
     } else {
-        crate::on_tx!(tx, conn => sqlx::query(sql)
+        crate::on_tx!(tx, |conn| sqlx::query(sql)
             .bind(session_id)
             .bind(next.use_memories)
             .bind(next.generation.as_str())

@@ -213,26 +213,35 @@ pub async fn session_learning(
     session_id: &str,
     offset: i64,
 ) -> Result<Option<SessionLearning>, StoreError> {
-    let project_id: Option<String> = crate::on_db!(db, pool =>
-        sqlx::query_scalar("SELECT project_id FROM session WHERE id = $1").bind(session_id).fetch_optional(pool).await)?;
+    let project_id: Option<String> = crate::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT project_id FROM session WHERE id = $1"
+    )
+    .bind(session_id)
+    .fetch_optional(pool)
+    .await)?;
     let Some(project_id) = project_id else {
         return Ok(None);
     };
     let mut tx = db.begin_read().await?;
     let policy =
         policy::effective_in(&mut tx, session_id, &config.learning, ledger.now_ms()).await?;
-    let feedback_ids: Vec<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
-            "SELECT message_id FROM message_feedback WHERE session_id = $1 ORDER BY updated_at")
-        .bind(session_id).fetch_all(conn).await)?;
+    let feedback_ids: Vec<String> = crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
+        "SELECT message_id FROM message_feedback WHERE session_id = $1 ORDER BY updated_at"
+    )
+    .bind(session_id)
+    .fetch_all(conn)
+    .await)?;
     let mut feedback = Vec::new();
     for id in feedback_ids {
         if let Some(item) = super::feedback::load_in(&mut tx, &id).await? {
             feedback.push(item);
         }
     }
-    let last_retrieval: Option<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+    let last_retrieval: Option<String> = crate::on_tx!(&mut tx, |conn| {
+        sqlx::query_scalar(
             "SELECT payload FROM learning_event WHERE session_id = $1 AND kind LIKE 'learning.retrieval%' ORDER BY at DESC, id DESC LIMIT 1")
-        .bind(session_id).fetch_optional(conn).await)?;
+        .bind(session_id).fetch_optional(conn).await
+    })?;
     tx.rollback().await?;
     let (experiences, total) = experience::list(db, &project_id, offset.max(0), PAGE).await?;
     let session_experiences = experience::for_session(db, session_id).await?;
@@ -273,8 +282,12 @@ pub async fn project_status(
     let now = ledger.now_ms();
     let today = usage::day_of(now);
     let budget = usage::automatic_budget(db, today).await?;
-    let experiences: i64 = crate::on_db!(db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM experience_record WHERE project_id = $1")
-        .bind(project_id).fetch_one(pool).await)?;
+    let experiences: i64 = crate::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM experience_record WHERE project_id = $1"
+    )
+    .bind(project_id)
+    .fetch_one(pool)
+    .await)?;
     let jobs = ledger
         .list(&JobFilter {
             projects: Some(vec![project_id.to_owned()]),

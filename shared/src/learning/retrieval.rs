@@ -369,7 +369,7 @@ async fn ranked(
          WHERE id IN ({}) AND status = 'active' AND source_state = 'current'",
         placeholders.join(", ")
     );
-    let rows: Vec<CandidateRow> = crate::on_db!(db, pool => {
+    let rows: Vec<CandidateRow> = crate::on_db!(db, |pool| {
         let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
         for (id, _) in &candidates {
             query = query.bind(id.as_str());
@@ -604,8 +604,12 @@ pub async fn assemble(
     now: i64,
 ) -> Result<Option<PromptContext>, StoreError> {
     let started = std::time::Instant::now();
-    let project_id: Option<String> = crate::on_db!(db, pool =>
-        sqlx::query_scalar("SELECT project_id FROM session WHERE id = $1").bind(session_id).fetch_optional(pool).await)?;
+    let project_id: Option<String> = crate::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT project_id FROM session WHERE id = $1"
+    )
+    .bind(session_id)
+    .fetch_optional(pool)
+    .await)?;
     let Some(project_id) = project_id else {
         return Ok(None);
     };
@@ -704,7 +708,7 @@ pub async fn assemble(
     apply_feedback_loop_in(&mut tx, session_id, prompt).await?;
     let sql = "INSERT INTO prompt_receipt (id, session_id, project_id, sections, memory_revisions, experience_ids, retrieval, created_at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-    crate::on_tx!(&mut tx, conn => sqlx::query(sql)
+    crate::on_tx!(&mut tx, |conn| sqlx::query(sql)
         .bind(&receipt_id)
         .bind(session_id)
         .bind(&project_id)
@@ -717,8 +721,10 @@ pub async fn assemble(
         .await
         .map(|done| done.rows_affected()))?;
     for id in &experience_ids {
-        crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE experience_record SET use_count = use_count + 1, last_used_at = $2 WHERE id = $1")
-            .bind(id).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query("UPDATE experience_record SET use_count = use_count + 1, last_used_at = $2 WHERE id = $1")
+            .bind(id).bind(now).execute(conn).await.map(|done| done.rows_affected())
+        })?;
     }
     let scope = events::EventScope {
         project_id: Some(&project_id),
@@ -726,9 +732,11 @@ pub async fn assemble(
         ..Default::default()
     };
     if let Some(skip) = &mut skipped {
-        let earlier: i64 = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+        let earlier: i64 = crate::on_tx!(&mut tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT COUNT(*) FROM learning_event WHERE session_id = $1 AND kind = 'learning.retrieval_skipped'")
-            .bind(session_id).fetch_one(conn).await)?;
+            .bind(session_id).fetch_one(conn).await
+        })?;
         skip.first_in_session = earlier == 0;
         if skip.first_in_session {
             events::append_in(&mut tx, "learning.retrieval_skipped", &scope,
@@ -769,9 +777,11 @@ async fn apply_feedback_loop_in(
         signals::Strength::Weak => ranking::REINFORCE,
         signals::Strength::Medium => return Ok(()),
     };
-    let previous: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+    let previous: Option<String> = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
             "SELECT experience_ids FROM prompt_receipt WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1")
-        .bind(session_id).fetch_optional(conn).await)?;
+        .bind(session_id).fetch_optional(conn).await
+    })?;
     let ids: Vec<String> = previous
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or_default();
@@ -784,12 +794,14 @@ async fn apply_feedback_loop_in(
 /// Reinforces (delta > 0) or violates (delta < 0) one experience.
 pub async fn adjust_in(tx: &mut Tx, experience_id: &str, delta: f64) -> Result<(), StoreError> {
     let (reinforce, violate) = if delta > 0.0 { (1, 0) } else { (0, 1) };
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "UPDATE experience_record SET feedback_score = CASE WHEN feedback_score + $2 > 1.0 THEN 1.0 \
                  WHEN feedback_score + $2 < -1.0 THEN -1.0 ELSE feedback_score + $2 END, \
                reinforcements = reinforcements + $3, violations = violations + $4 WHERE id = $1")
         .bind(experience_id).bind(delta).bind(reinforce as i64).bind(violate as i64)
-        .execute(conn).await.map(|done| done.rows_affected()))?;
+        .execute(conn).await.map(|done| done.rows_affected())
+    })?;
     Ok(())
 }
 
@@ -807,8 +819,10 @@ type ReceiptRow = (
 /// Replays a receipt: its exact sections, without consulting the index.
 pub async fn receipt(db: &Db, id: &str) -> Result<Option<Receipt>, StoreError> {
     let sql = "SELECT id, session_id, project_id, sections, memory_revisions, experience_ids, retrieval, created_at FROM prompt_receipt WHERE id = $1";
-    let row: Option<ReceiptRow> =
-        crate::on_db!(db, pool => sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?;
+    let row: Option<ReceiptRow> = crate::on_db!(db, |pool| sqlx::query_as(sql)
+        .bind(id)
+        .fetch_optional(pool)
+        .await)?;
     let Some((id, session_id, project_id, sections, revisions, experiences, retrieval, created_at)) =
         row
     else {

@@ -80,7 +80,7 @@ impl SourceSnapshot {
                      start_message_id, end_message_id, start_seq, end_seq, completed_at, \
                      terminal_digest, manifest_digest, input_bound, context_start_seq) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id) DO NOTHING";
-        crate::on_tx!(tx, conn => sqlx::query(sql)
+        crate::on_tx!(tx, |conn| sqlx::query(sql)
             .bind(job_id)
             .bind(&self.project_id)
             .bind(&self.session_id)
@@ -104,7 +104,10 @@ impl SourceSnapshot {
                      end_seq, completed_at, terminal_digest, manifest_digest, input_bound, \
                      context_start_seq \
                    FROM learning_source_snapshot WHERE job_id = $1";
-        Ok(crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(job_id).fetch_optional(conn).await)?)
+        Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+            .bind(job_id)
+            .fetch_optional(conn)
+            .await)?)
     }
 
     /// Rebuilds the manifest from stored rows in `tx` and compares it with the bound one.

@@ -46,7 +46,7 @@ pub struct UsageRecord<'a> {
 pub async fn record_in(tx: &mut Tx, usage: &UsageRecord<'_>, now: i64) -> Result<(), StoreError> {
     let sql = "INSERT INTO provider_usage (id, job_id, project_id, provider, model, automatic, day, input_tokens, output_tokens, at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-    crate::on_tx!(tx, conn => sqlx::query(sql)
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
         .bind(crate::ids::new_id("use"))
         .bind(usage.job_id)
         .bind(usage.project_id)
@@ -115,14 +115,18 @@ const BUDGET_SQL: &str = "SELECT \
 
 /// Today's automatic spend and live reservations, read in one statement.
 pub async fn automatic_budget_in(tx: &mut Tx, day: i64) -> Result<AutomaticBudget, StoreError> {
-    let (spent, reserved): (i64, i64) =
-        crate::on_tx!(tx, conn => sqlx::query_as(BUDGET_SQL).bind(day).fetch_one(conn).await)?;
+    let (spent, reserved): (i64, i64) = crate::on_tx!(tx, |conn| sqlx::query_as(BUDGET_SQL)
+        .bind(day)
+        .fetch_one(conn)
+        .await)?;
     Ok(AutomaticBudget { spent, reserved })
 }
 
 pub async fn automatic_budget(db: &Db, day: i64) -> Result<AutomaticBudget, StoreError> {
-    let (spent, reserved): (i64, i64) =
-        crate::on_db!(db, pool => sqlx::query_as(BUDGET_SQL).bind(day).fetch_one(pool).await)?;
+    let (spent, reserved): (i64, i64) = crate::on_db!(db, |pool| sqlx::query_as(BUDGET_SQL)
+        .bind(day)
+        .fetch_one(pool)
+        .await)?;
     Ok(AutomaticBudget { spent, reserved })
 }
 
@@ -150,17 +154,24 @@ pub async fn reserve_in(
     cap: u64,
     now: i64,
 ) -> Result<Reservation, StoreError> {
-    let held: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(
-            "SELECT attempt FROM provider_token_reservation WHERE job_id = $1 AND attempt = $2")
-        .bind(job_id).bind(attempt).fetch_optional(conn).await)?;
+    let held: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT attempt FROM provider_token_reservation WHERE job_id = $1 AND attempt = $2"
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .fetch_optional(conn)
+    .await)?;
     if held.is_some() {
         return Ok(Reservation::Held);
     }
     if tx.backend() == Backend::Postgres {
         // Taken by every reserver and held to commit: the next reserver's reads start after
         // this claim's reservation is visible.
-        crate::on_tx!(tx, conn => sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(RESERVATION_LOCK).execute(conn).await.map(|done| done.rows_affected()))?;
+        crate::on_tx!(tx, |conn| sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(RESERVATION_LOCK)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
     }
     let day = day_of(now);
     let budget = automatic_budget_in(tx, day).await?;
@@ -175,20 +186,26 @@ pub async fn reserve_in(
             Reservation::Exhausted { budget }
         });
     }
-    crate::on_tx!(tx, conn => sqlx::query(
-            "INSERT INTO provider_token_reservation (job_id, attempt, day, tokens, created_at) \
-             VALUES ($1, $2, $3, $4, $5)")
-        .bind(job_id)
-        .bind(attempt)
-        .bind(day)
-        .bind(i64::try_from(ceiling).unwrap_or(i64::MAX))
-        .bind(now)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "INSERT INTO provider_token_reservation (job_id, attempt, day, tokens, created_at) \
+             VALUES ($1, $2, $3, $4, $5)"
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .bind(day)
+    .bind(i64::try_from(ceiling).unwrap_or(i64::MAX))
+    .bind(now)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
     // Past days' rows can no longer count; dropping them here keeps the table to one day.
-    crate::on_tx!(tx, conn => sqlx::query("DELETE FROM provider_token_reservation WHERE day < $1")
-        .bind(day).execute(conn).await.map(|done| done.rows_affected()))?;
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "DELETE FROM provider_token_reservation WHERE day < $1"
+    )
+    .bind(day)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
     Ok(Reservation::Held)
 }
 
@@ -197,9 +214,14 @@ const RESERVATION_LOCK: i64 = 0x007a_756e_6f63_6170;
 
 /// Releases the reservation of one attempt: its call's actual spend is recorded now.
 pub async fn release_in(tx: &mut Tx, job_id: &str, attempt: i64) -> Result<(), StoreError> {
-    crate::on_tx!(tx, conn => sqlx::query(
-            "UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $1 AND attempt = $2")
-        .bind(job_id).bind(attempt).execute(conn).await.map(|done| done.rows_affected()))?;
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $1 AND attempt = $2"
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
     Ok(())
 }
 
@@ -221,8 +243,12 @@ async fn totals(
         "SELECT CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), COUNT(*) \
          FROM provider_usage WHERE {clause} = $1 AND ($2 IS NULL OR day = $2)"
     );
-    let (input_tokens, output_tokens, requests): (i64, i64, i64) = crate::on_db!(db, pool =>
-        sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(key).bind(day).fetch_one(pool).await)?;
+    let (input_tokens, output_tokens, requests): (i64, i64, i64) =
+        crate::on_db!(db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(key)
+            .bind(day)
+            .fetch_one(pool)
+            .await)?;
     Ok(TokenTotals {
         input_tokens,
         output_tokens,
@@ -248,7 +274,10 @@ pub async fn day_totals(db: &Db, day: i64) -> Result<(TokenTotals, i64), StoreEr
                  CAST(COALESCE(SUM(CASE WHEN automatic THEN input_tokens + output_tokens ELSE 0 END), 0) AS BIGINT) \
                FROM provider_usage WHERE day = $1";
     let (input_tokens, output_tokens, requests, automatic): (i64, i64, i64, i64) =
-        crate::on_db!(db, pool => sqlx::query_as(sql).bind(day).fetch_one(pool).await)?;
+        crate::on_db!(db, |pool| sqlx::query_as(sql)
+            .bind(day)
+            .fetch_one(pool)
+            .await)?;
     Ok((
         TokenTotals {
             input_tokens,
@@ -274,7 +303,7 @@ pub async fn set_health_in(tx: &mut Tx, health: &ProviderHealth) -> Result<(), S
     let sql = "INSERT INTO provider_health (provider, healthy, status, code, detail, updated_at) VALUES ($1, $2, $3, $4, $5, $6) \
                ON CONFLICT (provider) DO UPDATE SET healthy = excluded.healthy, status = excluded.status, \
                  code = excluded.code, detail = excluded.detail, updated_at = excluded.updated_at";
-    crate::on_tx!(tx, conn => sqlx::query(sql)
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
         .bind(&health.provider)
         .bind(health.healthy)
         .bind(health.status)
@@ -332,7 +361,9 @@ pub async fn record_call_in(
 
 pub async fn health(db: &Db) -> Result<Vec<ProviderHealth>, StoreError> {
     let sql = "SELECT provider, healthy, status, code, detail, updated_at FROM provider_health ORDER BY provider";
-    Ok(crate::on_db!(db, pool => sqlx::query_as(sql).fetch_all(pool).await)?)
+    Ok(crate::on_db!(db, |pool| sqlx::query_as(sql)
+        .fetch_all(pool)
+        .await)?)
 }
 
 #[cfg(test)]

@@ -147,11 +147,13 @@ impl Ledger {
             }
             None => {
                 let select = format!("SELECT {JOB_COLUMNS} FROM learning_job {SELECT_EXISTING}");
-                let existing: JobRow = crate::on_db!(self.db, pool => sqlx::query_as(sqlx::AssertSqlSafe(select.as_str()))
-                    .bind(job.identity.kind.as_str())
-                    .bind(&job.identity.key)
-                    .fetch_one(pool)
-                    .await)?;
+                let existing: JobRow = crate::on_db!(self.db, |pool| sqlx::query_as(
+                    sqlx::AssertSqlSafe(select.as_str())
+                )
+                .bind(job.identity.kind.as_str())
+                .bind(&job.identity.key)
+                .fetch_one(pool)
+                .await)?;
                 crate::telemetry::metrics::ledger().admitted(job.identity.kind, "existing");
                 Ok(Admission::Existing(Job::try_from(existing)?))
             }
@@ -183,14 +185,20 @@ impl Ledger {
         let payload = job.payload.to_string();
         let insert = insert_sql(tx.backend());
         let due_now = self.statement_now();
-        let inserted: Option<JobRow> = crate::on_tx!(tx, conn =>
-            bind_new_job!(sqlx::query_as(sqlx::AssertSqlSafe(insert.as_str())), &id, job, &payload, due_now, now)
-                .fetch_optional(conn)
-                .await)?;
+        let inserted: Option<JobRow> = crate::on_tx!(tx, |conn| bind_new_job!(
+            sqlx::query_as(sqlx::AssertSqlSafe(insert.as_str())),
+            &id,
+            job,
+            &payload,
+            due_now,
+            now
+        )
+        .fetch_optional(conn)
+        .await)?;
         let kind = job.identity.kind;
         if let Some(row) = inserted {
             if tx.backend() == Backend::Postgres {
-                crate::on_tx!(tx, conn => sqlx::query("SELECT pg_notify($1, $2)")
+                crate::on_tx!(tx, |conn| sqlx::query("SELECT pg_notify($1, $2)")
                     .bind(crate::runtime::wake::PG_CHANNEL)
                     .bind(kind.as_str())
                     .execute(conn)
@@ -202,11 +210,13 @@ impl Ledger {
             return Ok(Admission::Queued(Job::try_from(row)?));
         }
         let select = format!("SELECT {JOB_COLUMNS} FROM learning_job {SELECT_EXISTING}");
-        let existing: JobRow = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(select.as_str()))
-            .bind(kind.as_str())
-            .bind(&job.identity.key)
-            .fetch_one(conn)
-            .await)?;
+        let existing: JobRow = crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(
+            select.as_str()
+        ))
+        .bind(kind.as_str())
+        .bind(&job.identity.key)
+        .fetch_one(conn)
+        .await)?;
         crate::telemetry::metrics::ledger().admitted(kind, "existing");
         Ok(Admission::Existing(Job::try_from(existing)?))
     }

@@ -263,13 +263,15 @@ impl Ledger {
                          WHERE id = $1 AND state = 'running'",
                         now_sql(tx.backend(), 3)
                     );
-                    crate::on_tx!(&mut tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-                        .bind(&job.id)
-                        .bind(until)
-                        .bind(now)
-                        .execute(conn)
-                        .await
-                        .map(|done| done.rows_affected()))?;
+                    crate::on_tx!(&mut tx, |conn| sqlx::query(sqlx::AssertSqlSafe(
+                        sql.as_str()
+                    ))
+                    .bind(&job.id)
+                    .bind(until)
+                    .bind(now)
+                    .execute(conn)
+                    .await
+                    .map(|done| done.rows_affected()))?;
                     tracing::info!(job.id = %job.id, %reason, until, "job deferred at claim; no attempt spent");
                     batch.deferred += 1;
                 }
@@ -285,13 +287,15 @@ impl Ledger {
                          WHERE id = $1 AND state = 'running'",
                         now_at = now_sql(tx.backend(), 3)
                     );
-                    crate::on_tx!(&mut tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-                        .bind(&job.id)
-                        .bind(&result)
-                        .bind(now)
-                        .execute(conn)
-                        .await
-                        .map(|done| done.rows_affected()))?;
+                    crate::on_tx!(&mut tx, |conn| sqlx::query(sqlx::AssertSqlSafe(
+                        sql.as_str()
+                    ))
+                    .bind(&job.id)
+                    .bind(&result)
+                    .bind(now)
+                    .execute(conn)
+                    .await
+                    .map(|done| done.rows_affected()))?;
                     insert_event(
                         &mut tx,
                         &job.id,
@@ -339,7 +343,7 @@ async fn quarantine_in(
          WHERE id = $1 AND state IN ('queued', 'running')",
         now_at = now_sql(tx.backend(), 3)
     );
-    crate::on_tx!(tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+    crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
         .bind(job_id)
         .bind(truncate_detail(reason))
         .bind(now)
@@ -368,7 +372,7 @@ async fn next_due_in_ms(
          ) AS upcoming",
         now_at = now_sql(tx.backend(), 1)
     );
-    let due: Option<i64> = crate::on_tx!(tx, conn => {
+    let due: Option<i64> = crate::on_tx!(tx, |conn| {
         let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str())).bind(now);
         for kind in request.kinds {
             query = query.bind(kind.as_str());
@@ -428,7 +432,7 @@ async fn claim_rows(
         ),
     };
     let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
-    let rows: Vec<JobRow> = crate::on_tx!(tx, conn => {
+    let rows: Vec<JobRow> = crate::on_tx!(tx, |conn| {
         let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(now)
             .bind(limit)
@@ -464,8 +468,14 @@ async fn rescue_expired(
          ORDER BY lease_expires_at LIMIT $2{lock}",
         now_sql(tx.backend(), 1)
     );
-    let expired: Vec<(String, Option<String>, i64, i64)> = crate::on_tx!(tx, conn =>
-        sqlx::query_as(sqlx::AssertSqlSafe(select.as_str())).bind(now).bind(RESCUE_BATCH).fetch_all(conn).await)?;
+    let expired: Vec<(String, Option<String>, i64, i64)> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(
+            select.as_str()
+        ))
+        .bind(now)
+        .bind(RESCUE_BATCH)
+        .fetch_all(conn)
+        .await)?;
     let mut rescued = Vec::with_capacity(expired.len());
     let update = format!(
         "UPDATE learning_job SET state = $2, last_error = $3, lease_token = NULL, \
@@ -495,7 +505,7 @@ async fn rescue_expired(
                 ),
             )
         };
-        crate::on_tx!(tx, conn => sqlx::query(sqlx::AssertSqlSafe(update.as_str()))
+        crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(update.as_str()))
             .bind(&job_id)
             .bind(state.as_str())
             .bind(&error)

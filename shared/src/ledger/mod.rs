@@ -131,7 +131,7 @@ pub(crate) async fn insert_event(
          VALUES ($1, $2, $3, $4, $5, {})",
         now_sql(tx.backend(), 6)
     );
-    crate::on_tx!(tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+    crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
         .bind(crate::ids::new_id("jev"))
         .bind(job_id)
         .bind(event)
@@ -139,8 +139,8 @@ pub(crate) async fn insert_event(
         .bind(truncate_detail(detail))
         .bind(now)
         .execute(conn)
-.await
-.map(|done| done.rows_affected()))?;
+        .await
+        .map(|done| done.rows_affected()))?;
     Ok(())
 }
 
@@ -149,7 +149,7 @@ pub(crate) async fn insert_event(
 /// becomes claimable now or at a known time: admission, retry scheduling, release and rescue.
 pub(crate) async fn notify_in(tx: &mut Tx, reason: &str) -> Result<(), StoreError> {
     if tx.backend() == Backend::Postgres {
-        crate::on_tx!(tx, conn => sqlx::query("SELECT pg_notify($1, $2)")
+        crate::on_tx!(tx, |conn| sqlx::query("SELECT pg_notify($1, $2)")
             .bind(crate::runtime::wake::PG_CHANNEL)
             .bind(reason)
             .execute(conn)

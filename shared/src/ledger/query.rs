@@ -60,21 +60,23 @@ impl Ledger {
     ) -> Result<Option<Job>, LedgerError> {
         let sql =
             format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE kind = $1 AND identity_key = $2");
-        let row: Option<JobRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(identity.kind.as_str())
-            .bind(&identity.key)
-            .fetch_optional(conn)
-            .await)?;
+        let row: Option<JobRow> =
+            crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(identity.kind.as_str())
+                .bind(&identity.key)
+                .fetch_optional(conn)
+                .await)?;
         Ok(row.map(Job::try_from).transpose()?)
     }
 
     /// A job by id, read inside `tx`.
     pub async fn get_in(&self, tx: &mut crate::db::Tx, job_id: &str) -> Result<Job, LedgerError> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE id = $1");
-        let row: Option<JobRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(job_id)
-            .fetch_optional(conn)
-            .await)?;
+        let row: Option<JobRow> =
+            crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(job_id)
+                .fetch_optional(conn)
+                .await)?;
         match row {
             Some(row) => Ok(Job::try_from(row)?),
             None => Err(LedgerError::NotFound(job_id.to_owned())),
@@ -83,8 +85,12 @@ impl Ledger {
 
     pub async fn get(&self, job_id: &str) -> Result<Job, LedgerError> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM learning_job WHERE id = $1");
-        let row: Option<JobRow> = crate::on_db!(self.db(), pool =>
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(job_id).fetch_optional(pool).await)?;
+        let row: Option<JobRow> = crate::on_db!(self.db(), |pool| sqlx::query_as(
+            sqlx::AssertSqlSafe(sql.as_str())
+        )
+        .bind(job_id)
+        .fetch_optional(pool)
+        .await)?;
         match row {
             Some(row) => Ok(Job::try_from(row)?),
             None => Err(LedgerError::NotFound(job_id.to_owned())),
@@ -129,7 +135,7 @@ impl Ledger {
             "SELECT {JOB_COLUMNS} FROM learning_job{where_clause} ORDER BY id DESC LIMIT ${next}"
         );
         let limit = filter.limit.clamp(1, 1000);
-        let rows: Vec<JobRow> = crate::on_db!(self.db(), pool => {
+        let rows: Vec<JobRow> = crate::on_db!(self.db(), |pool| {
             let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
             if let Some(kind) = filter.kind {
                 query = query.bind(kind.as_str());
@@ -157,7 +163,7 @@ impl Ledger {
     pub async fn counts(&self) -> Result<Vec<QueueCount>, LedgerError> {
         let sql = "SELECT kind, state, COUNT(*) FROM learning_job GROUP BY kind, state ORDER BY kind, state";
         let rows: Vec<(String, String, i64)> =
-            crate::on_db!(self.db(), pool => sqlx::query_as(sql).fetch_all(pool).await)?;
+            crate::on_db!(self.db(), |pool| sqlx::query_as(sql).fetch_all(pool).await)?;
         rows.into_iter()
             .map(|(kind, state, count)| {
                 Ok(QueueCount {
@@ -177,16 +183,20 @@ impl Ledger {
     pub async fn events(&self, job_id: &str) -> Result<Vec<JobEvent>, LedgerError> {
         let sql = "SELECT job_id, event, worker_id, detail, at FROM learning_job_event \
                    WHERE job_id = $1 ORDER BY at, id";
-        let rows: Vec<JobEvent> = crate::on_db!(self.db(), pool =>
-            sqlx::query_as(sql).bind(job_id).fetch_all(pool).await)?;
+        let rows: Vec<JobEvent> = crate::on_db!(self.db(), |pool| sqlx::query_as(sql)
+            .bind(job_id)
+            .fetch_all(pool)
+            .await)?;
         Ok(rows)
     }
 
     /// How many refusals of each event kind were recorded (fenced, lease_expired, …).
     pub async fn event_count(&self, event: &str) -> Result<i64, LedgerError> {
         let sql = "SELECT COUNT(*) FROM learning_job_event WHERE event = $1";
-        let count: i64 = crate::on_db!(self.db(), pool =>
-            sqlx::query_scalar(sql).bind(event).fetch_one(pool).await)?;
+        let count: i64 = crate::on_db!(self.db(), |pool| sqlx::query_scalar(sql)
+            .bind(event)
+            .fetch_one(pool)
+            .await)?;
         Ok(count)
     }
 }

@@ -44,13 +44,15 @@ impl Ledger {
              WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}",
             now_at = now_sql(tx.backend(), 4)
         );
-        let row: Option<JobRow> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(&lease.job_id)
-            .bind(&lease.token)
-            .bind(lease_ms)
-            .bind(now)
-            .fetch_optional(conn)
-            .await)?;
+        let row: Option<JobRow> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(
+            sqlx::AssertSqlSafe(sql.as_str())
+        )
+        .bind(&lease.job_id)
+        .bind(&lease.token)
+        .bind(lease_ms)
+        .bind(now)
+        .fetch_optional(conn)
+        .await)?;
         let Some(row) = row else {
             tx.rollback().await?;
             self.refuse(lease, "heartbeat").await?;
@@ -114,13 +116,15 @@ impl Ledger {
         let now = self.statement_now();
         let mut tx = self.db.begin().await?;
         let sql = proof_sql(tx.backend());
-        let proven = crate::on_tx!(&mut tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(&lease.job_id)
-            .bind(&lease.token)
-            .bind(now)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        let proven = crate::on_tx!(&mut tx, |conn| sqlx::query(sqlx::AssertSqlSafe(
+            sql.as_str()
+        ))
+        .bind(&lease.job_id)
+        .bind(&lease.token)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
         if proven != 1 {
             tx.rollback().await?;
             self.refuse(lease, "write").await?;
@@ -160,14 +164,16 @@ impl Ledger {
              released {MAX_RETURNED_RELEASES} time(s); the attempt counts",
             lease.attempt
         );
-        let row: Option<JobRow> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(&lease.job_id)
-            .bind(&lease.token)
-            .bind(MAX_RETURNED_RELEASES)
-            .bind(&spent)
-            .bind(now)
-            .fetch_optional(conn)
-            .await)?;
+        let row: Option<JobRow> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(
+            sqlx::AssertSqlSafe(sql.as_str())
+        )
+        .bind(&lease.job_id)
+        .bind(&lease.token)
+        .bind(MAX_RETURNED_RELEASES)
+        .bind(&spent)
+        .bind(now)
+        .fetch_optional(conn)
+        .await)?;
         let Some(row) = row else {
             tx.rollback().await?;
             // Another worker took the job over: the release is a stale write like any other.
@@ -219,14 +225,16 @@ impl Ledger {
             now_at = now_sql(tx.backend(), 5)
         );
         let result = skip_result(reason);
-        let revoked: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(session_id)
-            .bind(source_message_id)
-            .bind(keep_job_id)
-            .bind(&result)
-            .bind(now)
-            .fetch_all(conn)
-            .await)?;
+        let revoked: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            sqlx::AssertSqlSafe(sql.as_str())
+        )
+        .bind(session_id)
+        .bind(source_message_id)
+        .bind(keep_job_id)
+        .bind(&result)
+        .bind(now)
+        .fetch_all(conn)
+        .await)?;
         for job_id in &revoked {
             insert_event(tx, job_id, "revoked", None, reason, now).await?;
         }
@@ -290,13 +298,15 @@ impl Settlement<'_> {
             let now = self.ledger.statement_now();
             let mut tx = self.ledger.db.begin().await?;
             let sql = proof_sql(tx.backend());
-            let proven = crate::on_tx!(&mut tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-                .bind(&self.lease.job_id)
-                .bind(&self.lease.token)
-                .bind(now)
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
+            let proven = crate::on_tx!(&mut tx, |conn| sqlx::query(sqlx::AssertSqlSafe(
+                sql.as_str()
+            ))
+            .bind(&self.lease.job_id)
+            .bind(&self.lease.token)
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
             if proven != 1 {
                 tx.rollback().await?;
                 self.ledger.refuse(&self.lease, "settlement").await?;
@@ -423,11 +433,17 @@ impl Settlement<'_> {
                 let db = &self.ledger.db;
                 let _slot = db.write_slot().await;
                 let sql = finish_sql(db.backend());
-                let row: Option<JobRow> = crate::on_db!(db, pool => bind_finish!(
-                        sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
-                        &self.lease, outcome, result.as_deref(), error, retry_delay_ms, now)
-                    .fetch_optional(pool)
-                    .await)?;
+                let row: Option<JobRow> = crate::on_db!(db, |pool| bind_finish!(
+                    sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
+                    &self.lease,
+                    outcome,
+                    result.as_deref(),
+                    error,
+                    retry_delay_ms,
+                    now
+                )
+                .fetch_optional(pool)
+                .await)?;
                 let job = row.map(Job::try_from).transpose()?;
                 if let Some(pool) = db.as_postgres()
                     && job
@@ -539,10 +555,17 @@ async fn finish_returning(
     now: Option<i64>,
 ) -> Result<Option<Job>, LedgerError> {
     let sql = finish_sql(tx.backend());
-    let row: Option<JobRow> = crate::on_tx!(tx, conn => bind_finish!(
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())), lease, outcome, result, error, retry_delay_ms, now)
-        .fetch_optional(conn)
-        .await)?;
+    let row: Option<JobRow> = crate::on_tx!(tx, |conn| bind_finish!(
+        sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
+        lease,
+        outcome,
+        result,
+        error,
+        retry_delay_ms,
+        now
+    )
+    .fetch_optional(conn)
+    .await)?;
     row.map(Job::try_from)
         .transpose()
         .map_err(LedgerError::from)

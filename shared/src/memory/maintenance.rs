@@ -7,8 +7,12 @@ use crate::paths::Paths;
 /// The canonical memory path a project's maintenance jobs are bound to (their claim scope): the
 /// projection path when the project has a worktree, else a stable project key.
 pub async fn memory_scope_in(tx: &mut Tx, project_id: &str) -> Result<String, StoreError> {
-    let worktree: Option<Option<String>> = crate::on_tx!(tx, conn =>
-        sqlx::query_scalar("SELECT worktree FROM project WHERE id = $1").bind(project_id).fetch_optional(conn).await)?;
+    let worktree: Option<Option<String>> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT worktree FROM project WHERE id = $1"
+    )
+    .bind(project_id)
+    .fetch_optional(conn)
+    .await)?;
     Ok(
         match worktree
             .flatten()

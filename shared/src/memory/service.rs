@@ -195,8 +195,13 @@ impl MemoryService {
                 let Some(project_id) = project_id else {
                     return Ok(None);
                 };
-                let worktree: Option<Option<String>> = crate::on_db!(self.db, pool =>
-                    sqlx::query_scalar("SELECT worktree FROM project WHERE id = $1").bind(project_id).fetch_optional(pool).await)?;
+                let worktree: Option<Option<String>> =
+                    crate::on_db!(self.db, |pool| sqlx::query_scalar(
+                        "SELECT worktree FROM project WHERE id = $1"
+                    )
+                    .bind(project_id)
+                    .fetch_optional(pool)
+                    .await)?;
                 Ok(worktree
                     .flatten()
                     .map(PathBuf::from)
@@ -293,7 +298,7 @@ impl MemoryService {
         let sql = "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, old_text, reason, confidence, \
                      origin, state, base_revision, before_entries, after_entries, job_id, created_at, updated_at, consolidation) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $15, $16)";
-        crate::on_tx!(tx, conn => sqlx::query(sql)
+        crate::on_tx!(tx, |conn| sqlx::query(sql)
             .bind(&candidate_id)
             .bind(&document.id)
             .bind(&proposal.project_id)
@@ -314,10 +319,12 @@ impl MemoryService {
             .await
             .map(|done| done.rows_affected()))?;
         for experience_id in &proposal.evidence {
-            crate::on_tx!(tx, conn => sqlx::query(
+            crate::on_tx!(tx, |conn| {
+                sqlx::query(
                     "INSERT INTO memory_candidate_evidence (candidate_id, experience_id, experience_kind) \
                      SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING")
-                .bind(&candidate_id).bind(experience_id).execute(conn).await.map(|done| done.rows_affected()))?;
+                .bind(&candidate_id).bind(experience_id).execute(conn).await.map(|done| done.rows_affected())
+            })?;
         }
         let applied = self.promotes(proposal);
         let mut revision = document.revision;
@@ -396,9 +403,11 @@ impl MemoryService {
         }
         let before = contents(&document.entries);
         for added in after.iter().filter(|e| !before.contains(e)) {
-            let forgotten: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+            let forgotten: Option<i64> = crate::on_tx!(tx, |conn| {
+                sqlx::query_scalar(
                     "SELECT CAST(1 AS BIGINT) FROM memory_forgotten_text WHERE document_id = $1 AND content_digest = $2")
-                .bind(&document.id).bind(sha256(added)).fetch_optional(conn).await)?;
+                .bind(&document.id).bind(sha256(added)).fetch_optional(conn).await
+            })?;
             if forgotten.is_some() {
                 return Err(WriteRefusal::Forgotten.into());
             }
@@ -485,10 +494,12 @@ impl MemoryService {
                 ),
                 None => ("no change: the entry already exists", None),
             };
-            crate::on_tx!(tx, conn => sqlx::query(
+            crate::on_tx!(tx, |conn| {
+                sqlx::query(
                     "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, detail = $3, consolidation = $4, updated_at = $5 WHERE id = $1")
                 .bind(candidate_id).bind(document.revision).bind(detail).bind(consolidation.as_ref().map(consolidation_json)).bind(now)
-                .execute(conn).await.map(|done| done.rows_affected()))?;
+                .execute(conn).await.map(|done| done.rows_affected())
+            })?;
             return Ok(document.revision);
         }
         let revision = self.advance_in(tx, document, now).await?;
@@ -503,28 +514,42 @@ impl MemoryService {
                 let entry = remaining.remove(index);
                 let position = entry.position.max(next);
                 if position != entry.position {
-                    crate::on_tx!(tx, conn => sqlx::query("UPDATE memory_entry SET position = $2 WHERE id = $1")
-                        .bind(&entry.id).bind(position).execute(conn).await.map(|done| done.rows_affected()))?;
+                    crate::on_tx!(tx, |conn| sqlx::query(
+                        "UPDATE memory_entry SET position = $2 WHERE id = $1"
+                    )
+                    .bind(&entry.id)
+                    .bind(position)
+                    .execute(conn)
+                    .await
+                    .map(|done| done.rows_affected()))?;
                 }
                 previous = Some(position);
             } else {
                 let position = next;
                 previous = Some(position);
                 let id = crate::ids::new_id("ment");
-                crate::on_tx!(tx, conn => sqlx::query(
+                crate::on_tx!(tx, |conn| {
+                    sqlx::query(
                         "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
                     .bind(&id).bind(&document.id).bind(content).bind(origin.owner())
                     .bind(origin == Origin::Maintenance && !evidence.is_empty())
                     .bind(position).bind(revision).bind(now)
-                    .execute(conn).await.map(|done| done.rows_affected()))?;
+                    .execute(conn).await.map(|done| done.rows_affected())
+                })?;
                 support_in(tx, &id, evidence).await?;
                 created.insert(content.clone(), id);
             }
         }
         for entry in remaining {
-            crate::on_tx!(tx, conn => sqlx::query("UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1")
-                .bind(&entry.id).bind(revision).execute(conn).await.map(|done| done.rows_affected()))?;
+            crate::on_tx!(tx, |conn| sqlx::query(
+                "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1"
+            )
+            .bind(&entry.id)
+            .bind(revision)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
         }
         let consolidation = match consolidation {
             Some(consolidation) => Some(
@@ -553,9 +578,11 @@ impl MemoryService {
             now,
         )
         .await?;
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, consolidation = $3, updated_at = $4 WHERE id = $1")
-            .bind(candidate_id).bind(revision).bind(&consolidation).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+            .bind(candidate_id).bind(revision).bind(&consolidation).bind(now).execute(conn).await.map(|done| done.rows_affected())
+        })?;
         Ok(revision)
     }
 
@@ -566,12 +593,18 @@ impl MemoryService {
         document: &Document,
         now: i64,
     ) -> Result<i64, MemoryError> {
-        let advanced = crate::on_tx!(tx, conn => sqlx::query(
+        let advanced = crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "UPDATE memory_document SET revision = revision + 1, updated_at = $3 WHERE id = $1 AND revision = $2")
-            .bind(&document.id).bind(document.revision).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+            .bind(&document.id).bind(document.revision).bind(now).execute(conn).await.map(|done| done.rows_affected())
+        })?;
         if advanced != 1 {
-            let current: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar("SELECT revision FROM memory_document WHERE id = $1")
-                .bind(&document.id).fetch_one(conn).await)?;
+            let current: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+                "SELECT revision FROM memory_document WHERE id = $1"
+            )
+            .bind(&document.id)
+            .fetch_one(conn)
+            .await)?;
             return Err(MemoryError::Stale {
                 expected: document.revision,
                 current,
@@ -592,11 +625,13 @@ impl MemoryService {
         candidate_id: Option<&str>,
         now: i64,
     ) -> Result<(), MemoryError> {
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "INSERT INTO memory_revision (document_id, revision, entries, change, candidate_id, at, consolidation) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7)")
             .bind(document_id).bind(revision).bind(json(entries)).bind(change).bind(candidate_id).bind(now).bind(consolidation)
-            .execute(conn).await.map(|done| done.rows_affected()))?;
+            .execute(conn).await.map(|done| done.rows_affected())
+        })?;
         Ok(())
     }
 
@@ -605,9 +640,12 @@ impl MemoryService {
         tx: &mut Tx,
         document_id: &str,
     ) -> Result<Document, MemoryError> {
-        let row: Option<(String, Option<String>, i64)> = crate::on_tx!(tx, conn => sqlx::query_as(
-                "SELECT scope, project_id, revision FROM memory_document WHERE id = $1")
-            .bind(document_id).fetch_optional(conn).await)?;
+        let row: Option<(String, Option<String>, i64)> = crate::on_tx!(tx, |conn| sqlx::query_as(
+            "SELECT scope, project_id, revision FROM memory_document WHERE id = $1"
+        )
+        .bind(document_id)
+        .fetch_optional(conn)
+        .await)?;
         let (scope, project_id, revision) = row.ok_or_else(|| {
             MemoryError::NotFound(format!("memory document `{document_id}` was not found"))
         })?;
@@ -679,9 +717,11 @@ impl MemoryService {
             .document_by_id_in(&mut tx, &candidate.document_id)
             .await?;
         if document.revision != candidate.base_revision {
-            crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1")
+            crate::on_tx!(&mut tx, |conn| {
+                sqlx::query("UPDATE memory_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1")
                 .bind(id).bind(format!("memory moved from revision {} to {} after this candidate was proposed", candidate.base_revision, document.revision))
-                .bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+                .bind(now).execute(conn).await.map(|done| done.rows_affected())
+            })?;
             tx.commit().await?;
             return Err(MemoryError::Conflict(format!(
                 "memory changed since this candidate was reviewed (revision {} → {}); it is now stale",
@@ -701,8 +741,12 @@ impl MemoryService {
             candidate.old_text.as_deref(),
             true,
         )?;
-        let evidence: Vec<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
-                "SELECT experience_id FROM memory_candidate_evidence WHERE candidate_id = $1").bind(id).fetch_all(conn).await)?;
+        let evidence: Vec<String> = crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
+            "SELECT experience_id FROM memory_candidate_evidence WHERE candidate_id = $1"
+        )
+        .bind(id)
+        .fetch_all(conn)
+        .await)?;
         let origin = if candidate.origin == "maintenance" {
             Origin::Maintenance
         } else {
@@ -712,11 +756,19 @@ impl MemoryService {
             .fit_in(&mut tx, &document, after, origin, &evidence)
             .await?;
         if edited_content.is_some() {
-            crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET content = $2, detail = 'edited on approval' WHERE id = $1")
-                .bind(id).bind(&content).execute(conn).await.map(|done| done.rows_affected()))?;
+            crate::on_tx!(&mut tx, |conn| {
+                sqlx::query("UPDATE memory_candidate SET content = $2, detail = 'edited on approval' WHERE id = $1")
+                .bind(id).bind(&content).execute(conn).await.map(|done| done.rows_affected())
+            })?;
         }
-        crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET after_entries = $2 WHERE id = $1")
-            .bind(id).bind(json(&after)).execute(conn).await.map(|done| done.rows_affected()))?;
+        crate::on_tx!(&mut tx, |conn| sqlx::query(
+            "UPDATE memory_candidate SET after_entries = $2 WHERE id = $1"
+        )
+        .bind(id)
+        .bind(json(&after))
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
         let revision = self
             .apply_in(
                 &mut tx,
@@ -747,8 +799,14 @@ impl MemoryService {
         let now = self.now();
         let mut tx = self.db.begin().await?;
         let candidate = self.pending_candidate_in(&mut tx, id).await?;
-        crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET state = 'rejected', updated_at = $2 WHERE id = $1")
-            .bind(id).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+        crate::on_tx!(&mut tx, |conn| sqlx::query(
+            "UPDATE memory_candidate SET state = 'rejected', updated_at = $2 WHERE id = $1"
+        )
+        .bind(id)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
         if let Some(content) = &candidate.content {
             self.remember_forgotten_in(&mut tx, &candidate.document_id, content, "rejected", now)
                 .await?;
@@ -766,9 +824,11 @@ impl MemoryService {
         reason: &str,
         now: i64,
     ) -> Result<(), MemoryError> {
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
-            .bind(document_id).bind(sha256(content)).bind(reason).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+            .bind(document_id).bind(sha256(content)).bind(reason).bind(now).execute(conn).await.map(|done| done.rows_affected())
+        })?;
         Ok(())
     }
 
@@ -808,8 +868,10 @@ impl MemoryService {
             self.remember_forgotten_in(&mut tx, &document.id, removed, "undone", now)
                 .await?;
         }
-        crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET state = 'undone', undone_revision = $2, updated_at = $3 WHERE id = $1")
-            .bind(id).bind(revision).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query("UPDATE memory_candidate SET state = 'undone', undone_revision = $2, updated_at = $3 WHERE id = $1")
+            .bind(id).bind(revision).bind(now).execute(conn).await.map(|done| done.rows_affected())
+        })?;
         let candidate = store::candidate_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
         let projection = Some(self.publish(&document.id).await?);
@@ -837,12 +899,20 @@ impl MemoryService {
         for (position, content) in target.iter().enumerate() {
             if let Some(index) = remaining.iter().position(|e| &e.content == content) {
                 let entry = remaining.remove(index);
-                crate::on_tx!(tx, conn => sqlx::query("UPDATE memory_entry SET position = $2 WHERE id = $1")
-                    .bind(&entry.id).bind(position as i64).execute(conn).await.map(|done| done.rows_affected()))?;
+                crate::on_tx!(tx, |conn| sqlx::query(
+                    "UPDATE memory_entry SET position = $2 WHERE id = $1"
+                )
+                .bind(&entry.id)
+                .bind(position as i64)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
             } else {
-                let previous: Option<(String, String, bool)> = crate::on_tx!(tx, conn => sqlx::query_as(
+                let previous: Option<(String, String, bool)> = crate::on_tx!(tx, |conn| {
+                    sqlx::query_as(
                         "SELECT id, owner, derived FROM memory_entry WHERE document_id = $1 AND content = $2 ORDER BY created_revision DESC LIMIT 1")
-                    .bind(&document.id).bind(content).fetch_optional(conn).await)?;
+                    .bind(&document.id).bind(content).fetch_optional(conn).await
+                })?;
                 // An undo brings a derived entry back as derived, with its evidence, so it is
                 // withheld and consolidated like any derived entry (an undone consolidation
                 // restores the entries it dropped).
@@ -853,24 +923,34 @@ impl MemoryService {
                 let owner =
                     previous.map_or_else(|| String::from("imported"), |(_, owner, _)| owner);
                 let id = crate::ids::new_id("ment");
-                crate::on_tx!(tx, conn => sqlx::query(
+                crate::on_tx!(tx, |conn| {
+                    sqlx::query(
                         "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
                     .bind(&id).bind(&document.id).bind(content)
                     .bind(owner).bind(restored_from.is_some()).bind(position as i64).bind(revision).bind(now)
-                    .execute(conn).await.map(|done| done.rows_affected()))?;
+                    .execute(conn).await.map(|done| done.rows_affected())
+                })?;
                 if let Some(from) = restored_from {
-                    crate::on_tx!(tx, conn => sqlx::query(
+                    crate::on_tx!(tx, |conn| {
+                        sqlx::query(
                             "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
                              SELECT $2, experience_id, experience_kind FROM memory_provenance WHERE entry_id = $1 \
                              ON CONFLICT DO NOTHING")
-                        .bind(&from).bind(&id).execute(conn).await.map(|done| done.rows_affected()))?;
+                        .bind(&from).bind(&id).execute(conn).await.map(|done| done.rows_affected())
+                    })?;
                 }
             }
         }
         for entry in remaining {
-            crate::on_tx!(tx, conn => sqlx::query("UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1")
-                .bind(&entry.id).bind(revision).execute(conn).await.map(|done| done.rows_affected()))?;
+            crate::on_tx!(tx, |conn| sqlx::query(
+                "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1"
+            )
+            .bind(&entry.id)
+            .bind(revision)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
         }
         self.revision_row_in(
             tx,
@@ -934,8 +1014,12 @@ impl MemoryService {
     pub async fn publish(&self, document_id: &str) -> Result<ProjectionReport, MemoryError> {
         let mut tx = self.db.begin_read().await?;
         let document = self.document_by_id_in(&mut tx, document_id).await?;
-        let written: Option<Option<String>> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
-                "SELECT written_digest FROM memory_projection WHERE document_id = $1").bind(document_id).fetch_optional(conn).await)?;
+        let written: Option<Option<String>> = crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
+            "SELECT written_digest FROM memory_projection WHERE document_id = $1"
+        )
+        .bind(document_id)
+        .fetch_optional(conn)
+        .await)?;
         tx.rollback().await?;
         let Some(path) = self
             .projection_path(document.scope, document.project_id.as_deref())
@@ -1006,7 +1090,8 @@ impl MemoryService {
     ) -> Result<(), MemoryError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
-        crate::on_tx!(&mut tx, conn => sqlx::query(
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "INSERT INTO memory_projection (document_id, path, written_digest, written_revision, state, detail, updated_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7) \
                  ON CONFLICT (document_id) DO UPDATE SET path = excluded.path, \
@@ -1014,7 +1099,8 @@ impl MemoryService {
                    written_revision = COALESCE(excluded.written_revision, memory_projection.written_revision), \
                    state = excluded.state, detail = excluded.detail, updated_at = excluded.updated_at")
             .bind(document_id).bind(path.display().to_string()).bind(digest).bind(revision).bind(state).bind(detail).bind(now)
-            .execute(conn).await.map(|done| done.rows_affected()))?;
+            .execute(conn).await.map(|done| done.rows_affected())
+        })?;
         tx.commit().await?;
         Ok(())
     }
@@ -1032,8 +1118,12 @@ impl MemoryService {
         let now = self.now();
         let mut tx = self.db.begin().await?;
         let document = store::document_in(&mut tx, scope, project_id, now).await?;
-        let known: Option<i64> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
-                "SELECT CAST(1 AS BIGINT) FROM memory_projection WHERE document_id = $1").bind(&document.id).fetch_optional(conn).await)?;
+        let known: Option<i64> = crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
+            "SELECT CAST(1 AS BIGINT) FROM memory_projection WHERE document_id = $1"
+        )
+        .bind(&document.id)
+        .fetch_optional(conn)
+        .await)?;
         if known.is_some() || document.revision > 0 {
             tx.commit().await?;
             return Ok(());
@@ -1053,8 +1143,10 @@ impl MemoryService {
         let revision = self
             .restore_in(&mut tx, &document, &file.entries, "adopt", None, now)
             .await?;
-        crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_entry SET owner = 'imported' WHERE document_id = $1 AND created_revision = $2")
-            .bind(&document.id).bind(revision).execute(conn).await.map(|done| done.rows_affected()))?;
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query("UPDATE memory_entry SET owner = 'imported' WHERE document_id = $1 AND created_revision = $2")
+            .bind(&document.id).bind(revision).execute(conn).await.map(|done| done.rows_affected())
+        })?;
         tx.commit().await?;
         self.record_projection(
             &document.id,
@@ -1077,15 +1169,19 @@ impl MemoryService {
         let mut tx = self.db.begin_read().await?;
         let view = store::view_in(&mut tx, scope, project_id).await?;
         let state: Option<(String, Option<String>)> = match &view {
-            Some(_) => crate::on_tx!(&mut tx, conn => sqlx::query_as(
+            Some(_) => crate::on_tx!(&mut tx, |conn| {
+                sqlx::query_as(
                     "SELECT p.state, p.detail FROM memory_projection p JOIN memory_document d ON d.id = p.document_id \
                      WHERE d.scope = $1 AND COALESCE(d.project_id, '') = COALESCE($2, '')")
-                .bind(scope.as_str()).bind(if scope == Scope::Project { project_id } else { None }).fetch_optional(conn).await)?,
+                .bind(scope.as_str()).bind(if scope == Scope::Project { project_id } else { None }).fetch_optional(conn).await
+            })?,
             None => None,
         };
-        let document_id: Option<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+        let document_id: Option<String> = crate::on_tx!(&mut tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT id FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = COALESCE($2, '')")
-            .bind(scope.as_str()).bind(if scope == Scope::Project { project_id } else { None }).fetch_optional(conn).await)?;
+            .bind(scope.as_str()).bind(if scope == Scope::Project { project_id } else { None }).fetch_optional(conn).await
+        })?;
         let accepted = match &document_id {
             Some(id) => contents(&store::entries_in(&mut tx, id).await?),
             None => Vec::new(),
@@ -1152,13 +1248,15 @@ impl MemoryService {
         let mut tx = self.db.begin().await?;
         let document = store::document_in(&mut tx, scope, project_id, now).await?;
         let candidate_id = crate::ids::new_id("mcand");
-        crate::on_tx!(&mut tx, conn => sqlx::query(
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, reason, confidence, origin, state, \
                    base_revision, before_entries, after_entries, created_at, updated_at) \
                  VALUES ($1, $2, $3, $4, 'replace', $5, 'imported from the edited file', 1.0, 'user', 'pending', $6, $7, $8, $9, $9)")
             .bind(&candidate_id).bind(&document.id).bind(project_id).bind(scope.as_str()).bind(&file.content)
             .bind(document.revision).bind(json(&contents(&document.entries))).bind(json(&file.entries)).bind(now)
-            .execute(conn).await.map(|done| done.rows_affected()))?;
+            .execute(conn).await.map(|done| done.rows_affected())
+        })?;
         let revision = self
             .restore_in(
                 &mut tx,
@@ -1169,10 +1267,18 @@ impl MemoryService {
                 now,
             )
             .await?;
-        crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_entry SET owner = 'user' WHERE document_id = $1 AND created_revision = $2")
-            .bind(&document.id).bind(revision).execute(conn).await.map(|done| done.rows_affected()))?;
-        crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET state = 'applied', applied_revision = $2 WHERE id = $1")
-            .bind(&candidate_id).bind(revision).execute(conn).await.map(|done| done.rows_affected()))?;
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query("UPDATE memory_entry SET owner = 'user' WHERE document_id = $1 AND created_revision = $2")
+            .bind(&document.id).bind(revision).execute(conn).await.map(|done| done.rows_affected())
+        })?;
+        crate::on_tx!(&mut tx, |conn| sqlx::query(
+            "UPDATE memory_candidate SET state = 'applied', applied_revision = $2 WHERE id = $1"
+        )
+        .bind(&candidate_id)
+        .bind(revision)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
         let candidate = store::candidate_in(&mut tx, &candidate_id)
             .await?
             .expect("inserted");
@@ -1202,9 +1308,16 @@ impl MemoryService {
     pub async fn reconcile(&self) -> Result<ReconcileReport, MemoryError> {
         let mut report = ReconcileReport::default();
         let now = self.now();
-        let historical: Vec<Candidate> = crate::on_db!(self.db, pool => sqlx::query_as(sqlx::AssertSqlSafe(
-                format!("SELECT {} FROM memory_candidate WHERE state IN ('applying', 'undoing')", store::CANDIDATE_COLUMNS).as_str()))
-            .fetch_all(pool).await)?;
+        let historical: Vec<Candidate> =
+            crate::on_db!(self.db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
+                format!(
+                    "SELECT {} FROM memory_candidate WHERE state IN ('applying', 'undoing')",
+                    store::CANDIDATE_COLUMNS
+                )
+                .as_str()
+            ))
+            .fetch_all(pool)
+            .await)?;
         for candidate in historical {
             let mut tx = self.db.begin().await?;
             let document = self
@@ -1245,18 +1358,36 @@ impl MemoryService {
             } else {
                 (MemoryCandidateState::Uncertain, &mut report.uncertain)
             };
-            crate::on_tx!(&mut tx, conn => sqlx::query("UPDATE memory_candidate SET state = $2, detail = $3, updated_at = $4 WHERE id = $1")
-                .bind(&candidate.id).bind(state.as_str())
-                .bind(format!("reconciled at start-up from `{}`: the document matched {}", candidate.state,
-                    if state == MemoryCandidateState::Uncertain { "neither snapshot; inspect before deciding" } else if bucket_is_done(state, undoing) { "the completed snapshot" } else { "the prior snapshot" }))
-                .bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+            crate::on_tx!(&mut tx, |conn| sqlx::query(
+                "UPDATE memory_candidate SET state = $2, detail = $3, updated_at = $4 WHERE id = $1"
+            )
+            .bind(&candidate.id)
+            .bind(state.as_str())
+            .bind(format!(
+                "reconciled at start-up from `{}`: the document matched {}",
+                candidate.state,
+                if state == MemoryCandidateState::Uncertain {
+                    "neither snapshot; inspect before deciding"
+                } else if bucket_is_done(state, undoing) {
+                    "the completed snapshot"
+                } else {
+                    "the prior snapshot"
+                }
+            ))
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
             tx.commit().await?;
             bucket.push(candidate.id);
         }
-        let documents: Vec<(String, i64, Option<String>, Option<String>)> = crate::on_db!(self.db, pool => sqlx::query_as(
+        let documents: Vec<(String, i64, Option<String>, Option<String>)> =
+            crate::on_db!(self.db, |pool| sqlx::query_as(
                 "SELECT d.id, d.revision, p.path, p.written_digest FROM memory_document d \
-                 LEFT JOIN memory_projection p ON p.document_id = d.id WHERE d.revision > 0")
-            .fetch_all(pool).await)?;
+                 LEFT JOIN memory_projection p ON p.document_id = d.id WHERE d.revision > 0"
+            )
+            .fetch_all(pool)
+            .await)?;
         for (document_id, _, path, written) in documents {
             let Some(path) = path else { continue };
             let target = PathBuf::from(&path);
@@ -1319,11 +1450,13 @@ async fn settle_consolidation_in(
         };
         match &merged.entry_id {
             Some(from) => {
-                crate::on_tx!(tx, conn => sqlx::query(
+                crate::on_tx!(tx, |conn| {
+                    sqlx::query(
                         "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
                          SELECT $2, experience_id, experience_kind FROM memory_provenance WHERE entry_id = $1 \
                          ON CONFLICT DO NOTHING")
-                    .bind(from).bind(&into).execute(conn).await.map(|done| done.rows_affected()))?;
+                    .bind(from).bind(&into).execute(conn).await.map(|done| done.rows_affected())
+                })?;
             }
             None => support_in(tx, &into, new_evidence).await?,
         }
@@ -1354,10 +1487,15 @@ async fn settle_consolidation_in(
 /// Records `evidence` as support of `entry_id`.
 async fn support_in(tx: &mut Tx, entry_id: &str, evidence: &[String]) -> Result<(), MemoryError> {
     for experience_id in evidence {
-        crate::on_tx!(tx, conn => sqlx::query(
-                "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
-                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING")
-            .bind(entry_id).bind(experience_id).execute(conn).await.map(|done| done.rows_affected()))?;
+        crate::on_tx!(tx, |conn| sqlx::query(
+            "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
+                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING"
+        )
+        .bind(entry_id)
+        .bind(experience_id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
     }
     Ok(())
 }
@@ -1378,42 +1516,60 @@ pub async fn retract_unsupported_in(
     experience_id: &str,
     now: i64,
 ) -> Result<Vec<String>, StoreError> {
-    let affected: Vec<(String, String)> = crate::on_tx!(tx, conn => sqlx::query_as(
+    let affected: Vec<(String, String)> = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
             "SELECT m.id, m.document_id FROM memory_entry m JOIN memory_provenance p ON p.entry_id = m.id \
              WHERE p.experience_id = $1 AND m.retracted_revision IS NULL AND m.derived = TRUE AND m.owner = 'automatic'")
-        .bind(experience_id).fetch_all(conn).await)?;
+        .bind(experience_id).fetch_all(conn).await
+    })?;
     let mut documents: Vec<String> = Vec::new();
     for (entry_id, document_id) in affected {
-        let support: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
+        let support: i64 = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT COUNT(*) FROM memory_provenance p JOIN experience_record e ON e.id = p.experience_id \
                  WHERE p.entry_id = $1 AND e.status = 'active'")
-            .bind(&entry_id).fetch_one(conn).await)?;
+            .bind(&entry_id).fetch_one(conn).await
+        })?;
         if support > 0 {
             continue;
         }
-        let revision: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
+        let revision: i64 = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
                 "UPDATE memory_document SET revision = revision + 1, updated_at = $2 WHERE id = $1 RETURNING revision")
-            .bind(&document_id).bind(now).fetch_one(conn).await)?;
-        let content: String = crate::on_tx!(tx, conn => sqlx::query_scalar(
-                "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1 RETURNING content")
-            .bind(&entry_id).bind(revision).fetch_one(conn).await)?;
-        let remaining: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+            .bind(&document_id).bind(now).fetch_one(conn).await
+        })?;
+        let content: String = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1 RETURNING content"
+        )
+        .bind(&entry_id)
+        .bind(revision)
+        .fetch_one(conn)
+        .await)?;
+        let remaining: Vec<String> = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT content FROM memory_entry WHERE document_id = $1 AND retracted_revision IS NULL ORDER BY position, id")
-            .bind(&document_id).fetch_all(conn).await)?;
-        crate::on_tx!(tx, conn => sqlx::query(
+            .bind(&document_id).fetch_all(conn).await
+        })?;
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "INSERT INTO memory_revision (document_id, revision, entries, change, at) VALUES ($1, $2, $3, 'retract', $4)")
-            .bind(&document_id).bind(revision).bind(json(&remaining)).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
-        crate::on_tx!(tx, conn => sqlx::query(
+            .bind(&document_id).bind(revision).bind(json(&remaining)).bind(now).execute(conn).await.map(|done| done.rows_affected())
+        })?;
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, 'forgotten', $3) ON CONFLICT DO NOTHING")
-            .bind(&document_id).bind(sha256(&content)).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+            .bind(&document_id).bind(sha256(&content)).bind(now).execute(conn).await.map(|done| done.rows_affected())
+        })?;
         if !documents.contains(&document_id) {
             documents.push(document_id);
         }
     }
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "UPDATE memory_candidate SET state = 'rejected', detail = 'its evidence was forgotten', updated_at = $2 \
              WHERE state = 'pending' AND id IN (SELECT candidate_id FROM memory_candidate_evidence WHERE experience_id = $1)")
-        .bind(experience_id).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+        .bind(experience_id).bind(now).execute(conn).await.map(|done| done.rows_affected())
+    })?;
     Ok(documents)
 }
 

@@ -88,15 +88,29 @@ pub async fn document_in(
         Scope::Project => project_id,
     };
     let find = "SELECT id, revision FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = COALESCE($2, '')";
-    let found: Option<(String, i64)> = crate::on_tx!(tx, conn => sqlx::query_as(find).bind(scope.as_str()).bind(project_id).fetch_optional(conn).await)?;
+    let found: Option<(String, i64)> = crate::on_tx!(tx, |conn| sqlx::query_as(find)
+        .bind(scope.as_str())
+        .bind(project_id)
+        .fetch_optional(conn)
+        .await)?;
     let (id, revision) = match found {
         Some(found) => found,
         None => {
             let id = crate::ids::new_id("mdoc");
             let sql = "INSERT INTO memory_document (id, scope, project_id, revision, updated_at) VALUES ($1, $2, $3, 0, $4) ON CONFLICT DO NOTHING";
-            crate::on_tx!(tx, conn => sqlx::query(sql).bind(&id).bind(scope.as_str()).bind(project_id).bind(now)
-                .execute(conn).await.map(|done| done.rows_affected()))?;
-            crate::on_tx!(tx, conn => sqlx::query_as(find).bind(scope.as_str()).bind(project_id).fetch_one(conn).await)?
+            crate::on_tx!(tx, |conn| sqlx::query(sql)
+                .bind(&id)
+                .bind(scope.as_str())
+                .bind(project_id)
+                .bind(now)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
+            crate::on_tx!(tx, |conn| sqlx::query_as(find)
+                .bind(scope.as_str())
+                .bind(project_id)
+                .fetch_one(conn)
+                .await)?
         }
     };
     let entries = entries_in(tx, &id).await?;
@@ -112,17 +126,22 @@ pub async fn document_in(
 pub async fn entries_in(tx: &mut Tx, document_id: &str) -> Result<Vec<Entry>, StoreError> {
     let sql = "SELECT id, content, owner, derived, position, created_revision FROM memory_entry \
                WHERE document_id = $1 AND retracted_revision IS NULL ORDER BY position, id";
-    Ok(crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(document_id).fetch_all(conn).await)?)
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(document_id)
+        .fetch_all(conn)
+        .await)?)
 }
 
 /// Entry ids, among `entries`, that are derived and have lost all their support.
 pub async fn unsupported_in(tx: &mut Tx, entries: &[Entry]) -> Result<Vec<String>, StoreError> {
     let mut unsupported = Vec::new();
     for entry in entries.iter().filter(|e| e.derived) {
-        let live: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
+        let live: i64 = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT COUNT(*) FROM memory_provenance p JOIN experience_record e ON e.id = p.experience_id \
                  WHERE p.entry_id = $1 AND e.status = 'active' AND e.source_state = 'current'")
-            .bind(&entry.id).fetch_one(conn).await)?;
+            .bind(&entry.id).fetch_one(conn).await
+        })?;
         if live == 0 {
             unsupported.push(entry.id.clone());
         }
@@ -156,9 +175,11 @@ pub async fn view_in(
         Scope::Global => None,
         Scope::Project => project_id,
     };
-    let found: Option<(String, i64)> = crate::on_tx!(tx, conn => sqlx::query_as(
+    let found: Option<(String, i64)> = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
             "SELECT id, revision FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = COALESCE($2, '')")
-        .bind(scope.as_str()).bind(project_id).fetch_optional(conn).await)?;
+        .bind(scope.as_str()).bind(project_id).fetch_optional(conn).await
+    })?;
     let Some((id, revision)) = found else {
         return Ok(None);
     };
@@ -237,9 +258,12 @@ pub const CANDIDATE_COLUMNS: &str = "id, document_id, project_id, target, action
 
 pub async fn candidate_in(tx: &mut Tx, id: &str) -> Result<Option<Candidate>, StoreError> {
     let sql = format!("SELECT {CANDIDATE_COLUMNS} FROM memory_candidate WHERE id = $1");
-    Ok(
-        crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(id).fetch_optional(conn).await)?,
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(
+        sqlx::AssertSqlSafe(sql.as_str())
     )
+    .bind(id)
+    .fetch_optional(conn)
+    .await)?)
 }
 
 pub async fn candidates(
@@ -252,9 +276,14 @@ pub async fn candidates(
         "SELECT {CANDIDATE_COLUMNS} FROM memory_candidate WHERE ($1 IS NULL OR project_id = $1 OR target = 'global') \
          AND ($2 IS NULL OR state = $2) ORDER BY created_at DESC, id DESC LIMIT $3"
     );
-    Ok(
-        crate::on_db!(db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project_id).bind(state).bind(limit).fetch_all(pool).await)?,
+    Ok(crate::on_db!(db, |pool| sqlx::query_as(
+        sqlx::AssertSqlSafe(sql.as_str())
     )
+    .bind(project_id)
+    .bind(state)
+    .bind(limit)
+    .fetch_all(pool)
+    .await)?)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -288,9 +317,11 @@ pub async fn revisions(
 ) -> Result<Vec<Revision>, StoreError> {
     let sql = "SELECT revision, entries, change, candidate_id, at, consolidation FROM memory_revision \
                WHERE document_id = $1 ORDER BY revision DESC LIMIT $2";
-    Ok(
-        crate::on_db!(db, pool => sqlx::query_as(sql).bind(document_id).bind(limit).fetch_all(pool).await)?,
-    )
+    Ok(crate::on_db!(db, |pool| sqlx::query_as(sql)
+        .bind(document_id)
+        .bind(limit)
+        .fetch_all(pool)
+        .await)?)
 }
 
 /// The worth of a document's current entries that have supporting experiences, by entry id:
@@ -308,8 +339,10 @@ pub async fn entry_values_in(
                JOIN experience_record e ON e.id = p.experience_id \
                WHERE m.document_id = $1 AND m.retracted_revision IS NULL \
                ORDER BY p.entry_id, p.experience_id";
-    let rows: Vec<(String, String, i32, i64, i64)> = crate::on_tx!(tx, conn =>
-        sqlx::query_as(sql).bind(document_id).fetch_all(conn).await)?;
+    let rows: Vec<(String, String, i32, i64, i64)> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(document_id)
+        .fetch_all(conn)
+        .await)?;
     let mut values: HashMap<String, EntryValue> = HashMap::new();
     for (entry_id, experience_id, live, uses, violations) in rows {
         let value = values.entry(entry_id).or_default();
@@ -328,9 +361,13 @@ pub async fn dropped_evidence_in(
     document_id: &str,
     content: &str,
 ) -> Result<Option<Vec<String>>, StoreError> {
-    let evidence: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
-            "SELECT evidence FROM memory_dropped_text WHERE document_id = $1 AND content_digest = $2")
-        .bind(document_id).bind(sha256(content)).fetch_optional(conn).await)?;
+    let evidence: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT evidence FROM memory_dropped_text WHERE document_id = $1 AND content_digest = $2"
+    )
+    .bind(document_id)
+    .bind(sha256(content))
+    .fetch_optional(conn)
+    .await)?;
     Ok(evidence.map(|json| serde_json::from_str(&json).unwrap_or_default()))
 }
 
@@ -353,11 +390,13 @@ pub async fn record_dropped_in(
         }
     }
     let json = serde_json::to_string(&all).unwrap_or_else(|_| String::from("[]"));
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "INSERT INTO memory_dropped_text (document_id, content_digest, evidence, revision, at) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (document_id, content_digest) DO UPDATE SET evidence = excluded.evidence, revision = excluded.revision, at = excluded.at")
         .bind(document_id).bind(sha256(content)).bind(json).bind(revision).bind(now)
-        .execute(conn).await.map(|done| done.rows_affected()))?;
+        .execute(conn).await.map(|done| done.rows_affected())
+    })?;
     Ok(())
 }
 
@@ -383,9 +422,11 @@ pub async fn supported_entries(
             continue;
         };
         for entry in view.entries {
-            let experience_ids: Vec<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+            let experience_ids: Vec<String> = crate::on_tx!(&mut tx, |conn| {
+                sqlx::query_scalar(
                     "SELECT experience_id FROM memory_provenance WHERE entry_id = $1 ORDER BY experience_id")
-                .bind(&entry.id).fetch_all(conn).await)?;
+                .bind(&entry.id).fetch_all(conn).await
+            })?;
             found.push(SupportedEntry {
                 scope,
                 entry,

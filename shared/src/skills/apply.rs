@@ -156,9 +156,11 @@ impl SkillService {
         from_state: SkillCandidateState,
         detail: &str,
     ) -> Result<(), SkillError> {
-        let moved = crate::on_tx!(tx, conn => sqlx::query(
+        let moved = crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "UPDATE skill_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1 AND state = $4")
-            .bind(id).bind(detail).bind(self.now()).bind(from_state.as_str()).execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(id).bind(detail).bind(self.now()).bind(from_state.as_str()).execute(conn).await.map(|d| d.rows_affected())
+        })?;
         if moved != 1 {
             return Err(SkillError::Conflict(format!(
                 "skill candidate `{id}` changed state concurrently; another apply is in progress or done"
@@ -229,7 +231,7 @@ impl SkillService {
                     None => None,
                 };
                 let before: Option<String> = match revoked.as_ref().and_then(|r| r.operation_id.clone()) {
-                    Some(op) => crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+                    Some(op) => crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
                             "SELECT before_content FROM skill_operation WHERE id = $1 AND kind = 'apply'")
                         .bind(op).fetch_optional(conn).await)?.flatten(),
                     None => None,
@@ -248,9 +250,14 @@ impl SkillService {
                         candidate.state
                     )));
                 }
-                let last: Option<(String, Option<String>, Option<String>)> = crate::on_tx!(&mut tx, conn => sqlx::query_as(
+                let last: Option<(String, Option<String>, Option<String>)> = crate::on_tx!(
+                    &mut tx,
+                    |conn| {
+                        sqlx::query_as(
                         "SELECT kind, before_content, after_content FROM skill_operation WHERE id = $1")
-                    .bind(&candidate.operation_id).fetch_optional(conn).await)?;
+                    .bind(&candidate.operation_id).fetch_optional(conn).await
+                    }
+                )?;
                 let (last_kind, before, after) = last.ok_or_else(|| {
                     SkillError::Conflict(String::from("the applied operation is missing"))
                 })?;
@@ -338,22 +345,26 @@ impl SkillService {
             after,
         };
         // Compare-and-set: of concurrent attempts exactly one moves the candidate on.
-        let moved = crate::on_tx!(&mut tx, conn => sqlx::query(
+        let moved = crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "UPDATE skill_candidate SET state = $3, operation_id = $4, updated_at = $5 WHERE id = $1 AND state = $2")
             .bind(id).bind(from_state.as_str()).bind(to_state.as_str()).bind(&operation.id).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected()))?;
+            .execute(conn).await.map(|d| d.rows_affected())
+        })?;
         if moved != 1 {
             return Err(SkillError::Conflict(format!(
                 "skill candidate `{id}` changed state concurrently; another {kind} is in progress or done"
             )));
         }
-        crate::on_tx!(&mut tx, conn => sqlx::query(
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "INSERT INTO skill_operation (id, candidate_id, kind, path, before_content, before_digest, after_content, after_digest, \
                    state, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'prepared', $9)")
             .bind(&operation.id).bind(id).bind(kind).bind(&operation.path)
             .bind(&operation.before).bind(digest(operation.before.as_deref()))
             .bind(&operation.after).bind(digest(operation.after.as_deref())).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected()))?;
+            .execute(conn).await.map(|d| d.rows_affected())
+        })?;
         tx.commit().await?;
         Ok(operation)
     }
@@ -408,28 +419,41 @@ impl SkillService {
         detail: Option<&str>,
         now: i64,
     ) -> Result<(), SkillError> {
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "UPDATE skill_operation SET state = $2, detail = $3, settled_at = $4 WHERE id = $1 AND state = 'prepared'")
-            .bind(&operation.id).bind(op_state).bind(detail).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
-        crate::on_tx!(tx, conn => sqlx::query(
-                "UPDATE skill_candidate SET state = $3, detail = $4, updated_at = $5 \
-                 WHERE id = $1 AND operation_id = $2 AND state IN ('applying', 'undoing')")
-            .bind(&operation.candidate_id).bind(&operation.id).bind(candidate_state.as_str()).bind(detail).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(&operation.id).bind(op_state).bind(detail).bind(now).execute(conn).await.map(|d| d.rows_affected())
+        })?;
+        crate::on_tx!(tx, |conn| sqlx::query(
+            "UPDATE skill_candidate SET state = $3, detail = $4, updated_at = $5 \
+                 WHERE id = $1 AND operation_id = $2 AND state IN ('applying', 'undoing')"
+        )
+        .bind(&operation.candidate_id)
+        .bind(&operation.id)
+        .bind(candidate_state.as_str())
+        .bind(detail)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|d| d.rows_affected()))?;
         // A completed revocation ends the revoked candidate too.
         if candidate_state == SkillCandidateState::Applied {
-            crate::on_tx!(tx, conn => sqlx::query(
+            crate::on_tx!(tx, |conn| {
+                sqlx::query(
                     "UPDATE skill_candidate SET state = 'undone', detail = 'revoked', updated_at = $2 \
                      WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1) AND state = 'applied'")
-                .bind(&operation.candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+                .bind(&operation.candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+            })?;
         }
         // An undone revocation restored the Skill: the revoked candidate is applied again (its
         // own apply operation still describes the file, so it can be undone later).
         if candidate_state == SkillCandidateState::Undone {
-            crate::on_tx!(tx, conn => sqlx::query(
+            crate::on_tx!(tx, |conn| {
+                sqlx::query(
                     "UPDATE skill_candidate SET state = 'applied', detail = 'its revocation was undone', updated_at = $2 \
                      WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1 AND operation = 'revoke') AND state = 'undone'")
-                .bind(&operation.candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+                .bind(&operation.candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+            })?;
         }
         Ok(())
     }
@@ -438,11 +462,13 @@ impl SkillService {
     /// replays an effect, skips a path whose lock a live writer holds.
     pub async fn reconcile_skills(&self) -> Result<SkillReconcileReport, SkillError> {
         let mut report = SkillReconcileReport::default();
-        let rows: Vec<InterruptedRow> = crate::on_db!(self.db, pool => sqlx::query_as(
+        let rows: Vec<InterruptedRow> = crate::on_db!(self.db, |pool| {
+            sqlx::query_as(
                 "SELECT o.id, o.candidate_id, o.kind, o.path, o.before_content, o.after_content, c.project_id \
                  FROM skill_operation o JOIN skill_candidate c ON c.operation_id = o.id \
                  WHERE o.state = 'prepared' AND c.state IN ('applying', 'undoing')")
-            .fetch_all(pool).await)?;
+            .fetch_all(pool).await
+        })?;
         for (op_id, candidate_id, kind, path, before, after, project_id) in rows {
             let mut read = self.db.begin_read().await?;
             let worktree = worktree_in(&mut read, &project_id).await?;
@@ -496,9 +522,13 @@ impl SkillService {
                 report.applied.push(candidate_id);
             } else if observed == before {
                 let state = if kind == "apply" {
-                    let operation_kind: String = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
-                            "SELECT operation FROM skill_candidate WHERE id = $1")
-                        .bind(&candidate_id).fetch_one(conn).await)?;
+                    let operation_kind: String =
+                        crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
+                            "SELECT operation FROM skill_candidate WHERE id = $1"
+                        )
+                        .bind(&candidate_id)
+                        .fetch_one(conn)
+                        .await)?;
                     if operation_kind == "revoke" {
                         SkillCandidateState::Pending
                     } else {

@@ -112,8 +112,11 @@ const CANDIDATE_COLUMNS: &str = "id, project_id, pattern_id, pattern_version, re
 
 pub async fn candidate_in(tx: &mut Tx, id: &str) -> Result<Option<Candidate>, StoreError> {
     let sql = format!("SELECT {CANDIDATE_COLUMNS} FROM skill_candidate WHERE id = $1");
-    let row: Option<CandidateRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(id).fetch_optional(conn).await)?;
+    let row: Option<CandidateRow> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(id)
+            .fetch_optional(conn)
+            .await)?;
     match row {
         Some(row) => Ok(Some(hydrate_in(tx, row).await?)),
         None => Ok(None),
@@ -121,9 +124,11 @@ pub async fn candidate_in(tx: &mut Tx, id: &str) -> Result<Option<Candidate>, St
 }
 
 async fn hydrate_in(tx: &mut Tx, row: CandidateRow) -> Result<Candidate, StoreError> {
-    let evidence: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+    let evidence: Vec<String> = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
             "SELECT experience_id FROM skill_candidate_evidence WHERE candidate_id = $1 ORDER BY experience_id")
-        .bind(&row.id).fetch_all(conn).await)?;
+        .bind(&row.id).fetch_all(conn).await
+    })?;
     Ok(Candidate {
         rules: parse_rules(&row.rules)?,
         evidence,
@@ -156,9 +161,11 @@ pub async fn latest_for_pattern_in(
     tx: &mut Tx,
     pattern_id: &str,
 ) -> Result<Option<Candidate>, StoreError> {
-    let id: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+    let id: Option<String> = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
             "SELECT id FROM skill_candidate WHERE pattern_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1")
-        .bind(pattern_id).fetch_optional(conn).await)?;
+        .bind(pattern_id).fetch_optional(conn).await
+    })?;
     match id {
         Some(id) => candidate_in(tx, &id).await,
         None => Ok(None),
@@ -167,8 +174,12 @@ pub async fn latest_for_pattern_in(
 
 /// The project's absolute worktree, if it has one.
 pub async fn worktree_in(tx: &mut Tx, project_id: &str) -> Result<Option<PathBuf>, StoreError> {
-    let worktree: Option<Option<String>> = crate::on_tx!(tx, conn =>
-        sqlx::query_scalar("SELECT worktree FROM project WHERE id = $1").bind(project_id).fetch_optional(conn).await)?;
+    let worktree: Option<Option<String>> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT worktree FROM project WHERE id = $1"
+    )
+    .bind(project_id)
+    .fetch_optional(conn)
+    .await)?;
     Ok(worktree
         .flatten()
         .map(PathBuf::from)
@@ -336,8 +347,12 @@ pub async fn create_for_pattern_in(
          WHERE v.pattern_id = $1 AND {} ORDER BY v.experience_id",
         super::pattern::ELIGIBLE
     );
-    let evidence: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(&pattern.id).fetch_all(conn).await)?;
+    let evidence: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(sqlx::AssertSqlSafe(
+        sql.as_str()
+    ))
+    .bind(&pattern.id)
+    .fetch_all(conn)
+    .await)?;
     if evidence.is_empty() {
         return Ok(None);
     }
@@ -362,13 +377,16 @@ pub async fn create_for_pattern_in(
     };
     // A new version supersedes earlier unapplied candidates of the same pattern.
     if pattern.scope == "project" {
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "UPDATE skill_candidate SET state = 'stale', detail = 'superseded by a newer pattern version', updated_at = $2 \
                  WHERE pattern_id = $1 AND operation = 'apply' AND state IN ('pending', 'approved')")
-            .bind(&pattern.id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(&pattern.id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+        })?;
     }
     let pattern_version = (pattern.scope == "project").then_some(pattern.version);
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "INSERT INTO skill_candidate (id, project_id, pattern_id, pattern_version, name, operation, source_path, source_kind, \
                source_digest, target_path, writable, companion, content, content_digest, diff, rules, state, evaluation_state, \
                created_at, updated_at) \
@@ -378,12 +396,18 @@ pub async fn create_for_pattern_in(
         .bind(target.source.as_ref().map(|s| s.digest.clone()))
         .bind(target.target_path.display().to_string()).bind(source_kind != "read_only").bind(target.companion)
         .bind(&content).bind(sha(&content)).bind(&diff).bind(serde_json::to_string(&rules).unwrap_or_default())
-        .bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(now).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     for experience_id in &evidence {
-        crate::on_tx!(tx, conn => sqlx::query(
-                "INSERT INTO skill_candidate_evidence (candidate_id, experience_id, experience_kind) \
-                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING")
-            .bind(&id).bind(experience_id).execute(conn).await.map(|d| d.rows_affected()))?;
+        crate::on_tx!(tx, |conn| sqlx::query(
+            "INSERT INTO skill_candidate_evidence (candidate_id, experience_id, experience_kind) \
+                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING"
+        )
+        .bind(&id)
+        .bind(experience_id)
+        .execute(conn)
+        .await
+        .map(|d| d.rows_affected()))?;
     }
     Ok(candidate_in(tx, &id).await?)
 }
@@ -398,10 +422,12 @@ pub async fn orphaned_applied_in(tx: &mut Tx, project_id: &str) -> Result<Vec<St
            AND NOT EXISTS (SELECT 1 FROM skill_candidate r WHERE r.revokes_id = c.id AND r.state NOT IN ('rejected', 'stale'))",
         super::pattern::ELIGIBLE
     );
-    Ok(
-        crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id).fetch_all(conn).await)?,
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        sqlx::AssertSqlSafe(sql.as_str())
     )
+    .bind(project_id)
+    .fetch_all(conn)
+    .await)?)
 }
 
 /// Proposes revoking applied candidates of `project_id` whose evidence disappeared (no eligible
@@ -429,7 +455,8 @@ pub async fn propose_revocations_in(
             None => applied.target_path.clone(),
         };
         let diff = diff::unified(&label, applied.content.as_deref(), None);
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "INSERT INTO skill_candidate (id, project_id, pattern_id, revokes_id, name, operation, source_path, source_kind, \
                    source_digest, target_path, writable, companion, content, content_digest, diff, rules, state, evaluation_state, \
                    detail, created_at, updated_at) \
@@ -438,7 +465,8 @@ pub async fn propose_revocations_in(
             .bind(&id).bind(project_id).bind(&applied.pattern_id).bind(&applied.id).bind(&applied.name)
             .bind(&applied.target_path).bind(&applied.content_digest).bind(applied.companion).bind(&diff)
             .bind(serde_json::to_string(&applied.rules).unwrap_or_default()).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected()))?;
+            .execute(conn).await.map(|d| d.rows_affected())
+        })?;
         created.push(id);
     }
     Ok(created)
@@ -460,9 +488,11 @@ impl SkillService {
         state: Option<&str>,
     ) -> Result<Vec<Candidate>, SkillError> {
         let mut tx = self.db.begin_read().await?;
-        let ids: Vec<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+        let ids: Vec<String> = crate::on_tx!(&mut tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT id FROM skill_candidate WHERE project_id = $1 AND ($2 IS NULL OR state = $2) ORDER BY created_at DESC, id DESC")
-            .bind(project_id).bind(state).fetch_all(conn).await)?;
+            .bind(project_id).bind(state).fetch_all(conn).await
+        })?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(candidate) = candidate_in(&mut tx, &id).await? {
@@ -478,11 +508,13 @@ impl SkillService {
     pub async fn reject(&self, id: &str) -> Result<Candidate, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
-        let updated = crate::on_tx!(&mut tx, conn => sqlx::query(
+        let updated = crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "UPDATE skill_candidate SET state = 'rejected', review_token = NULL, \
                    evaluation_state = CASE WHEN evaluation_state = 'running' THEN 'cancelled' ELSE evaluation_state END, \
                    updated_at = $2 WHERE id = $1 AND state IN ('pending', 'evaluating', 'approved', 'stale')")
-            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+        })?;
         if updated == 0 {
             let candidate = candidate_in(&mut tx, id).await?;
             return Err(match candidate {
@@ -493,10 +525,12 @@ impl SkillService {
                 )),
             });
         }
-        crate::on_tx!(&mut tx, conn => sqlx::query(
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "UPDATE evaluation_run SET state = 'cancelled', diagnostic = 'the candidate was rejected during evaluation', \
                    finished_at = $2 WHERE candidate_id = $1 AND state = 'running'")
-            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+        })?;
         let candidate = candidate_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
         Ok(candidate)

@@ -228,19 +228,23 @@ const RUN_COLUMNS: &str = "id, suite_id, candidate_id, job_id, owner_token, stat
 
 pub async fn run_in(tx: &mut Tx, id: &str) -> Result<Option<Run>, StoreError> {
     let sql = format!("SELECT {RUN_COLUMNS} FROM evaluation_run WHERE id = $1");
-    Ok(
-        crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(id).fetch_optional(conn).await)?,
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(
+        sqlx::AssertSqlSafe(sql.as_str())
     )
+    .bind(id)
+    .fetch_optional(conn)
+    .await)?)
 }
 
 /// ordinal, kind, weight, experience, task, calls (JSON), expected.
 type CaseRow = (i64, String, f64, Option<String>, String, String, String);
 
 pub async fn cases_in(tx: &mut Tx, suite_id: &str) -> Result<Vec<Case>, StoreError> {
-    let rows: Vec<CaseRow> = crate::on_tx!(tx, conn => sqlx::query_as(
+    let rows: Vec<CaseRow> = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
             "SELECT ordinal, kind, weight, experience_id, task, calls, expected FROM evaluation_case WHERE suite_id = $1 ORDER BY ordinal")
-        .bind(suite_id).fetch_all(conn).await)?;
+        .bind(suite_id).fetch_all(conn).await
+    })?;
     rows.into_iter()
         .map(
             |(ordinal, kind, weight, experience_id, task, calls, expected)| {
@@ -274,9 +278,11 @@ async fn case_for_in(
     kind: &str,
     weight: f64,
 ) -> Result<Case, StoreError> {
-    let excerpts: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+    let excerpts: Vec<String> = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
             "SELECT excerpt FROM experience_evidence WHERE experience_id = $1 AND verified = TRUE ORDER BY ordinal")
-        .bind(&experience.id).fetch_all(conn).await)?;
+        .bind(&experience.id).fetch_all(conn).await
+    })?;
     let recorded = if excerpts.is_empty() {
         experience.summary.clone()
     } else {
@@ -336,8 +342,12 @@ impl SkillService {
             "SELECT e.id, e.title, e.summary, e.resolution FROM experience_record e JOIN skill_candidate_evidence v \
              ON v.experience_id = e.id WHERE v.candidate_id = $1 AND {eligible} ORDER BY e.created_at, e.id"
         );
-        let failures: Vec<CaseSource> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(candidate_id).fetch_all(conn).await)?;
+        let failures: Vec<CaseSource> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(
+            sqlx::AssertSqlSafe(sql.as_str())
+        )
+        .bind(candidate_id)
+        .fetch_all(conn)
+        .await)?;
         if failures.is_empty() {
             return Err(SkillError::Conflict(String::from(
                 "the candidate has no live verified evidence left to evaluate",
@@ -348,8 +358,14 @@ impl SkillService {
              AND e.id NOT IN (SELECT experience_id FROM skill_candidate_evidence WHERE candidate_id = $2) \
              ORDER BY e.created_at DESC, e.id DESC LIMIT $3"
         );
-        let protections: Vec<CaseSource> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(&candidate.project_id).bind(candidate_id).bind(MAX_PROTECTION_CASES).fetch_all(conn).await)?;
+        let protections: Vec<CaseSource> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(
+            sqlx::AssertSqlSafe(sql.as_str())
+        )
+        .bind(&candidate.project_id)
+        .bind(candidate_id)
+        .bind(MAX_PROTECTION_CASES)
+        .fetch_all(conn)
+        .await)?;
         let mut cases = Vec::new();
         for source in &failures {
             let ordinal = cases.len() as i64;
@@ -359,30 +375,39 @@ impl SkillService {
             let ordinal = cases.len() as i64;
             cases.push(case_for_in(&mut tx, source, ordinal, "protection", 1.0).await?);
         }
-        let version: i64 = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
-                "SELECT COALESCE(MAX(version), 0) + 1 FROM evaluation_suite WHERE candidate_id = $1")
-            .bind(candidate_id).fetch_one(conn).await)?;
+        let version: i64 = crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
+            "SELECT COALESCE(MAX(version), 0) + 1 FROM evaluation_suite WHERE candidate_id = $1"
+        )
+        .bind(candidate_id)
+        .fetch_one(conn)
+        .await)?;
         let suite_id = crate::ids::new_id("esuite");
         let digest = crate::learning::manifest::sha256(
             &serde_json::to_string(&(&candidate.content_digest, &cases)).unwrap_or_default(),
         );
-        crate::on_tx!(&mut tx, conn => sqlx::query(
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "INSERT INTO evaluation_suite (id, candidate_id, version, digest, created_at) VALUES ($1, $2, $3, $4, $5)")
             .bind(&suite_id).bind(candidate_id).bind(version).bind(&digest).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected()))?;
+            .execute(conn).await.map(|d| d.rows_affected())
+        })?;
         for case in &cases {
-            crate::on_tx!(&mut tx, conn => sqlx::query(
+            crate::on_tx!(&mut tx, |conn| {
+                sqlx::query(
                     "INSERT INTO evaluation_case (suite_id, ordinal, kind, weight, experience_id, task, calls, expected) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
                 .bind(&suite_id).bind(case.ordinal).bind(&case.kind).bind(case.weight).bind(&case.experience_id)
                 .bind(&case.task).bind(serde_json::to_string(&case.calls).unwrap_or_default()).bind(&case.expected)
-                .execute(conn).await.map(|d| d.rows_affected()))?;
+                .execute(conn).await.map(|d| d.rows_affected())
+            })?;
         }
         // Supersede a running review.
-        crate::on_tx!(&mut tx, conn => sqlx::query(
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "UPDATE evaluation_run SET state = 'cancelled', diagnostic = 'superseded by a newer review', finished_at = $2 \
                  WHERE candidate_id = $1 AND state = 'running'")
-            .bind(candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+        })?;
         let run_id = crate::ids::new_id("erun");
         let token = crate::ids::new_lease_token();
         let deadline_at =
@@ -397,15 +422,19 @@ impl SkillService {
                     .with_trace_parent(crate::telemetry::current_traceparent()),
             )
             .await?;
-        crate::on_tx!(&mut tx, conn => sqlx::query(
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "INSERT INTO evaluation_run (id, suite_id, candidate_id, job_id, owner_token, state, deadline_at, started_at) \
                  VALUES ($1, $2, $3, $4, $5, 'running', $6, $7)")
             .bind(&run_id).bind(&suite_id).bind(candidate_id).bind(&admission.job().id).bind(&token)
-            .bind(deadline_at).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
-        crate::on_tx!(&mut tx, conn => sqlx::query(
+            .bind(deadline_at).bind(now).execute(conn).await.map(|d| d.rows_affected())
+        })?;
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "UPDATE skill_candidate SET state = 'evaluating', evaluation_state = 'running', review_token = $2, \
                    detail = NULL, updated_at = $3 WHERE id = $1")
-            .bind(candidate_id).bind(&token).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(candidate_id).bind(&token).bind(now).execute(conn).await.map(|d| d.rows_affected())
+        })?;
         tx.commit().await?;
         Ok(ReviewStarted {
             run_id,
@@ -422,10 +451,12 @@ impl SkillService {
         let sql = format!(
             "SELECT {RUN_COLUMNS} FROM evaluation_run WHERE candidate_id = $1 ORDER BY started_at DESC, id DESC"
         );
-        Ok(
-            crate::on_db!(self.db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(candidate_id).fetch_all(pool).await)?,
+        Ok(crate::on_db!(self.db, |pool| sqlx::query_as(
+            sqlx::AssertSqlSafe(sql.as_str())
         )
+        .bind(candidate_id)
+        .fetch_all(pool)
+        .await)?)
     }
 
     /// Ends a run without a verdict with a terminal diagnostic, fenced by its ownership token.
@@ -449,8 +480,12 @@ impl SkillService {
         let sql = format!(
             "SELECT {RUN_COLUMNS} FROM evaluation_run WHERE state = 'running' AND deadline_at <= $1"
         );
-        let runs: Vec<Run> = crate::on_db!(self.db, pool => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(now).fetch_all(pool).await)?;
+        let runs: Vec<Run> = crate::on_db!(self.db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
+            sql.as_str()
+        ))
+        .bind(now)
+        .fetch_all(pool)
+        .await)?;
         let mut expired = Vec::new();
         for run in runs {
             let diagnostic = format!(
@@ -473,17 +508,26 @@ pub async fn end_run_in(
     diagnostic: &str,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let ended = crate::on_tx!(tx, conn => sqlx::query(
-            "UPDATE evaluation_run SET state = $3, diagnostic = $4, finished_at = $5 \
-             WHERE id = $1 AND owner_token = $2 AND state = 'running'")
-        .bind(&run.id).bind(&run.owner_token).bind(ending.run_state().as_str()).bind(diagnostic).bind(now)
-        .execute(conn).await.map(|d| d.rows_affected()))?;
+    let ended = crate::on_tx!(tx, |conn| sqlx::query(
+        "UPDATE evaluation_run SET state = $3, diagnostic = $4, finished_at = $5 \
+             WHERE id = $1 AND owner_token = $2 AND state = 'running'"
+    )
+    .bind(&run.id)
+    .bind(&run.owner_token)
+    .bind(ending.run_state().as_str())
+    .bind(diagnostic)
+    .bind(now)
+    .execute(conn)
+    .await
+    .map(|d| d.rows_affected()))?;
     if ended == 1 {
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "UPDATE skill_candidate SET state = 'pending', evaluation_state = $3, review_token = NULL, detail = $4, updated_at = $5 \
                  WHERE id = $1 AND review_token = $2 AND state = 'evaluating'")
             .bind(&run.candidate_id).bind(&run.owner_token).bind(ending.evaluation_state().as_str()).bind(diagnostic).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected()))?;
+            .execute(conn).await.map(|d| d.rows_affected())
+        })?;
     }
     Ok(ended == 1)
 }
@@ -520,35 +564,41 @@ pub async fn settle_verdict_in(
             verdict.unfixed, verdict.regressions, verdict.candidate_score, verdict.baseline_score
         )
     };
-    let owned = crate::on_tx!(tx, conn => sqlx::query(
+    let owned = crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "UPDATE evaluation_run SET state = $3, baseline_score = $4, candidate_score = $5, diagnostic = $6, finished_at = $7 \
              WHERE id = $1 AND owner_token = $2 AND state = 'running' \
                AND EXISTS (SELECT 1 FROM skill_candidate c WHERE c.id = evaluation_run.candidate_id \
                            AND c.review_token = $2 AND c.state = 'evaluating')")
         .bind(&run.id).bind(&run.owner_token).bind(state).bind(verdict.baseline_score).bind(verdict.candidate_score)
-        .bind(&diagnostic).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(&diagnostic).bind(now).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     if owned != 1 {
         return Ok(false);
     }
     for attempt in attempts {
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "INSERT INTO evaluation_result (run_id, case_ordinal, variant, answer, trace, score, passed, critical, reason) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
             .bind(&run.id).bind(attempt.case_ordinal).bind(attempt.variant).bind(&attempt.answer)
             .bind(attempt.trace.to_string()).bind(attempt.grade.score.clamp(0.0, 1.0)).bind(attempt.grade.passed)
             .bind(attempt.grade.critical).bind(&attempt.grade.reason)
-            .execute(conn).await.map(|d| d.rows_affected()))?;
+            .execute(conn).await.map(|d| d.rows_affected())
+        })?;
     }
     let (candidate_state, evaluation_state) = if verdict.passed {
         (SkillCandidateState::Approved, EvaluationState::Passed)
     } else {
         (SkillCandidateState::Pending, EvaluationState::Failed)
     };
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "UPDATE skill_candidate SET state = $3, evaluation_state = $4, review_token = NULL, detail = $5, updated_at = $6 \
              WHERE id = $1 AND review_token = $2 AND state = 'evaluating'")
         .bind(&run.candidate_id).bind(&run.owner_token).bind(candidate_state.as_str()).bind(evaluation_state.as_str())
-        .bind(&diagnostic).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(&diagnostic).bind(now).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     Ok(true)
 }
 

@@ -113,15 +113,20 @@ async fn hydrate_in(tx: &mut Tx, row: PatternRow) -> Result<Pattern, StoreError>
 }
 
 pub async fn evidence_ids_in(tx: &mut Tx, pattern_id: &str) -> Result<Vec<String>, StoreError> {
-    Ok(crate::on_tx!(tx, conn => sqlx::query_scalar(
+    Ok(crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
             "SELECT experience_id FROM learning_pattern_evidence WHERE pattern_id = $1 ORDER BY experience_id")
-        .bind(pattern_id).fetch_all(conn).await)?)
+        .bind(pattern_id).fetch_all(conn).await
+    })?)
 }
 
 pub async fn pattern_in(tx: &mut Tx, id: &str) -> Result<Option<Pattern>, StoreError> {
     let sql = format!("SELECT {PATTERN_COLUMNS} FROM learning_pattern WHERE id = $1");
-    let row: Option<PatternRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(id).fetch_optional(conn).await)?;
+    let row: Option<PatternRow> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(id)
+            .fetch_optional(conn)
+            .await)?;
     match row {
         Some(row) => Ok(Some(hydrate_in(tx, row).await?)),
         None => Ok(None),
@@ -137,8 +142,11 @@ pub async fn patterns_in(
         "SELECT {PATTERN_COLUMNS} FROM learning_pattern WHERE COALESCE(project_id, '') = COALESCE($1, '') \
          ORDER BY updated_at DESC, id DESC"
     );
-    let rows: Vec<PatternRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id).fetch_all(conn).await)?;
+    let rows: Vec<PatternRow> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(project_id)
+            .fetch_all(conn)
+            .await)?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         out.push(hydrate_in(tx, row).await?);
@@ -180,9 +188,12 @@ pub fn project_key(project_id: &str) -> String {
 /// the first). `seq` is assigned by the database in commit order per project, so every
 /// experience past the watermark is one no aggregation has read, whatever the hosts' clocks say.
 pub async fn watermark_in(tx: &mut Tx, key: &str) -> Result<i64, StoreError> {
-    let mark: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(
-            "SELECT watermark_seq FROM learning_aggregation WHERE scope_key = $1")
-        .bind(key).fetch_optional(conn).await)?;
+    let mark: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT watermark_seq FROM learning_aggregation WHERE scope_key = $1"
+    )
+    .bind(key)
+    .fetch_optional(conn)
+    .await)?;
     Ok(mark.unwrap_or(0))
 }
 
@@ -198,10 +209,12 @@ pub const GLOBAL_KEY: &str = "global";
 /// that found a job still queued is read by that job. A missing row reads as "no watermark", so
 /// the row it inserts changes nothing else. (SQLite's write transactions are already serial.)
 pub async fn lock_scope_in(tx: &mut Tx, key: &str, now: i64) -> Result<(), StoreError> {
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "INSERT INTO learning_aggregation (scope_key, watermark_seq, updated_at) VALUES ($1, 0, $2) \
              ON CONFLICT (scope_key) DO UPDATE SET updated_at = excluded.updated_at")
-        .bind(key).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(key).bind(now).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     Ok(())
 }
 
@@ -213,12 +226,14 @@ pub async fn advance_watermark_in(
     seq: i64,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "INSERT INTO learning_aggregation (scope_key, watermark_seq, updated_at) VALUES ($1, $2, $3) \
              ON CONFLICT (scope_key) DO UPDATE SET watermark_seq = CASE \
                WHEN excluded.watermark_seq > learning_aggregation.watermark_seq THEN excluded.watermark_seq \
                ELSE learning_aggregation.watermark_seq END, updated_at = excluded.updated_at")
-        .bind(key).bind(seq).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(key).bind(seq).bind(now).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     Ok(())
 }
 
@@ -256,21 +271,35 @@ pub async fn new_inputs_in(
     limit: i64,
 ) -> Result<NewInputs, StoreError> {
     let watermark = watermark_in(tx, &project_key(project_id)).await?;
-    let newest: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(
-            "SELECT MAX(seq) FROM experience_record WHERE project_id = $1")
-        .bind(project_id).fetch_one(conn).await)?;
+    let newest: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT MAX(seq) FROM experience_record WHERE project_id = $1"
+    )
+    .bind(project_id)
+    .fetch_one(conn)
+    .await)?;
     let horizon = newest.unwrap_or(0).max(watermark);
-    let new_records: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
-            "SELECT COUNT(*) FROM experience_record e WHERE e.project_id = $1 AND e.status = 'active' \
-             AND e.seq > $2 AND e.seq <= $3")
-        .bind(project_id).bind(watermark).bind(horizon).fetch_one(conn).await)?;
+    let new_records: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM experience_record e WHERE e.project_id = $1 AND e.status = 'active' \
+             AND e.seq > $2 AND e.seq <= $3"
+    )
+    .bind(project_id)
+    .bind(watermark)
+    .bind(horizon)
+    .fetch_one(conn)
+    .await)?;
     let sql = format!(
         "SELECT e.id, e.seq, e.kind, e.session_id, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
          WHERE e.project_id = $1 AND {ELIGIBLE} AND e.seq > $2 AND e.seq <= $3 \
          ORDER BY e.seq LIMIT $4"
     );
-    let inputs: Vec<Input> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id).bind(watermark).bind(horizon).bind(limit).fetch_all(conn).await)?;
+    let inputs: Vec<Input> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(project_id)
+            .bind(watermark)
+            .bind(horizon)
+            .bind(limit)
+            .fetch_all(conn)
+            .await)?;
     Ok(NewInputs {
         horizon,
         new_records,
@@ -330,20 +359,24 @@ async fn insert_evidence_in(
     experience_id: &str,
     source_pattern_id: Option<&str>,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "INSERT INTO learning_pattern_evidence (pattern_id, experience_id, experience_kind, project_id, session_id, source_pattern_id) \
              SELECT $1, id, kind, project_id, session_id, $3 FROM experience_record WHERE id = $2 AND kind <> 'unresolved_issue' \
              ON CONFLICT DO NOTHING")
-        .bind(pattern_id).bind(experience_id).bind(source_pattern_id).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(pattern_id).bind(experience_id).bind(source_pattern_id).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     Ok(())
 }
 
 /// Recomputes a pattern's evidence digest and independent session/project counts.
 async fn recount_in(tx: &mut Tx, pattern_id: &str) -> Result<(String, i64, i64, i64), StoreError> {
     let ids = evidence_ids_in(tx, pattern_id).await?;
-    let (sessions, projects): (i64, i64) = crate::on_tx!(tx, conn => sqlx::query_as(
+    let (sessions, projects): (i64, i64) = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
             "SELECT COUNT(DISTINCT session_id), COUNT(DISTINCT project_id) FROM learning_pattern_evidence WHERE pattern_id = $1")
-        .bind(pattern_id).fetch_one(conn).await)?;
+        .bind(pattern_id).fetch_one(conn).await
+    })?;
     Ok((evidence_digest(&ids), ids.len() as i64, sessions, projects))
 }
 
@@ -363,19 +396,23 @@ pub async fn create_in(
 ) -> Result<String, StoreError> {
     let id = crate::ids::new_id("pat");
     let digest = evidence_digest(&evidence.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>());
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "INSERT INTO learning_pattern (id, scope, project_id, concept, rules, origin, state, version, evidence_digest, \
                evidence_count, session_count, project_count, job_id, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, 1, 0, 0, $9, $10, $10)")
         .bind(&id).bind(scope).bind(project_id).bind(concept).bind(rules_json(rules)).bind(origin).bind(state.as_str())
-        .bind(&digest).bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(&digest).bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     for (experience_id, source_pattern) in evidence {
         insert_evidence_in(tx, &id, experience_id, source_pattern.as_deref()).await?;
     }
     let (digest, count, sessions, projects) = recount_in(tx, &id).await?;
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "UPDATE learning_pattern SET evidence_digest = $2, evidence_count = $3, session_count = $4, project_count = $5 WHERE id = $1")
-        .bind(&id).bind(digest).bind(count).bind(sessions).bind(projects).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(&id).bind(digest).bind(count).bind(sessions).bind(projects).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     Ok(id)
 }
 
@@ -398,10 +435,12 @@ pub async fn merge_project_group_in(
     }
     if target.is_none() {
         for experience_id in &group.experience_ids {
-            let found: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+            let found: Option<String> = crate::on_tx!(tx, |conn| {
+                sqlx::query_scalar(
                     "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
                      WHERE p.project_id = $1 AND p.scope = 'project' AND v.experience_id = $2 ORDER BY p.updated_at DESC LIMIT 1")
-                .bind(project_id).bind(experience_id).fetch_optional(conn).await)?;
+                .bind(project_id).bind(experience_id).fetch_optional(conn).await
+            })?;
             if let Some(id) = found {
                 target = pattern_in(tx, &id).await?;
                 break;
@@ -451,11 +490,13 @@ pub async fn merge_project_group_in(
         PatternState::Promoted if !rules_changed => (PatternState::Promoted, Merge::Updated),
         PatternState::Open | PatternState::Promoted => (PatternState::Open, Merge::Updated),
     };
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "UPDATE learning_pattern SET rules = $2, state = $3, version = version + 1, evidence_digest = $4, evidence_count = $5, \
                session_count = $6, project_count = $7, job_id = $8, updated_at = $9 WHERE id = $1")
         .bind(&pattern.id).bind(rules_json(&new_rules)).bind(state.as_str()).bind(digest).bind(count).bind(sessions).bind(projects)
-        .bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     Ok((merge, pattern.id))
 }
 
@@ -483,10 +524,12 @@ pub async fn upsert_global_in(
     let rules = union_rules(&[], rules, max_rules);
     let mut existing: Option<Pattern> = None;
     for (experience_id, _) in &evidence {
-        let found: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+        let found: Option<String> = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
                  WHERE p.scope = 'global' AND v.experience_id = $1 ORDER BY p.updated_at DESC LIMIT 1")
-            .bind(experience_id).fetch_optional(conn).await)?;
+            .bind(experience_id).fetch_optional(conn).await
+        })?;
         if let Some(id) = found {
             existing = pattern_in(tx, &id).await?;
             break;
@@ -519,8 +562,13 @@ pub async fn upsert_global_in(
         };
         return Ok((merge, pattern.id));
     }
-    crate::on_tx!(tx, conn => sqlx::query("DELETE FROM learning_pattern_evidence WHERE pattern_id = $1")
-        .bind(&pattern.id).execute(conn).await.map(|d| d.rows_affected()))?;
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "DELETE FROM learning_pattern_evidence WHERE pattern_id = $1"
+    )
+    .bind(&pattern.id)
+    .execute(conn)
+    .await
+    .map(|d| d.rows_affected()))?;
     for (experience_id, source) in &evidence {
         insert_evidence_in(tx, &pattern.id, experience_id, source.as_deref()).await?;
     }
@@ -530,11 +578,13 @@ pub async fn upsert_global_in(
     } else {
         Merge::Updated
     };
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "UPDATE learning_pattern SET concept = $2, rules = $3, state = 'open', version = version + 1, evidence_digest = $4, \
                evidence_count = $5, session_count = $6, project_count = $7, job_id = $8, updated_at = $9 WHERE id = $1")
         .bind(&pattern.id).bind(concept).bind(rules_json(&rules)).bind(digest).bind(count).bind(sessions).bind(projects)
-        .bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+        .bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+    })?;
     Ok((merge, pattern.id))
 }
 
@@ -560,9 +610,11 @@ pub async fn candidate_gate_in(
     {
         return Ok(None);
     }
-    let exists: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+    let exists: Option<String> = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
             "SELECT id FROM skill_candidate WHERE pattern_id = $1 AND pattern_version = $2 AND operation = 'apply'")
-        .bind(&pattern.id).bind(pattern.version).fetch_optional(conn).await)?;
+        .bind(&pattern.id).bind(pattern.version).fetch_optional(conn).await
+    })?;
     if exists.is_some() {
         return Ok(None);
     }
@@ -615,9 +667,11 @@ impl SkillService {
     ) -> Result<Promoted, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
-        let row: Option<ExperienceFacts> = crate::on_tx!(&mut tx, conn => sqlx::query_as(
+        let row: Option<ExperienceFacts> = crate::on_tx!(&mut tx, |conn| {
+            sqlx::query_as(
                 "SELECT project_id, kind, title, summary, resolution, verification, status, source_state FROM experience_record WHERE id = $1")
-            .bind(experience_id).fetch_optional(conn).await)?;
+            .bind(experience_id).fetch_optional(conn).await
+        })?;
         let Some((owner, kind, title, summary, resolution, verification, status, source_state)) =
             row
         else {
@@ -640,10 +694,12 @@ impl SkillService {
                 "experience `{experience_id}` is not verified, live evidence ({verification}, {status}, source {source_state})"
             )));
         }
-        let existing: Option<String> = crate::on_tx!(&mut tx, conn => sqlx::query_scalar(
+        let existing: Option<String> = crate::on_tx!(&mut tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
                  WHERE p.project_id = $1 AND p.origin = 'promote' AND p.evidence_count = 1 AND v.experience_id = $2")
-            .bind(project_id).bind(experience_id).fetch_optional(conn).await)?;
+            .bind(project_id).bind(experience_id).fetch_optional(conn).await
+        })?;
         let pattern_id = match existing {
             Some(id) => id,
             None => {
@@ -704,9 +760,14 @@ impl SkillService {
             candidate::create_for_pattern_in(self, &mut tx, project_id, &pattern, now).await?
         } else {
             if pattern.state != PatternState::Promoted {
-                crate::on_tx!(&mut tx, conn => sqlx::query(
-                        "UPDATE learning_pattern SET state = 'promoted', updated_at = $2 WHERE id = $1")
-                    .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+                crate::on_tx!(&mut tx, |conn| sqlx::query(
+                    "UPDATE learning_pattern SET state = 'promoted', updated_at = $2 WHERE id = $1"
+                )
+                .bind(id)
+                .bind(now)
+                .execute(conn)
+                .await
+                .map(|d| d.rows_affected()))?;
             }
             let created = candidate_gate_in(self, &mut tx, id, true, now).await?;
             match created {
@@ -725,19 +786,23 @@ impl SkillService {
     pub async fn reject_pattern(&self, id: &str) -> Result<Pattern, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
-        let updated = crate::on_tx!(&mut tx, conn => sqlx::query(
+        let updated = crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "UPDATE learning_pattern SET state = 'rejected', rejected_version = version, rejected_digest = evidence_digest, \
                    updated_at = $2 WHERE id = $1")
-            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+        })?;
         if updated == 0 {
             return Err(SkillError::NotFound(format!(
                 "pattern `{id}` was not found"
             )));
         }
-        crate::on_tx!(&mut tx, conn => sqlx::query(
+        crate::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "UPDATE skill_candidate SET state = 'rejected', detail = 'its pattern was rejected', updated_at = $2 \
                  WHERE pattern_id = $1 AND state IN ('pending', 'approved', 'stale')")
-            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected()))?;
+            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+        })?;
         let pattern = pattern_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
         Ok(pattern)

@@ -23,8 +23,13 @@ pub async fn project_evidence_digest_in(
         "SELECT e.id FROM experience_record e WHERE e.project_id = $1 AND {ELIGIBLE} \
          AND e.seq > $2 ORDER BY e.id"
     );
-    let mut ids: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id).bind(watermark).fetch_all(conn).await)?;
+    let mut ids: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(sqlx::AssertSqlSafe(
+        sql.as_str()
+    ))
+    .bind(project_id)
+    .bind(watermark)
+    .fetch_all(conn)
+    .await)?;
     for orphaned in super::candidate::orphaned_applied_in(tx, project_id).await? {
         ids.push(format!("revoke:{orphaned}"));
     }
@@ -33,10 +38,12 @@ pub async fn project_evidence_digest_in(
 
 /// The digest of every promoted project pattern's evidence (the global job identity).
 pub async fn promoted_evidence_digest_in(tx: &mut Tx) -> Result<String, StoreError> {
-    let rows: Vec<(String, String)> = crate::on_tx!(tx, conn => sqlx::query_as(
+    let rows: Vec<(String, String)> = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
             "SELECT p.id, v.experience_id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
              WHERE p.scope = 'project' AND p.state = 'promoted' ORDER BY p.id, v.experience_id")
-        .fetch_all(conn).await)?;
+        .fetch_all(conn).await
+    })?;
     let keys: Vec<String> = rows.into_iter().map(|(p, e)| format!("{p}:{e}")).collect();
     Ok(evidence_digest(&keys))
 }
@@ -63,11 +70,15 @@ pub async fn admit_project_check_in(
         ledger.now_ms(),
         i64::try_from(interval_ms.max(1)).unwrap_or(i64::MAX),
     );
-    let runs: Vec<(String, String, Option<String>)> = crate::on_tx!(tx, conn => sqlx::query_as(
-            "SELECT id, state, input_digest FROM learning_job \
-             WHERE kind = $1 AND project_id = $2 AND bucket_start = $3 ORDER BY id")
-        .bind(JobKind::AggregateProject.as_str()).bind(project_id).bind(bucket)
-        .fetch_all(conn).await)?;
+    let runs: Vec<(String, String, Option<String>)> = crate::on_tx!(tx, |conn| sqlx::query_as(
+        "SELECT id, state, input_digest FROM learning_job \
+             WHERE kind = $1 AND project_id = $2 AND bucket_start = $3 ORDER BY id"
+    )
+    .bind(JobKind::AggregateProject.as_str())
+    .bind(project_id)
+    .bind(bucket)
+    .fetch_all(conn)
+    .await)?;
     let queued = runs
         .iter()
         .find(|(_, state, _)| state.as_str() == JobState::Queued.as_str());
@@ -113,8 +124,11 @@ impl SkillService {
     /// The periodic (and restart) check: admits a project check for every project and the global
     /// check, for the current buckets. Idempotent per bucket and evidence identity.
     pub async fn admit_checks(&self) -> Result<Vec<Admission>, SkillError> {
-        let projects: Vec<String> = crate::on_db!(self.db, pool => sqlx::query_scalar(
-                "SELECT id FROM project ORDER BY id").fetch_all(pool).await)?;
+        let projects: Vec<String> = crate::on_db!(self.db, |pool| sqlx::query_scalar(
+            "SELECT id FROM project ORDER BY id"
+        )
+        .fetch_all(pool)
+        .await)?;
         let mut tx = self.db.begin().await?;
         let mut admissions = Vec::new();
         for project in projects {

@@ -176,15 +176,19 @@ impl TranscriptStore {
         }
         let mut tx = self.db.begin().await?;
         if tx.backend() == Backend::Postgres {
-            crate::on_tx!(&mut tx, conn => sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(WORKTREE_CLAIM_LOCK)
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
+            crate::on_tx!(&mut tx, |conn| sqlx::query(
+                "SELECT pg_advisory_xact_lock($1)"
+            )
+            .bind(WORKTREE_CLAIM_LOCK)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
         }
         let sql = "SELECT id, name, worktree, created_at FROM project WHERE id = $1";
-        let existing: Option<Project> = crate::on_tx!(&mut tx, conn =>
-            sqlx::query_as(sql).bind(&new.id).fetch_optional(conn).await)?;
+        let existing: Option<Project> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(sql)
+            .bind(&new.id)
+            .fetch_optional(conn)
+            .await)?;
         if let Some(project) = existing {
             tx.rollback().await?;
             if project.name != new.name || project.worktree != new.worktree {
@@ -196,10 +200,11 @@ impl TranscriptStore {
             return Ok((project, false));
         }
         if let Some(worktree) = &new.worktree {
-            let claimed: Vec<(String, String)> = crate::on_tx!(&mut tx, conn => sqlx::query_as(
-                    "SELECT id, worktree FROM project WHERE worktree IS NOT NULL ORDER BY id")
-                .fetch_all(conn)
-                .await)?;
+            let claimed: Vec<(String, String)> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(
+                "SELECT id, worktree FROM project WHERE worktree IS NOT NULL ORDER BY id"
+            )
+            .fetch_all(conn)
+            .await)?;
             let wanted = std::path::Path::new(worktree);
             if let Some((project, _)) = claimed.iter().find(|(_, other)| {
                 let other = std::path::Path::new(other);
@@ -213,7 +218,7 @@ impl TranscriptStore {
         }
         let now = self.clock.now_ms();
         let insert = "INSERT INTO project (id, name, worktree, created_at) VALUES ($1, $2, $3, $4)";
-        crate::on_tx!(&mut tx, conn => sqlx::query(insert)
+        crate::on_tx!(&mut tx, |conn| sqlx::query(insert)
             .bind(&new.id)
             .bind(&new.name)
             .bind(&new.worktree)
@@ -235,14 +240,18 @@ impl TranscriptStore {
 
     pub async fn project(&self, id: &str) -> Result<Project, TranscriptError> {
         let sql = "SELECT id, name, worktree, created_at FROM project WHERE id = $1";
-        let project: Option<Project> = crate::on_db!(self.db, pool =>
-            sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?;
+        let project: Option<Project> = crate::on_db!(self.db, |pool| sqlx::query_as(sql)
+            .bind(id)
+            .fetch_optional(pool)
+            .await)?;
         project.ok_or_else(|| not_found("project", id))
     }
 
     pub async fn projects(&self) -> Result<Vec<Project>, TranscriptError> {
         let sql = "SELECT id, name, worktree, created_at FROM project ORDER BY id";
-        Ok(crate::on_db!(self.db, pool => sqlx::query_as(sql).fetch_all(pool).await)?)
+        Ok(crate::on_db!(self.db, |pool| sqlx::query_as(sql)
+            .fetch_all(pool)
+            .await)?)
     }
 
     /// Creates a session inside the caller's transaction (so policy rows and child jobs can
@@ -259,20 +268,22 @@ impl TranscriptStore {
             }
             None => crate::ids::new_id("ses"),
         };
-        let project_exists: Option<i64> = crate::on_tx!(tx, conn =>
-            sqlx::query_scalar("SELECT CAST(1 AS BIGINT) FROM project WHERE id = $1")
-                .bind(&new.project_id)
-                .fetch_optional(conn)
-                .await)?;
+        let project_exists: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            "SELECT CAST(1 AS BIGINT) FROM project WHERE id = $1"
+        )
+        .bind(&new.project_id)
+        .fetch_optional(conn)
+        .await)?;
         if project_exists.is_none() {
             return Err(not_found("project", &new.project_id));
         }
         if let Some(parent) = &new.parent_id {
-            let parent_project: Option<String> = crate::on_tx!(tx, conn =>
-                sqlx::query_scalar("SELECT project_id FROM session WHERE id = $1")
-                    .bind(parent)
-                    .fetch_optional(conn)
-                    .await)?;
+            let parent_project: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+                "SELECT project_id FROM session WHERE id = $1"
+            )
+            .bind(parent)
+            .fetch_optional(conn)
+            .await)?;
             // A parent in another project is reported exactly like a missing one: the answer
             // must not tell a caller scoped to this project that the other session exists.
             if parent_project.as_deref() != Some(new.project_id.as_str()) {
@@ -282,7 +293,7 @@ impl TranscriptStore {
         let now = self.clock.now_ms();
         let sql = "INSERT INTO session (id, project_id, parent_id, title, model, external_ref, created_at) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
-        let inserted = crate::on_tx!(tx, conn => sqlx::query(sql)
+        let inserted = crate::on_tx!(tx, |conn| sqlx::query(sql)
             .bind(&id)
             .bind(&new.project_id)
             .bind(&new.parent_id)
@@ -312,8 +323,10 @@ impl TranscriptStore {
     pub async fn session(&self, id: &str) -> Result<Session, TranscriptError> {
         let sql = "SELECT id, project_id, parent_id, title, model, external_ref, created_at \
                    FROM session WHERE id = $1";
-        let session: Option<Session> = crate::on_db!(self.db, pool =>
-            sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?;
+        let session: Option<Session> = crate::on_db!(self.db, |pool| sqlx::query_as(sql)
+            .bind(id)
+            .fetch_optional(pool)
+            .await)?;
         session.ok_or_else(|| not_found("session", id))
     }
 
@@ -325,8 +338,11 @@ impl TranscriptStore {
     ) -> Result<Option<Session>, TranscriptError> {
         let sql = "SELECT id, project_id, parent_id, title, model, external_ref, created_at \
                    FROM session WHERE project_id = $1 AND external_ref = $2";
-        Ok(crate::on_db!(self.db, pool =>
-            sqlx::query_as(sql).bind(project_id).bind(external_ref).fetch_optional(pool).await)?)
+        Ok(crate::on_db!(self.db, |pool| sqlx::query_as(sql)
+            .bind(project_id)
+            .bind(external_ref)
+            .fetch_optional(pool)
+            .await)?)
     }
 
     /// Appends a message at the end of its session, inside the caller's transaction.
@@ -349,16 +365,19 @@ impl TranscriptStore {
             Backend::Postgres => "SELECT id FROM session WHERE id = $1 FOR UPDATE",
             Backend::Sqlite => "SELECT id FROM session WHERE id = $1",
         };
-        let exists: Option<String> = crate::on_tx!(tx, conn =>
-            sqlx::query_scalar(lock).bind(session_id).fetch_optional(conn).await)?;
+        let exists: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(lock)
+            .bind(session_id)
+            .fetch_optional(conn)
+            .await)?;
         if exists.is_none() {
             return Err(not_found("session", session_id));
         }
-        let seq: i64 = crate::on_tx!(tx, conn => sqlx::query_scalar(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM message WHERE session_id = $1")
-            .bind(session_id)
-            .fetch_one(conn)
-            .await)?;
+        let seq: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM message WHERE session_id = $1"
+        )
+        .bind(session_id)
+        .fetch_one(conn)
+        .await)?;
         let status = new.status.unwrap_or(match new.role {
             Role::Assistant => MessageStatus::InProgress,
             Role::User | Role::System => MessageStatus::Completed,
@@ -373,7 +392,7 @@ impl TranscriptStore {
         let completed_at = status.ends_turn().then_some(now);
         let sql = "INSERT INTO message (id, session_id, seq, role, status, revision, created_at, completed_at) \
                    VALUES ($1, $2, $3, $4, $5, 1, $6, $7) ON CONFLICT DO NOTHING";
-        let inserted = crate::on_tx!(tx, conn => sqlx::query(sql)
+        let inserted = crate::on_tx!(tx, |conn| sqlx::query(sql)
             .bind(&id)
             .bind(session_id)
             .bind(seq)
@@ -412,20 +431,23 @@ impl TranscriptStore {
         parts: &[Part],
     ) -> Result<Message, TranscriptError> {
         validate_parts(parts)?;
-        let bumped = crate::on_tx!(tx, conn => sqlx::query(
-                "UPDATE message SET revision = revision + 1 WHERE id = $1")
-            .bind(message_id)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        let bumped = crate::on_tx!(tx, |conn| sqlx::query(
+            "UPDATE message SET revision = revision + 1 WHERE id = $1"
+        )
+        .bind(message_id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
         if bumped == 0 {
             return Err(not_found("message", message_id));
         }
-        crate::on_tx!(tx, conn => sqlx::query("DELETE FROM message_part WHERE message_id = $1")
-            .bind(message_id)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        crate::on_tx!(tx, |conn| sqlx::query(
+            "DELETE FROM message_part WHERE message_id = $1"
+        )
+        .bind(message_id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
         insert_parts(tx, message_id, parts).await?;
         self.message_in(tx, message_id).await
     }
@@ -451,14 +473,15 @@ impl TranscriptStore {
         let completed_at = status.ends_turn().then_some(now);
         // The status is part of every snapshot digest, so changing it invalidates snapshots
         // without a revision bump; the revision counts content edits.
-        crate::on_tx!(tx, conn => sqlx::query(
-                "UPDATE message SET status = $2, completed_at = $3 WHERE id = $1")
-            .bind(message_id)
-            .bind(status.as_str())
-            .bind(completed_at)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        crate::on_tx!(tx, |conn| sqlx::query(
+            "UPDATE message SET status = $2, completed_at = $3 WHERE id = $1"
+        )
+        .bind(message_id)
+        .bind(status.as_str())
+        .bind(completed_at)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
         self.message_in(tx, message_id).await
     }
 
@@ -468,14 +491,21 @@ impl TranscriptStore {
         message_id: &str,
     ) -> Result<Message, TranscriptError> {
         let sql = format!("SELECT {MESSAGE_COLUMNS} FROM message WHERE id = $1");
-        let row: Option<MessageRow> = crate::on_tx!(tx, conn =>
-            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(message_id).fetch_optional(conn).await)?;
+        let row: Option<MessageRow> =
+            crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(message_id)
+                .fetch_optional(conn)
+                .await)?;
         let row = row.ok_or_else(|| not_found("message", message_id))?;
         let parts_sql = format!(
             "SELECT {PART_COLUMNS} FROM message_part WHERE message_id = $1 ORDER BY ordinal"
         );
-        let parts: Vec<PartRow> = crate::on_tx!(tx, conn =>
-            sqlx::query_as(sqlx::AssertSqlSafe(parts_sql.as_str())).bind(message_id).fetch_all(conn).await)?;
+        let parts: Vec<PartRow> = crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(
+            parts_sql.as_str()
+        ))
+        .bind(message_id)
+        .fetch_all(conn)
+        .await)?;
         let mut messages = assemble(vec![row], parts)?;
         Ok(messages.remove(0))
     }
@@ -498,12 +528,13 @@ impl TranscriptStore {
         let sql = format!(
             "SELECT {MESSAGE_COLUMNS} FROM message WHERE session_id = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq"
         );
-        let rows: Vec<MessageRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(session_id)
-            .bind(from_seq)
-            .bind(to_seq)
-            .fetch_all(conn)
-            .await)?;
+        let rows: Vec<MessageRow> =
+            crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(session_id)
+                .bind(from_seq)
+                .bind(to_seq)
+                .fetch_all(conn)
+                .await)?;
         let parts_sql = String::from(
             "SELECT p.message_id, p.ordinal, p.kind, p.text, p.tool_name, p.tool_call_id, \
                p.tool_arguments, p.tool_result, p.tool_status, p.artifact_name, p.artifact_uri, \
@@ -511,12 +542,14 @@ impl TranscriptStore {
              FROM message_part p JOIN message m ON m.id = p.message_id \
              WHERE m.session_id = $1 AND m.seq BETWEEN $2 AND $3 ORDER BY m.seq, p.ordinal",
         );
-        let parts: Vec<PartRow> = crate::on_tx!(tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(parts_sql.as_str()))
-            .bind(session_id)
-            .bind(from_seq)
-            .bind(to_seq)
-            .fetch_all(conn)
-            .await)?;
+        let parts: Vec<PartRow> = crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(
+            parts_sql.as_str()
+        ))
+        .bind(session_id)
+        .bind(from_seq)
+        .bind(to_seq)
+        .fetch_all(conn)
+        .await)?;
         assemble(rows, parts)
     }
 
@@ -528,7 +561,7 @@ impl TranscriptStore {
     ) -> Result<i64, TranscriptError> {
         let sql = "SELECT COALESCE(MAX(seq), 0) FROM message \
                    WHERE session_id = $1 AND seq < $2 AND role = 'assistant' AND status <> 'in_progress'";
-        Ok(crate::on_tx!(tx, conn => sqlx::query_scalar(sql)
+        Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(sql)
             .bind(session_id)
             .bind(seq)
             .fetch_one(conn)
@@ -561,12 +594,14 @@ impl TranscriptStore {
             bytes("p.tool_result"),
             bytes("p.artifact_uri"),
         );
-        let sizes: Vec<(i64, i64)> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sqlx::AssertSqlSafe(sizes_sql.as_str()))
-            .bind(session_id)
-            .bind(first)
-            .bind(last)
-            .fetch_all(conn)
-            .await)?;
+        let sizes: Vec<(i64, i64)> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(
+            sqlx::AssertSqlSafe(sizes_sql.as_str())
+        )
+        .bind(session_id)
+        .bind(first)
+        .bind(last)
+        .fetch_all(conn)
+        .await)?;
         let mut total = 0i64;
         for (index, (seq, bytes)) in sizes.iter().enumerate() {
             total = total.saturating_add(*bytes);
@@ -650,7 +685,7 @@ async fn insert_parts(
             }
             Part::Error { text } => row.text = Some(text.clone()),
         }
-        crate::on_tx!(tx, conn => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+        crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(message_id)
             .bind(ordinal)
             .bind(part.kind())

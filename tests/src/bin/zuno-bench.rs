@@ -100,8 +100,14 @@ fn job(prefix: &str, i: usize) -> NewJob {
 }
 
 async fn reset(db: &Db) -> anyhow::Result<()> {
-    zuno_shared::on_db!(db, pool => sqlx::query("DELETE FROM learning_job_event").execute(pool).await.map(|d| d.rows_affected()))?;
-    zuno_shared::on_db!(db, pool => sqlx::query("DELETE FROM learning_job").execute(pool).await.map(|d| d.rows_affected()))?;
+    zuno_shared::on_db!(db, |pool| sqlx::query("DELETE FROM learning_job_event")
+        .execute(pool)
+        .await
+        .map(|d| d.rows_affected()))?;
+    zuno_shared::on_db!(db, |pool| sqlx::query("DELETE FROM learning_job")
+        .execute(pool)
+        .await
+        .map(|d| d.rows_affected()))?;
     Ok(())
 }
 
@@ -109,7 +115,7 @@ async fn raw_insert(db: &Db, i: usize, prefix: &str) -> anyhow::Result<()> {
     let sql = "INSERT INTO learning_job (id, kind, identity_key, origin, priority, state, run_at, created_at, updated_at) \
                VALUES ($1, 'maintain', $2, 'explicit', 150, 'queued', $3, $3, $3) ON CONFLICT (kind, identity_key) DO NOTHING";
     let now = zuno_shared::clock::now_ms();
-    zuno_shared::on_db!(db, pool => sqlx::query(sql)
+    zuno_shared::on_db!(db, |pool| sqlx::query(sql)
         .bind(zuno_shared::ids::new_id("job"))
         .bind(format!("{prefix}-{i}"))
         .bind(now)
@@ -298,23 +304,33 @@ async fn raw_worker(db: &Db, per_wake: usize) -> anyhow::Result<()> {
                     WHERE id = $1 AND lease_token = $2 AND state = 'running'";
     loop {
         let now = zuno_shared::clock::now_ms();
-        let claimed: Vec<(String, String)> = zuno_shared::on_db!(db, pool =>
-            sqlx::query_as(claim).bind(now).bind(per_wake as i64).fetch_all(pool).await)?;
+        let claimed: Vec<(String, String)> = zuno_shared::on_db!(db, |pool| sqlx::query_as(claim)
+            .bind(now)
+            .bind(per_wake as i64)
+            .fetch_all(pool)
+            .await)?;
         if claimed.is_empty() {
             return Ok(());
         }
         for (id, token) in claimed {
-            let done = zuno_shared::on_db!(db, pool => sqlx::query(complete)
-                .bind(&id).bind(&token).bind(zuno_shared::clock::now_ms())
-                .execute(pool).await.map(|d| d.rows_affected()))?;
+            let done = zuno_shared::on_db!(db, |pool| sqlx::query(complete)
+                .bind(&id)
+                .bind(&token)
+                .bind(zuno_shared::clock::now_ms())
+                .execute(pool)
+                .await
+                .map(|d| d.rows_affected()))?;
             anyhow::ensure!(done == 1, "baseline lost job {id}");
         }
     }
 }
 
 async fn verify_all_completed(db: &Db, jobs: usize) -> anyhow::Result<()> {
-    let done: i64 = zuno_shared::on_db!(db, pool => sqlx::query_scalar(
-        "SELECT COUNT(*) FROM learning_job WHERE state = 'completed'").fetch_one(pool).await)?;
+    let done: i64 = zuno_shared::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM learning_job WHERE state = 'completed'"
+    )
+    .fetch_one(pool)
+    .await)?;
     anyhow::ensure!(done == jobs as i64, "only {done} of {jobs} jobs completed");
     Ok(())
 }

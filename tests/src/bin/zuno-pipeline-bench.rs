@@ -359,8 +359,11 @@ impl PipelineBench {
             workers: workers.iter().filter_map(Child::id).collect(),
         });
         verify_completed(&db, "extract", self.jobs).await?;
-        let experiences: i64 = zuno_shared::on_db!(&db, pool => sqlx::query_scalar(
-            "SELECT COUNT(*) FROM experience_record").fetch_one(pool).await)?;
+        let experiences: i64 = zuno_shared::on_db!(&db, |pool| sqlx::query_scalar(
+            "SELECT COUNT(*) FROM experience_record"
+        )
+        .fetch_one(pool)
+        .await)?;
         anyhow::ensure!(
             experiences as usize == self.jobs,
             "{experiences} experiences stored for {} jobs",
@@ -678,10 +681,13 @@ async fn post(
 async fn wait_settled(db: &Db, kind: &str, jobs: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let settled: i64 = zuno_shared::on_db!(db, pool => sqlx::query_scalar(
+        let settled: i64 = zuno_shared::on_db!(db, |pool| sqlx::query_scalar(
             "SELECT COUNT(*) FROM learning_job WHERE kind = $1 \
-             AND state IN ('completed', 'failed', 'skipped', 'uncertain')")
-            .bind(kind).fetch_one(pool).await)?;
+             AND state IN ('completed', 'failed', 'skipped', 'uncertain')"
+        )
+        .bind(kind)
+        .fetch_one(pool)
+        .await)?;
         if settled as usize >= jobs {
             return Ok(());
         }
@@ -694,9 +700,12 @@ async fn wait_settled(db: &Db, kind: &str, jobs: usize) -> anyhow::Result<()> {
 }
 
 async fn verify_completed(db: &Db, kind: &str, jobs: usize) -> anyhow::Result<()> {
-    let states: Vec<(String, i64)> = zuno_shared::on_db!(db, pool => sqlx::query_as(
-        "SELECT state, COUNT(*) FROM learning_job WHERE kind = $1 GROUP BY state")
-        .bind(kind).fetch_all(pool).await)?;
+    let states: Vec<(String, i64)> = zuno_shared::on_db!(db, |pool| sqlx::query_as(
+        "SELECT state, COUNT(*) FROM learning_job WHERE kind = $1 GROUP BY state"
+    )
+    .bind(kind)
+    .fetch_all(pool)
+    .await)?;
     anyhow::ensure!(
         states == [(String::from("completed"), jobs as i64)],
         "expected {jobs} completed {kind} jobs, found {states:?}"

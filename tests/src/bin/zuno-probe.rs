@@ -78,14 +78,15 @@ impl JobHandler for EffectHandler {
         let mut settlement = ctx.begin_settlement().await?;
         let worker = ctx.lease().worker_id.clone();
         let attempt = ctx.lease().attempt;
-        zuno_shared::on_tx!(settlement.tx().await?, conn => sqlx::query(
-                "INSERT INTO probe_effect (job_id, worker_id, attempt) VALUES ($1, $2, $3)")
-            .bind(&ctx.job().id)
-            .bind(&worker)
-            .bind(attempt)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))
+        zuno_shared::on_tx!(settlement.tx().await?, |conn| sqlx::query(
+            "INSERT INTO probe_effect (job_id, worker_id, attempt) VALUES ($1, $2, $3)"
+        )
+        .bind(&ctx.job().id)
+        .bind(&worker)
+        .bind(attempt)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))
         .map_err(|e| JobError::retryable(e.to_string()))?;
         Ok(settlement
             .complete(serde_json::json!({ "worker": worker }))

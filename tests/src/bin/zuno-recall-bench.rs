@@ -1137,10 +1137,12 @@ async fn seed_memory(
         } else {
             "global"
         };
-        zuno_shared::on_tx!(&mut tx, conn => sqlx::query(
+        zuno_shared::on_tx!(&mut tx, |conn| {
+            sqlx::query(
                 "INSERT INTO memory_document (id, scope, project_id, revision, updated_at) VALUES ($1, $2, $3, 1, $4)")
             .bind(&document_id).bind(scope).bind(project.map(|p| p.id.as_str())).bind(now)
-            .execute(conn).await.map(|done| done.rows_affected()))?;
+            .execute(conn).await.map(|done| done.rows_affected())
+        })?;
         let style = project.map_or(&english, |p| &p.style);
         let mut used = 0;
         for position in 0..entries {
@@ -1165,18 +1167,22 @@ async fn seed_memory(
             } else {
                 "automatic"
             };
-            zuno_shared::on_tx!(&mut tx, conn => sqlx::query(
+            zuno_shared::on_tx!(&mut tx, |conn| {
+                sqlx::query(
                     "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, 1, $7)")
                 .bind(&entry_id).bind(&document_id).bind(&content).bind(owner)
                 .bind(!supports.is_empty()).bind(position as i64).bind(now)
-                .execute(conn).await.map(|done| done.rows_affected()))?;
+                .execute(conn).await.map(|done| done.rows_affected())
+            })?;
             for (experience_id, kind) in supports {
-                zuno_shared::on_tx!(&mut tx, conn => sqlx::query(
+                zuno_shared::on_tx!(&mut tx, |conn| {
+                    sqlx::query(
                         "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) VALUES ($1, $2, $3) \
                          ON CONFLICT DO NOTHING")
                     .bind(&entry_id).bind(experience_id).bind(*kind)
-                    .execute(conn).await.map(|done| done.rows_affected()))?;
+                    .execute(conn).await.map(|done| done.rows_affected())
+                })?;
             }
         }
     }

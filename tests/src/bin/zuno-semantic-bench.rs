@@ -149,12 +149,14 @@ async fn main() -> anyhow::Result<()> {
         for i in chunk * 1000..((chunk + 1) * 1000).min(args.experiences) {
             let id = format!("exp{i:07}");
             let (title, summary) = (rng.sentence(6), rng.sentence(24));
-            zuno_shared::on_tx!(&mut tx, conn => sqlx::query(
+            zuno_shared::on_tx!(&mut tx, |conn| {
+                sqlx::query(
                     "INSERT INTO experience_record (id, project_id, origin, kind, title, summary, confidence, \
                        verification, content_digest, created_at, updated_at) \
                      VALUES ($1, 'bench', 'remember', 'feedback', $2, $3, 1.0, 'verified', $1, $4, $4)")
                 .bind(&id).bind(&title).bind(&summary).bind(now - i as i64)
-                .execute(conn).await.map(|d| d.rows_affected()))?;
+                .execute(conn).await.map(|d| d.rows_affected())
+            })?;
             let vector: Vec<f32> = (0..args.dims).map(|_| rng.unit()).collect();
             semantic::store_in(
                 &mut tx,

@@ -13,7 +13,7 @@ async fn count(db: &TestDb, table: &'static str) -> i64 {
         "message_part" => "SELECT COUNT(*) FROM message_part",
         _ => "SELECT COUNT(*) FROM learning_job",
     };
-    zuno_shared::on_db!(db.db, pool => sqlx::query_scalar(sql).fetch_one(pool).await).unwrap()
+    zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(sql).fetch_one(pool).await).unwrap()
 }
 
 fn assert_problem(body: &serde_json::Value, status: u16, code: &str) {

@@ -69,8 +69,12 @@ fn assert_problem(content_type: &str, body: &Value, status: u16, code: &str) {
 }
 
 async fn project_count(db: &TestDb) -> i64 {
-    zuno_shared::on_db!(db.db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM project").fetch_one(pool).await)
-        .unwrap()
+    zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM project"
+    )
+    .fetch_one(pool)
+    .await)
+    .unwrap()
 }
 
 #[tokio::test]

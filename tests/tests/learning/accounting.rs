@@ -121,9 +121,11 @@ async fn concurrent_claims_near_the_cap_reserve_no_more_than_it_holds(db: TestDb
     assert!(budget.spent + budget.reserved <= i64::try_from(cap).unwrap());
     // The calls in flight may spend less than they reserved: the others wait for them, not for
     // tomorrow.
-    let waiting: Vec<i64> = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
-            "SELECT run_at FROM learning_job WHERE kind = 'extract' AND state = 'queued'")
-        .fetch_all(pool).await)
+    let waiting: Vec<i64> = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT run_at FROM learning_job WHERE kind = 'extract' AND state = 'queued'"
+    )
+    .fetch_all(pool)
+    .await)
     .unwrap();
     assert_eq!(waiting.len(), WORKERS - 2);
     assert!(

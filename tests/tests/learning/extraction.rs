@@ -347,11 +347,19 @@ async fn injected_sections_are_never_sources(db: TestDb) {
         )
         .await;
     world.run_extract().await;
-    let texts: Vec<String> = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar("SELECT text FROM learning_source_record")
-        .fetch_all(pool).await).unwrap();
+    let texts: Vec<String> = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT text FROM learning_source_record"
+    )
+    .fetch_all(pool)
+    .await)
+    .unwrap();
     assert!(!texts.iter().any(|t| t.contains("yarn")), "{texts:?}");
-    let summaries: Vec<String> = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar("SELECT summary FROM experience_record")
-        .fetch_all(pool).await).unwrap();
+    let summaries: Vec<String> = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT summary FROM experience_record"
+    )
+    .fetch_all(pool)
+    .await)
+    .unwrap();
     assert_eq!(summaries, ["Always run the tests with nextest."]);
 }
 

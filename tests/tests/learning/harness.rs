@@ -181,8 +181,10 @@ impl World {
     }
 
     pub async fn scalar(&self, sql: &'static str) -> i64 {
-        zuno_shared::on_db!(self.db.db, pool => sqlx::query_scalar(sql).fetch_one(pool).await)
-            .unwrap()
+        zuno_shared::on_db!(self.db.db, |pool| sqlx::query_scalar(sql)
+            .fetch_one(pool)
+            .await)
+        .unwrap()
     }
 }
 

@@ -86,9 +86,11 @@ async fn a_model_plan_commits_with_journal_provenance_and_watermark(db: TestDb) 
         world.scalar("SELECT COUNT(*) FROM memory_provenance").await,
         1
     );
-    let watermark: String = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
-            "SELECT watermark_id FROM memory_maintenance WHERE project_id = 'web'")
-        .fetch_one(pool).await)
+    let watermark: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT watermark_id FROM memory_maintenance WHERE project_id = 'web'"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap();
     assert_eq!(watermark, experience);
 
@@ -276,17 +278,21 @@ async fn a_plan_over_a_moved_revision_commits_nothing(db: TestDb) {
 type UsageRow = (Option<String>, Option<String>, bool, i64, i64);
 
 async fn usage_rows(world: &World) -> Vec<UsageRow> {
-    zuno_shared::on_db!(world.db.db, pool => sqlx::query_as(
-            "SELECT job_id, project_id, automatic, input_tokens, output_tokens FROM provider_usage \
-             ORDER BY at, id")
-        .fetch_all(pool).await)
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query_as(
+        "SELECT job_id, project_id, automatic, input_tokens, output_tokens FROM provider_usage \
+             ORDER BY at, id"
+    )
+    .fetch_all(pool)
+    .await)
     .unwrap()
 }
 
 async fn fake_provider_health(world: &World) -> Option<bool> {
-    zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
-            "SELECT healthy FROM provider_health WHERE provider = 'fake'")
-        .fetch_optional(pool).await)
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT healthy FROM provider_health WHERE provider = 'fake'"
+    )
+    .fetch_optional(pool)
+    .await)
     .unwrap()
 }
 
@@ -362,9 +368,12 @@ async fn a_plan_from_a_lost_lease_commits_nothing_but_its_spend_is_recorded(db: 
                 "another worker claims the expired lease",
                 Duration::from_secs(30),
                 || async {
-                    zuno_shared::on_db!(world.db.db, pool => sqlx::query(
-                        "UPDATE learning_job SET lease_expires_at = 0 WHERE state = 'running'")
-                    .execute(pool).await.map(|done| done.rows_affected()))
+                    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+                        "UPDATE learning_job SET lease_expires_at = 0 WHERE state = 'running'"
+                    )
+                    .execute(pool)
+                    .await
+                    .map(|done| done.rows_affected()))
                     .unwrap();
                     let batch = thief
                         .claim(
@@ -427,8 +436,13 @@ async fn a_job_runs_only_for_its_bound_memory_path(db: TestDb) {
         Some(worktree.path().join(".zuno/RULES.md").to_str().unwrap())
     );
     let moved = tempfile::tempdir().unwrap();
-    zuno_shared::on_db!(world.db.db, pool => sqlx::query("UPDATE project SET worktree = $1 WHERE id = 'web'")
-        .bind(moved.path().display().to_string()).execute(pool).await.map(|done| done.rows_affected()))
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+        "UPDATE project SET worktree = $1 WHERE id = 'web'"
+    )
+    .bind(moved.path().display().to_string())
+    .execute(pool)
+    .await
+    .map(|done| done.rows_affected()))
     .unwrap();
     let home = tempfile::tempdir().unwrap();
     let report = world.run_maintain(&world.memory(home.path())).await;

@@ -146,14 +146,24 @@ async fn unresolved_issues_never_become_memory_hints(db: TestDb) {
         .into_job();
     let sql = "INSERT INTO memory_hint (job_id, ordinal, experience_id, experience_kind, project_id, target, action, content, reason, confidence, created_at) \
                VALUES ($1, 0, $2, $3, 'proj', 'project', 'add', 'x', 'r', 0.9, 0)";
-    let direct = zuno_shared::on_db!(world.db.db, pool => sqlx::query(sql).bind(&job.id).bind(&issue.id).bind("unresolved_issue")
-        .execute(pool).await.map(|d| d.rows_affected()));
+    let direct = zuno_shared::on_db!(world.db.db, |pool| sqlx::query(sql)
+        .bind(&job.id)
+        .bind(&issue.id)
+        .bind("unresolved_issue")
+        .execute(pool)
+        .await
+        .map(|d| d.rows_affected()));
     assert!(
         direct.is_err(),
         "the schema refuses a hint on an unresolved issue"
     );
-    let disguised = zuno_shared::on_db!(world.db.db, pool => sqlx::query(sql).bind(&job.id).bind(&issue.id).bind("correction")
-        .execute(pool).await.map(|d| d.rows_affected()));
+    let disguised = zuno_shared::on_db!(world.db.db, |pool| sqlx::query(sql)
+        .bind(&job.id)
+        .bind(&issue.id)
+        .bind("correction")
+        .execute(pool)
+        .await
+        .map(|d| d.rows_affected()));
     assert!(
         disguised.is_err(),
         "the hint must carry the experience's real kind"
@@ -165,10 +175,21 @@ async fn unresolved_issues_never_become_memory_hints(db: TestDb) {
         .await
         .unwrap()
         .unwrap();
-    zuno_shared::on_db!(world.db.db, pool => sqlx::query(sql).bind(&job.id).bind(&remembered.id).bind("feedback")
-        .execute(pool).await.map(|d| d.rows_affected())).unwrap();
-    let flipped = zuno_shared::on_db!(world.db.db, pool => sqlx::query("UPDATE experience_record SET kind = 'unresolved_issue' WHERE id = $1")
-        .bind(&remembered.id).execute(pool).await.map(|d| d.rows_affected()));
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(sql)
+        .bind(&job.id)
+        .bind(&remembered.id)
+        .bind("feedback")
+        .execute(pool)
+        .await
+        .map(|d| d.rows_affected()))
+    .unwrap();
+    let flipped = zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+        "UPDATE experience_record SET kind = 'unresolved_issue' WHERE id = $1"
+    )
+    .bind(&remembered.id)
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()));
     assert!(flipped.is_err());
     // Solving the issue makes it a problem with a resolution.
     let solved = world
@@ -192,8 +213,12 @@ async fn forgotten_evidence_cannot_be_readmitted(db: TestDb) {
     let session = world.session().await;
     world.corrected_turn(&session).await;
     world.run_extract().await;
-    let experience_id: String = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar("SELECT id FROM experience_record")
-        .fetch_one(pool).await).unwrap();
+    let experience_id: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT id FROM experience_record"
+    )
+    .fetch_one(pool)
+    .await)
+    .unwrap();
     let (forgotten, _) = world
         .ingestion
         .forget(&experience_id)
@@ -257,7 +282,7 @@ async fn history_repair_previews_then_queues_once(db: TestDb) {
     let turn = world.corrected_turn(&session).await;
     // Pretend the turn was extracted by an older extractor that failed.
     let current = turn.admission.unwrap().job().id.clone();
-    zuno_shared::on_db!(world.db.db, pool => sqlx::query("UPDATE learning_job SET extractor_version = 'rules-0', identity_key = identity_key || '-old', state = 'failed', last_error = 'HTTP 400 old' WHERE id = $1")
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query("UPDATE learning_job SET extractor_version = 'rules-0', identity_key = identity_key || '-old', state = 'failed', last_error = 'HTTP 400 old' WHERE id = $1")
         .bind(&current).execute(pool).await.map(|d| d.rows_affected())).unwrap();
     let before = world.scalar("SELECT COUNT(*) FROM learning_job").await;
     let preview = world.ingestion.repair_history("proj", true).await.unwrap();
@@ -387,9 +412,13 @@ async fn catch_up_moves_past_ineligible_turns_to_older_eligible_ones(db: TestDb)
     }
     // Completed an hour before everything else.
     for id in &eligible {
-        zuno_shared::on_db!(world.db.db, pool => sqlx::query(
-                "UPDATE message SET completed_at = completed_at - 3600000 WHERE id = $1")
-            .bind(id).execute(pool).await.map(|d| d.rows_affected()))
+        zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+            "UPDATE message SET completed_at = completed_at - 3600000 WHERE id = $1"
+        )
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|d| d.rows_affected()))
         .unwrap();
     }
     let recent = world.session().await;

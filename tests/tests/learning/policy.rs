@@ -108,8 +108,14 @@ async fn a_child_copies_its_parents_latest_policy(db: TestDb) {
         "a later parent change does not rewrite the child"
     );
     // A legacy parent without a policy row: the configuration fallback, unversioned.
-    zuno_shared::on_db!(world.db.db, pool => sqlx::query("DELETE FROM session_memory_policy WHERE session_id = $1")
-        .bind(&parent).execute(pool).await.map(|d| d.rows_affected())).unwrap();
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+        "DELETE FROM session_memory_policy WHERE session_id = $1"
+    )
+    .bind(&parent)
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()))
+    .unwrap();
     let legacy_child = world
         .session_with(NewSession {
             project_id: "proj".into(),

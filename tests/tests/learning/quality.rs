@@ -223,8 +223,11 @@ async fn a_learned_rule_that_restates_a_memory_entry_reinforces_it(db: TestDb) {
         1,
         "reinforcing is not a change of the document"
     );
-    let result: String = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
-            "SELECT result FROM learning_job WHERE kind = 'maintain'").fetch_one(pool).await)
+    let result: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT result FROM learning_job WHERE kind = 'maintain'"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap();
     assert!(result.contains("\"reinforced\":[{"), "{result}");
 }
@@ -297,8 +300,11 @@ async fn recall_refuses_weak_matches_and_finds_chinese_lessons(db: TestDb) {
             .await;
     }
     assert_eq!(world.run_extract().await.completed, 3);
-    let learned: Vec<(String, String)> = zuno_shared::on_db!(world.db.db, pool =>
-        sqlx::query_as("SELECT id, summary FROM experience_record ORDER BY summary").fetch_all(pool).await)
+    let learned: Vec<(String, String)> = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_as(
+        "SELECT id, summary FROM experience_record ORDER BY summary"
+    )
+    .fetch_all(pool)
+    .await)
     .unwrap();
     assert_eq!(learned.len(), 3, "{learned:?}");
     let id_of = |needle: &str| {

@@ -238,9 +238,14 @@ async fn learned_text_is_rendered_as_escaped_data(db: TestDb) {
         .unwrap();
     // Model output or imported text may hold anything validation let through; the renderer
     // is the last line, so store the attack verbatim.
-    zuno_shared::on_db!(world.db.db, pool => sqlx::query(
-            "UPDATE experience_record SET summary = $2 WHERE id = $1")
-        .bind(&stored.id).bind(attack).execute(pool).await.map(|d| d.rows_affected()))
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+        "UPDATE experience_record SET summary = $2 WHERE id = $1"
+    )
+    .bind(&stored.id)
+    .bind(attack)
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()))
     .unwrap();
     let session = world.session().await;
     let recalled = context(&world, &session, "which package manager, pnpm?").await;
@@ -304,8 +309,12 @@ async fn receipts_replay_exact_sections_and_only_prompt_selection_counts_use(db:
     for id in &ids {
         world.ingestion.forget(id).await.unwrap().unwrap();
     }
-    zuno_shared::on_db!(world.db.db, pool => sqlx::query("DELETE FROM experience_record")
-        .execute(pool).await.map(|d| d.rows_affected()))
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+        "DELETE FROM experience_record"
+    )
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()))
     .unwrap();
     let replayed = retrieval::receipt(&world.db.db, &recalled.receipt_id)
         .await
@@ -335,9 +344,12 @@ async fn editing_or_deleting_a_source_withholds_derived_recall(db: TestDb) {
     );
 
     // Edit the user message the correction cites.
-    let user_message: String = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
-            "SELECT id FROM message WHERE session_id = $1 AND role = 'user'")
-        .bind(&session).fetch_one(pool).await)
+    let user_message: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT id FROM message WHERE session_id = $1 AND role = 'user'"
+    )
+    .bind(&session)
+    .fetch_one(pool)
+    .await)
     .unwrap();
     let mut tx = world.db.db.begin().await.unwrap();
     world
@@ -615,10 +627,14 @@ async fn feedback_after_an_injection_moves_it_down_or_up(db: TestDb) {
 
 /// `(violations, reinforcements, feedback_score)` rounded to 1e-9.
 async fn experience_signals(world: &World, id: &str) -> (i64, i64, f64) {
-    let (violations, reinforcements, score): (i64, i64, f64) = zuno_shared::on_db!(world.db.db, pool => sqlx::query_as(
-            "SELECT violations, reinforcements, feedback_score FROM experience_record WHERE id = $1")
-        .bind(id).fetch_one(pool).await)
-    .unwrap();
+    let (violations, reinforcements, score): (i64, i64, f64) =
+        zuno_shared::on_db!(world.db.db, |pool| sqlx::query_as(
+            "SELECT violations, reinforcements, feedback_score FROM experience_record WHERE id = $1"
+        )
+        .bind(id)
+        .fetch_one(pool)
+        .await)
+        .unwrap();
     (violations, reinforcements, (score * 1e9).round() / 1e9)
 }
 

@@ -102,7 +102,7 @@ async fn seed(
     for i in numbers {
         let id = format!("exp-{project}-{i:04}");
         let resolution = (rng.below(3) > 0).then(|| sentence(rng, 3, 12));
-        zuno_shared::on_db!(db, pool => sqlx::query(
+        zuno_shared::on_db!(db, |pool| sqlx::query(
                 "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, \
                    resolution, confidence, verification, status, content_digest, created_at, updated_at, keywords) \
                  VALUES ($1, $2, $3, 'extraction', 'outcome', $4, $5, $6, 0.8, 'verified', 'active', $7, $8, $8, $9)")
@@ -145,9 +145,12 @@ async fn assert_index_is_exact(db: &Db, project: &str, prompts: &[String], stage
         let exact = index::exact_top(db, project, &keys, 40).await.unwrap();
         assert_eq!(fast, exact, "{stage}: {prompt:?}");
         for (id, _) in &fast {
-            let owner: String = zuno_shared::on_db!(db, pool => sqlx::query_scalar(
-                    "SELECT project_id FROM experience_record WHERE id = $1")
-                .bind(id).fetch_one(pool).await)
+            let owner: String = zuno_shared::on_db!(db, |pool| sqlx::query_scalar(
+                "SELECT project_id FROM experience_record WHERE id = $1"
+            )
+            .bind(id)
+            .fetch_one(pool)
+            .await)
             .unwrap();
             assert_eq!(
                 owner, project,
@@ -165,8 +168,11 @@ async fn assert_index_is_exact(db: &Db, project: &str, prompts: &[String], stage
 }
 
 async fn pending(db: &Db) -> i64 {
-    zuno_shared::on_db!(db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM recall_pending")
-        .fetch_one(pool).await)
+    zuno_shared::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM recall_pending"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap()
 }
 
@@ -206,17 +212,22 @@ async fn the_index_ranks_as_the_stored_text_does_caught_up_or_not(db: TestDb) {
 
     // Records change without indexing: edited, deleted, inserted, moved to another project.
     for id in &alpha[..5] {
-        zuno_shared::on_db!(db, pool => sqlx::query(
+        zuno_shared::on_db!(db, |pool| sqlx::query(
                 "UPDATE experience_record SET title = 'tokenizer lockfile 缓存', summary = summary || ' vacuum' WHERE id = $1")
             .bind(id).execute(pool).await.map(|done| done.rows_affected()))
         .unwrap();
     }
     for id in &alpha[5..8] {
-        zuno_shared::on_db!(db, pool => sqlx::query("DELETE FROM experience_record WHERE id = $1")
-            .bind(id).execute(pool).await.map(|done| done.rows_affected()))
+        zuno_shared::on_db!(db, |pool| sqlx::query(
+            "DELETE FROM experience_record WHERE id = $1"
+        )
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
         .unwrap();
     }
-    zuno_shared::on_db!(db, pool => sqlx::query(
+    zuno_shared::on_db!(db, |pool| sqlx::query(
             // A moved record takes a place in its new project's sequence (mining order).
             "UPDATE experience_record SET project_id = 'beta', session_id = $2, seq = 1000000 WHERE id = $1")
         .bind(&alpha[8]).bind(&sessions[1]).execute(pool).await.map(|done| done.rows_affected()))

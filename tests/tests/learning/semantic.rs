@@ -108,10 +108,14 @@ async fn an_embedded_experience_is_recalled_by_a_paraphrase_and_not_by_an_unrela
 
     let report = run_extract_worker(&world).await;
     assert_eq!(report.completed, 1, "{report:?}");
-    let (dims, bytes, model): (i64, Vec<u8>, String) = zuno_shared::on_db!(world.db.db, pool =>
-        sqlx::query_as("SELECT dims, vector, model FROM experience_embedding WHERE experience_id = $1")
-            .bind(&lesson).fetch_one(pool).await)
-    .unwrap();
+    let (dims, bytes, model): (i64, Vec<u8>, String) =
+        zuno_shared::on_db!(world.db.db, |pool| sqlx::query_as(
+            "SELECT dims, vector, model FROM experience_embedding WHERE experience_id = $1"
+        )
+        .bind(&lesson)
+        .fetch_one(pool)
+        .await)
+        .unwrap();
     assert_eq!((dims, bytes.len(), model.as_str()), (256, 1024, MODEL));
     let requests = fake.requests();
     assert_eq!(requests.len(), 1);
@@ -189,8 +193,11 @@ async fn without_an_embeddings_provider_nothing_is_queued_sent_or_changed(db: Te
     assert_eq!(lexical.experience_ids, [lesson]);
     let record = receipt_retrieval(&world, &lexical.receipt_id).await;
     assert!(record.get("semantic").is_none(), "{record}");
-    let vectors: i64 = zuno_shared::on_db!(world.db.db, pool =>
-        sqlx::query_scalar("SELECT COUNT(*) FROM experience_embedding").fetch_one(pool).await)
+    let vectors: i64 = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM experience_embedding"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap();
     assert_eq!(vectors, 0);
     assert!(
@@ -213,9 +220,12 @@ async fn provider_errors_are_retried_through_the_ledger(db: TestDb) {
     assert_eq!(jobs[0].state, JobState::Completed);
     assert_eq!(jobs[0].attempts, 3, "a 429 and a 500, then the answer");
     assert_eq!(fake.requests().len(), 3);
-    let stored: i64 = zuno_shared::on_db!(world.db.db, pool =>
-        sqlx::query_scalar("SELECT COUNT(*) FROM experience_embedding WHERE experience_id = $1")
-            .bind(&lesson).fetch_one(pool).await)
+    let stored: i64 = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM experience_embedding WHERE experience_id = $1"
+    )
+    .bind(&lesson)
+    .fetch_one(pool)
+    .await)
     .unwrap();
     assert_eq!(stored, 1);
 }
@@ -540,8 +550,11 @@ async fn the_eval_reports_recall_at_5_with_and_without_the_layer(db: TestDb) {
 }
 
 async fn embedded(world: &World) -> i64 {
-    zuno_shared::on_db!(world.db.db, pool =>
-        sqlx::query_scalar("SELECT COUNT(*) FROM experience_embedding").fetch_one(pool).await)
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM experience_embedding"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap()
 }
 

@@ -40,18 +40,24 @@ async fn audits(env: &Env, scope: Scope) -> Vec<Consolidation> {
 /// Derived entries that left a document, with the revision that created them.
 async fn retracted_derived(env: &Env, scope: Scope) -> BTreeMap<String, i64> {
     let document = env.document_id(scope).await;
-    let rows: Vec<(String, i64)> = zuno_shared::on_db!(env.db.db, pool => sqlx::query_as(
-            "SELECT id, created_revision FROM memory_entry \
-             WHERE document_id = $1 AND derived = TRUE AND retracted_revision IS NOT NULL")
-        .bind(&document).fetch_all(pool).await)
+    let rows: Vec<(String, i64)> = zuno_shared::on_db!(env.db.db, |pool| sqlx::query_as(
+        "SELECT id, created_revision FROM memory_entry \
+             WHERE document_id = $1 AND derived = TRUE AND retracted_revision IS NOT NULL"
+    )
+    .bind(&document)
+    .fetch_all(pool)
+    .await)
     .unwrap();
     rows.into_iter().collect()
 }
 
 async fn provenance(env: &Env, entry_id: &str) -> BTreeSet<String> {
-    let rows: Vec<String> = zuno_shared::on_db!(env.db.db, pool => sqlx::query_scalar(
-            "SELECT experience_id FROM memory_provenance WHERE entry_id = $1")
-        .bind(entry_id).fetch_all(pool).await)
+    let rows: Vec<String> = zuno_shared::on_db!(env.db.db, |pool| sqlx::query_scalar(
+        "SELECT experience_id FROM memory_provenance WHERE entry_id = $1"
+    )
+    .bind(entry_id)
+    .fetch_all(pool)
+    .await)
     .unwrap();
     rows.into_iter().collect()
 }
@@ -119,9 +125,13 @@ async fn assert_audit_lists_every_departure(env: &Env, scope: Scope, derived_add
     // The text of each audited entry is the text the entry had.
     let document = env.document_id(scope).await;
     for (id, content) in &audited {
-        let stored: String = zuno_shared::on_db!(env.db.db, pool => sqlx::query_scalar(
-                "SELECT content FROM memory_entry WHERE id = $1 AND document_id = $2")
-            .bind(id).bind(&document).fetch_one(pool).await)
+        let stored: String = zuno_shared::on_db!(env.db.db, |pool| sqlx::query_scalar(
+            "SELECT content FROM memory_entry WHERE id = $1 AND document_id = $2"
+        )
+        .bind(id)
+        .bind(&document)
+        .fetch_one(pool)
+        .await)
         .unwrap();
         assert_eq!(&stored, content);
     }
@@ -343,9 +353,12 @@ async fn a_document_full_of_user_entries_skips_a_derived_add_and_every_job_compl
             "the refusal names the key that raises the cap: {result}"
         );
         // The input was consumed: the next job does not meet it again.
-        let watermark: String = zuno_shared::on_db!(env.db.db, pool => sqlx::query_scalar(
-                "SELECT watermark_id FROM memory_maintenance WHERE project_id = $1")
-            .bind(PROJECT).fetch_one(pool).await)
+        let watermark: String = zuno_shared::on_db!(env.db.db, |pool| sqlx::query_scalar(
+            "SELECT watermark_id FROM memory_maintenance WHERE project_id = $1"
+        )
+        .bind(PROJECT)
+        .fetch_one(pool)
+        .await)
         .unwrap();
         assert_eq!(watermark, ids[0]);
     }

@@ -164,9 +164,13 @@ impl Env {
             Scope::Global => "",
             Scope::Project => PROJECT,
         };
-        zuno_shared::on_db!(self.db.db, pool => sqlx::query_scalar(
-                "SELECT id FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = $2")
-            .bind(scope.as_str()).bind(project).fetch_one(pool).await)
+        zuno_shared::on_db!(self.db.db, |pool| sqlx::query_scalar(
+            "SELECT id FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = $2"
+        )
+        .bind(scope.as_str())
+        .bind(project)
+        .fetch_one(pool)
+        .await)
         .expect("memory document")
     }
 
@@ -187,8 +191,10 @@ impl Env {
     }
 
     pub async fn count(&self, sql: &'static str) -> i64 {
-        zuno_shared::on_db!(self.db.db, pool => sqlx::query_scalar(sql).fetch_one(pool).await)
-            .expect("count")
+        zuno_shared::on_db!(self.db.db, |pool| sqlx::query_scalar(sql)
+            .fetch_one(pool)
+            .await)
+        .expect("count")
     }
 
     /// Every current entry of a scope's document, derived entries withheld from prompts

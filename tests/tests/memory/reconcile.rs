@@ -22,7 +22,7 @@ async fn historical(
     let sql = "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, reason, confidence, origin, \
                  state, base_revision, before_entries, after_entries, created_at, updated_at) \
                VALUES ($1, $2, 'proj', 'project', 'add', 'historical', 'from an older release', 0.9, 'tool', $3, 1, $4, $5, 1, 1)";
-    zuno_shared::on_db!(env.db.db, pool => sqlx::query(sql)
+    zuno_shared::on_db!(env.db.db, |pool| sqlx::query(sql)
         .bind(&id)
         .bind(document_id)
         .bind(state)
@@ -172,9 +172,12 @@ async fn the_maintain_worker_reconciles_and_repairs_files_when_it_starts(db: Tes
         edited,
         "an edit is preserved"
     );
-    let state: String = zuno_shared::on_db!(env.db.db, pool => sqlx::query_scalar(
-            "SELECT state FROM memory_projection WHERE path = $1")
-        .bind(other_rules.display().to_string()).fetch_one(pool).await)
+    let state: String = zuno_shared::on_db!(env.db.db, |pool| sqlx::query_scalar(
+        "SELECT state FROM memory_projection WHERE path = $1"
+    )
+    .bind(other_rules.display().to_string())
+    .fetch_one(pool)
+    .await)
     .unwrap();
     assert_eq!(state, "external_edit");
 }

@@ -37,13 +37,13 @@ async fn output_json(child: Child) -> serde_json::Value {
 }
 
 async fn create_effect_table(db: &TestDb) {
-    zuno_shared::on_db!(db.db, pool => sqlx::query(
+    zuno_shared::on_db!(db.db, |pool| sqlx::query(
         "CREATE TABLE probe_effect (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, attempt BIGINT NOT NULL)")
         .execute(pool).await.map(|d| d.rows_affected())).unwrap();
 }
 
 async fn scalar(db: &TestDb, sql: &'static str) -> i64 {
-    zuno_shared::on_db!(db.db, pool => sqlx::query_scalar(sql).fetch_one(pool).await).unwrap()
+    zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(sql).fetch_one(pool).await).unwrap()
 }
 
 async fn a_hundred_admissions_from_four_processes_leave_one_row(db: TestDb) {
@@ -237,10 +237,12 @@ async fn a_stopped_worker_past_its_lease_cannot_settle(db: TestDb) {
         1,
         "the effect is recorded once"
     );
-    let effect_worker: String =
-        zuno_shared::on_db!(db.db, pool => sqlx::query_scalar("SELECT worker_id FROM probe_effect")
-        .fetch_one(pool).await)
-        .unwrap();
+    let effect_worker: String = zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(
+        "SELECT worker_id FROM probe_effect"
+    )
+    .fetch_one(pool)
+    .await)
+    .unwrap();
     assert_eq!(effect_worker, "rescuer");
     let events = ledger.events(&job.id).await.unwrap();
     assert!(
@@ -486,15 +488,20 @@ async fn processes_starting_together_all_start(backend: Backend) {
     let db = TestDb::unmigrated(backend).await;
     start_together(&db, 12).await;
     for _ in 0..6 {
-        zuno_shared::on_db!(db.db, pool => sqlx::query("DROP TABLE zuno_schema")
-            .execute(pool).await.map(|d| d.rows_affected()))
+        zuno_shared::on_db!(db.db, |pool| sqlx::query("DROP TABLE zuno_schema")
+            .execute(pool)
+            .await
+            .map(|d| d.rows_affected()))
         .unwrap();
         start_together(&db, 8).await;
     }
     let check = db.reopen().await.check_schema().await.unwrap();
     assert!(check.pending.is_empty(), "{check:?}");
-    let recorded: String = zuno_shared::on_db!(db.db, pool => sqlx::query_scalar(
-        "SELECT fingerprint FROM zuno_schema WHERE id = 1").fetch_one(pool).await)
+    let recorded: String = zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(
+        "SELECT fingerprint FROM zuno_schema WHERE id = 1"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap();
     assert_eq!(recorded, check.fingerprint);
 }

@@ -147,8 +147,11 @@ async fn a_crash_before_the_rename_reconciles_to_not_applied(db: TestDb) {
         !Path::new(&candidate.target_path).exists(),
         "never replayed"
     );
-    let state: String = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
-            "SELECT state FROM skill_operation").fetch_one(pool).await)
+    let state: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT state FROM skill_operation"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap();
     assert_eq!(state, "not_applied");
 }

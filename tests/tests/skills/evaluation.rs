@@ -146,8 +146,11 @@ async fn an_unknown_tool_call_never_reaches_the_filesystem(db: TestDb) {
     ]);
     assert_eq!(world.run_eval().await.completed, 1);
     assert!(!marker.exists(), "an unknown call executed nothing");
-    let trace: String = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
-            "SELECT trace FROM evaluation_result WHERE variant = 'baseline'").fetch_one(pool).await)
+    let trace: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT trace FROM evaluation_result WHERE variant = 'baseline'"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap();
     let trace: serde_json::Value = serde_json::from_str(&trace).unwrap();
     assert_eq!(trace[0]["tool"], "write_file");

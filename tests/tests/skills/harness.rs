@@ -156,7 +156,7 @@ impl World {
         at: i64,
     ) -> String {
         let id = zuno_shared::ids::new_id("exp");
-        zuno_shared::on_db!(self.db.db, pool => sqlx::query(
+        zuno_shared::on_db!(self.db.db, |pool| sqlx::query(
                 "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, confidence, \
                    verification, content_digest, created_at, updated_at) \
                  VALUES ($1, $2, $3, 'extraction', $4, $5, $6, 0.9, $7, $8, $9, $9)")
@@ -164,7 +164,7 @@ impl World {
             .bind(zuno_shared::learning::manifest::sha256(summary)).bind(at)
             .execute(pool).await.map(|d| d.rows_affected()))
         .unwrap();
-        zuno_shared::on_db!(self.db.db, pool => sqlx::query(
+        zuno_shared::on_db!(self.db.db, |pool| sqlx::query(
                 "INSERT INTO experience_evidence (experience_id, ordinal, source_id, excerpt, verified) VALUES ($1, 0, 's1', $2, TRUE)")
             .bind(&id).bind(summary).execute(pool).await.map(|d| d.rows_affected()))
         .unwrap();
@@ -218,8 +218,10 @@ impl World {
     }
 
     pub async fn scalar(&self, sql: &'static str) -> i64 {
-        zuno_shared::on_db!(self.db.db, pool => sqlx::query_scalar(sql).fetch_one(pool).await)
-            .unwrap()
+        zuno_shared::on_db!(self.db.db, |pool| sqlx::query_scalar(sql)
+            .fetch_one(pool)
+            .await)
+        .unwrap()
     }
 
     /// A promoted one-evidence candidate (the fastest way to a reviewable candidate).
@@ -236,7 +238,7 @@ impl World {
 
     /// Marks a candidate approved directly (for apply tests that do not need an evaluation).
     pub async fn force_approved(&self, id: &str) {
-        zuno_shared::on_db!(self.db.db, pool => sqlx::query(
+        zuno_shared::on_db!(self.db.db, |pool| sqlx::query(
                 "UPDATE skill_candidate SET state = 'approved', evaluation_state = 'passed' WHERE id = $1")
             .bind(id).execute(pool).await.map(|d| d.rows_affected()))
         .unwrap();

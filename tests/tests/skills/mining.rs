@@ -653,15 +653,23 @@ async fn postgres_experience_sequence_follows_commit_order() {
                     verification, content_digest, created_at, updated_at) \
                   VALUES ($1, $2, $3, 'extraction', 'correction', 'x', 'x', 0.9, 'verified', 'd', 1, 1) RETURNING seq";
     let mut first = world.db.db.begin().await.unwrap();
-    let first_seq: i64 = zuno_shared::on_tx!(&mut first, conn => sqlx::query_scalar(insert)
-        .bind("exp_first").bind(PROJECT).bind(&session).fetch_one(conn).await)
+    let first_seq: i64 = zuno_shared::on_tx!(&mut first, |conn| sqlx::query_scalar(insert)
+        .bind("exp_first")
+        .bind(PROJECT)
+        .bind(&session)
+        .fetch_one(conn)
+        .await)
     .unwrap();
     let other = world.db.reopen().await;
     let second_session = session.clone();
     let second = tokio::spawn(async move {
         let mut tx = other.begin().await.unwrap();
-        let seq: i64 = zuno_shared::on_tx!(&mut tx, conn => sqlx::query_scalar(insert)
-            .bind("exp_second").bind(PROJECT).bind(&second_session).fetch_one(conn).await)
+        let seq: i64 = zuno_shared::on_tx!(&mut tx, |conn| sqlx::query_scalar(insert)
+            .bind("exp_second")
+            .bind(PROJECT)
+            .bind(&second_session)
+            .fetch_one(conn)
+            .await)
         .unwrap();
         tx.commit().await.unwrap();
         seq
@@ -670,10 +678,12 @@ async fn postgres_experience_sequence_follows_commit_order() {
         "the second writer waits for the first one's commit",
         std::time::Duration::from_secs(30),
         || async {
-            let waiting: i64 = zuno_shared::on_db!(world.db.db, pool => sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
-                     AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO experience_record%'")
-                .fetch_one(pool).await)
+            let waiting: i64 = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO experience_record%'"
+            )
+            .fetch_one(pool)
+            .await)
             .unwrap();
             (waiting == 1).then_some(())
         },

@@ -23,10 +23,12 @@ type UsageRow = (
 );
 
 async fn usage_rows(world: &World) -> Vec<UsageRow> {
-    zuno_shared::on_db!(world.db.db, pool => sqlx::query_as(
-            "SELECT job_id, project_id, provider, model, automatic, input_tokens, output_tokens \
-             FROM provider_usage ORDER BY at, id")
-        .fetch_all(pool).await)
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query_as(
+        "SELECT job_id, project_id, provider, model, automatic, input_tokens, output_tokens \
+             FROM provider_usage ORDER BY at, id"
+    )
+    .fetch_all(pool)
+    .await)
     .unwrap()
 }
 

@@ -41,8 +41,11 @@ async fn claim_one(ledger: &Ledger, worker: &str) -> Option<zuno_shared::ledger:
 }
 
 async fn row_count(db: &TestDb) -> i64 {
-    zuno_shared::on_db!(db.db, pool => sqlx::query_scalar("SELECT COUNT(*) FROM learning_job")
-        .fetch_one(pool).await)
+    zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM learning_job"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap()
 }
 
@@ -266,31 +269,48 @@ async fn settlement_writes_commit_with_the_state_or_not_at_all(db: TestDb) {
 }
 
 async fn insert_project(tx: &mut Tx, id: &str) {
-    zuno_shared::on_tx!(tx, conn => sqlx::query(
-            "INSERT INTO project (id, name, created_at) VALUES ($1, $1, 0)")
-        .bind(id).execute(conn).await.map(|d| d.rows_affected()))
+    zuno_shared::on_tx!(tx, |conn| sqlx::query(
+        "INSERT INTO project (id, name, created_at) VALUES ($1, $1, 0)"
+    )
+    .bind(id)
+    .execute(conn)
+    .await
+    .map(|d| d.rows_affected()))
     .unwrap();
 }
 
 async fn project_exists(db: &TestDb, id: &str) -> bool {
-    let found: Option<i64> = zuno_shared::on_db!(db.db, pool =>
-        sqlx::query_scalar("SELECT CAST(1 AS BIGINT) FROM project WHERE id = $1").bind(id).fetch_optional(pool).await).unwrap();
+    let found: Option<i64> = zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(
+        "SELECT CAST(1 AS BIGINT) FROM project WHERE id = $1"
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await)
+    .unwrap();
     found.is_some()
 }
 
 async fn attempts_are_capped_at_three_by_the_schema(db: TestDb) {
     let ledger = db.ledger();
     let job = ledger.admit(maintain_job("cap")).await.unwrap().into_job();
-    let over = zuno_shared::on_db!(db.db, pool =>
-        sqlx::query("UPDATE learning_job SET attempts = 4 WHERE id = $1")
-            .bind(&job.id).execute(pool).await.map(|d| d.rows_affected()));
+    let over = zuno_shared::on_db!(db.db, |pool| sqlx::query(
+        "UPDATE learning_job SET attempts = 4 WHERE id = $1"
+    )
+    .bind(&job.id)
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()));
     assert!(
         over.is_err(),
         "a fourth attempt violates the CHECK constraint"
     );
-    let raised = zuno_shared::on_db!(db.db, pool =>
-        sqlx::query("UPDATE learning_job SET max_attempts = 5 WHERE id = $1")
-            .bind(&job.id).execute(pool).await.map(|d| d.rows_affected()));
+    let raised = zuno_shared::on_db!(db.db, |pool| sqlx::query(
+        "UPDATE learning_job SET max_attempts = 5 WHERE id = $1"
+    )
+    .bind(&job.id)
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()));
     assert!(
         raised.is_err(),
         "the ceiling itself cannot be raised above three"
@@ -539,8 +559,13 @@ async fn an_unreadable_row_fails_alone_and_the_claim_goes_on(db: TestDb) {
     for key in ["good-1", "bad", "good-2"] {
         ids.push(ledger.admit(maintain_job(key)).await.unwrap().into_job().id);
     }
-    zuno_shared::on_db!(db.db, pool => sqlx::query("UPDATE learning_job SET payload = '{not json' WHERE id = $1")
-        .bind(&ids[1]).execute(pool).await.map(|d| d.rows_affected()))
+    zuno_shared::on_db!(db.db, |pool| sqlx::query(
+        "UPDATE learning_job SET payload = '{not json' WHERE id = $1"
+    )
+    .bind(&ids[1])
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()))
     .unwrap();
     let kinds = [JobKind::Maintain];
     let batch = ledger
@@ -557,9 +582,12 @@ async fn an_unreadable_row_fails_alone_and_the_claim_goes_on(db: TestDb) {
     let bad = ledger.get(&ids[1]).await;
     // The row stays unreadable; its state is what matters.
     let (state, error): (String, Option<String>) =
-        zuno_shared::on_db!(db.db, pool => sqlx::query_as(
-            "SELECT state, last_error FROM learning_job WHERE id = $1")
-        .bind(&ids[1]).fetch_one(pool).await)
+        zuno_shared::on_db!(db.db, |pool| sqlx::query_as(
+            "SELECT state, last_error FROM learning_job WHERE id = $1"
+        )
+        .bind(&ids[1])
+        .fetch_one(pool)
+        .await)
         .unwrap();
     assert!(bad.is_err());
     assert_eq!(state, "failed");
@@ -589,8 +617,10 @@ impl ClaimGate for ParsesDigestInTheDatabase {
                 "SELECT CAST(json_extract(input_digest, '$.n') AS INTEGER) FROM learning_job WHERE id = $1"
             }
         };
-        let _: Option<i64> = zuno_shared::on_tx!(tx, conn => sqlx::query_scalar(sql)
-            .bind(&job.id).fetch_one(conn).await)?;
+        let _: Option<i64> = zuno_shared::on_tx!(tx, |conn| sqlx::query_scalar(sql)
+            .bind(&job.id)
+            .fetch_one(conn)
+            .await)?;
         Ok(GateDecision::Proceed)
     }
 }
@@ -609,8 +639,13 @@ async fn a_gate_failing_on_one_job_fails_that_job_and_the_claim_goes_on(db: Test
                 .id,
         );
     }
-    zuno_shared::on_db!(db.db, pool => sqlx::query("UPDATE learning_job SET input_digest = 'corrupted' WHERE id = $1")
-        .bind(&ids[1]).execute(pool).await.map(|d| d.rows_affected()))
+    zuno_shared::on_db!(db.db, |pool| sqlx::query(
+        "UPDATE learning_job SET input_digest = 'corrupted' WHERE id = $1"
+    )
+    .bind(&ids[1])
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()))
     .unwrap();
     let kinds = [JobKind::Maintain];
     let batch = ledger

@@ -4,8 +4,11 @@ use zuno_shared::db::{ConnectOptions, Db, MigrationError};
 use zuno_tests::{TestDb, on_both_backends};
 
 async fn exec(db: &Db, sql: &'static str) {
-    zuno_shared::on_db!(db, pool => sqlx::query(sql).execute(pool).await.map(|d| d.rows_affected()))
-        .unwrap();
+    zuno_shared::on_db!(db, |pool| sqlx::query(sql)
+        .execute(pool)
+        .await
+        .map(|d| d.rows_affected()))
+    .unwrap();
 }
 
 async fn reopen(db: &TestDb) -> Result<Db, MigrationError> {
@@ -94,7 +97,7 @@ async fn database_before_the_embed_kind(backend: zuno_shared::db::Backend) -> Te
         }
     }
     let migrator = sqlx::migrate::Migrator::new(older.path()).await.unwrap();
-    zuno_shared::on_db!(db.db, pool => migrator.run(pool).await).unwrap();
+    zuno_shared::on_db!(db.db, |pool| migrator.run(pool).await).unwrap();
     for sql in [
         "INSERT INTO project (id, name, created_at) VALUES ('p', 'P', 1)",
         "INSERT INTO learning_job (id, kind, identity_key, project_id, origin, priority, state, run_at, created_at, updated_at) \
@@ -110,7 +113,7 @@ async fn database_before_the_embed_kind(backend: zuno_shared::db::Backend) -> Te
 }
 
 async fn count(db: &Db, sql: &'static str) -> i64 {
-    zuno_shared::on_db!(db, pool => sqlx::query_scalar(sql).fetch_one(pool).await).unwrap()
+    zuno_shared::on_db!(db, |pool| sqlx::query_scalar(sql).fetch_one(pool).await).unwrap()
 }
 
 /// SQLite cannot alter the job kind's CHECK constraint, so 0014 rebuilds the ledger table: the
@@ -146,15 +149,19 @@ async fn the_embed_kind_migration_keeps_jobs_and_what_references_them(db: TestDb
     );
     exec(&db, "INSERT INTO learning_job (id, kind, identity_key, origin, priority, state, run_at, created_at, updated_at) \
                VALUES ('job2', 'embed', 'k2', 'legacy', 0, 'queued', 1, 1, 1)").await;
-    let unknown = zuno_shared::on_db!(db, pool => sqlx::query(
+    let unknown = zuno_shared::on_db!(db, |pool| {
+        sqlx::query(
             "INSERT INTO learning_job (id, kind, identity_key, origin, priority, state, run_at, created_at, updated_at) \
              VALUES ('job3', 'cron', 'k3', 'legacy', 0, 'queued', 1, 1, 1)")
-        .execute(pool).await.map(|d| d.rows_affected()));
+        .execute(pool).await.map(|d| d.rows_affected())
+    });
     assert!(unknown.is_err(), "other kinds are still refused");
-    let dangling = zuno_shared::on_db!(db, pool => sqlx::query(
+    let dangling = zuno_shared::on_db!(db, |pool| {
+        sqlx::query(
             "INSERT INTO learning_source_snapshot (job_id, project_id, session_id, start_message_id, end_message_id, start_seq, end_seq, completed_at, terminal_digest, manifest_digest) \
              VALUES ('nojob', 'p', 's', 'm1', 'm2', 1, 2, 1, 'd', 'd')")
-        .execute(pool).await.map(|d| d.rows_affected()));
+        .execute(pool).await.map(|d| d.rows_affected())
+    });
     assert!(dangling.is_err(), "foreign keys are enforced again");
     exec(&db, "DELETE FROM learning_job WHERE id = 'job1'").await;
     assert_eq!(

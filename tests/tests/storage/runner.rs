@@ -51,10 +51,15 @@ impl JobHandler for Probe {
             Behavior::RecordEffect => {
                 let mut settlement = ctx.begin_settlement().await?;
                 let worker = ctx.lease().worker_id.clone();
-                zuno_shared::on_tx!(settlement.tx().await?, conn => sqlx::query(
-                        "INSERT INTO probe_effect (job_id, worker_id) VALUES ($1, $2)")
-                    .bind(&ctx.job().id).bind(&worker).execute(conn).await.map(|d| d.rows_affected()))
-                    .map_err(|e| JobError::retryable(e.to_string()))?;
+                zuno_shared::on_tx!(settlement.tx().await?, |conn| sqlx::query(
+                    "INSERT INTO probe_effect (job_id, worker_id) VALUES ($1, $2)"
+                )
+                .bind(&ctx.job().id)
+                .bind(&worker)
+                .execute(conn)
+                .await
+                .map(|d| d.rows_affected()))
+                .map_err(|e| JobError::retryable(e.to_string()))?;
                 Ok(settlement
                     .complete(serde_json::json!({"call": call}))
                     .await?)
@@ -100,9 +105,12 @@ impl Drop for CountOnDrop {
 }
 
 async fn create_probe_table(db: &TestDb) {
-    zuno_shared::on_db!(db.db, pool => sqlx::query(
-        "CREATE TABLE probe_effect (job_id TEXT NOT NULL, worker_id TEXT NOT NULL)")
-        .execute(pool).await.map(|d| d.rows_affected()))
+    zuno_shared::on_db!(db.db, |pool| sqlx::query(
+        "CREATE TABLE probe_effect (job_id TEXT NOT NULL, worker_id TEXT NOT NULL)"
+    )
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()))
     .unwrap();
 }
 
@@ -136,8 +144,11 @@ async fn a_runner_drains_the_queue_recording_each_effect_once(db: TestDb) {
         .run(CancellationToken::new())
         .await;
     assert_eq!(report.completed, 30, "{report:?}");
-    let (effects, distinct): (i64, i64) = zuno_shared::on_db!(db.db, pool => sqlx::query_as(
-        "SELECT COUNT(*), COUNT(DISTINCT job_id) FROM probe_effect").fetch_one(pool).await)
+    let (effects, distinct): (i64, i64) = zuno_shared::on_db!(db.db, |pool| sqlx::query_as(
+        "SELECT COUNT(*), COUNT(DISTINCT job_id) FROM probe_effect"
+    )
+    .fetch_one(pool)
+    .await)
     .unwrap();
     assert_eq!((effects, distinct), (30, 30));
     let completed = ledger
@@ -241,7 +252,7 @@ async fn losing_the_lease_mid_job_cancels_the_handler(db: TestDb) {
     eventually("another worker takes the job over", Duration::from_secs(10), || {
         let (db, thief, id) = (&db, &thief, &id);
         async move {
-            zuno_shared::on_db!(db.db, pool => sqlx::query(
+            zuno_shared::on_db!(db.db, |pool| sqlx::query(
                     "UPDATE learning_job SET lease_expires_at = 0 WHERE id = $1 AND state = 'running'")
                 .bind(id).execute(pool).await.map(|d| d.rows_affected())).unwrap();
             let kinds = [JobKind::Maintain];
@@ -353,9 +364,12 @@ async fn an_attempt_cut_off_from_the_database_ends(db: TestDb) {
     let blocker_db = db.reopen().await;
     let mut blocker = blocker_db.begin().await.unwrap();
     if db.backend == zuno_shared::db::Backend::Postgres {
-        zuno_shared::on_tx!(&mut blocker, conn => sqlx::query(
-                "LOCK TABLE learning_job IN ACCESS EXCLUSIVE MODE")
-            .execute(conn).await.map(|d| d.rows_affected()))
+        zuno_shared::on_tx!(&mut blocker, |conn| sqlx::query(
+            "LOCK TABLE learning_job IN ACCESS EXCLUSIVE MODE"
+        )
+        .execute(conn)
+        .await
+        .map(|d| d.rows_affected()))
         .unwrap();
     }
     // (SQLite: the open write transaction holds the database's only write lock.)

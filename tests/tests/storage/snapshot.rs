@@ -252,8 +252,13 @@ async fn a_deleted_source_is_skipped_as_unavailable(db: TestDb) {
         )
         .await
         .unwrap();
-    zuno_shared::on_db!(db.db, pool => sqlx::query("DELETE FROM message WHERE id = $1")
-        .bind(&outcome.message.id).execute(pool).await.map(|d| d.rows_affected()))
+    zuno_shared::on_db!(db.db, |pool| sqlx::query(
+        "DELETE FROM message WHERE id = $1"
+    )
+    .bind(&outcome.message.id)
+    .execute(pool)
+    .await
+    .map(|d| d.rows_affected()))
     .unwrap();
     let batch = claim(&db).await;
     assert_eq!(batch.skipped.len(), 1);

@@ -16,9 +16,12 @@ use zuno_tests::{TestDb, on_both_backends};
 async fn allowed(db: &TestDb, table: &str, column: &str) -> BTreeSet<String> {
     let constraint = match db.backend {
         Backend::Sqlite => {
-            let sql: String = zuno_shared::on_db!(db.db, pool => sqlx::query_scalar(
-                    "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = $1")
-                .bind(table).fetch_one(pool).await)
+            let sql: String = zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = $1"
+            )
+            .bind(table)
+            .fetch_one(pool)
+            .await)
             .unwrap();
             let start = sql
                 .find(&format!("CHECK ({column} IN ("))
@@ -27,10 +30,13 @@ async fn allowed(db: &TestDb, table: &str, column: &str) -> BTreeSet<String> {
             sql[start..end].to_owned()
         }
         Backend::Postgres => {
-            let definitions: Vec<String> = zuno_shared::on_db!(db.db, pool => sqlx::query_scalar(
-                    "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c \
-                     JOIN pg_class t ON t.oid = c.conrelid WHERE t.relname = $1 AND c.contype = 'c'")
-                .bind(table).fetch_all(pool).await)
+            let definitions: Vec<String> = zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(
+                "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c \
+                     JOIN pg_class t ON t.oid = c.conrelid WHERE t.relname = $1 AND c.contype = 'c'"
+            )
+            .bind(table)
+            .fetch_all(pool)
+            .await)
             .unwrap();
             let prefix = format!("CHECK (({column} = ANY");
             let mut matching = definitions.into_iter().filter(|d| d.starts_with(&prefix));

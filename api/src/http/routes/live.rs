@@ -159,7 +159,7 @@ async fn global_marker(db: &Db) -> Result<Vec<i64>, StoreError> {
         (SELECT COALESCE(MAX(updated_at), 0) FROM message_feedback), \
         (SELECT COALESCE(MAX(updated_at), 0) FROM session_memory_policy)";
     let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64) =
-        zuno_shared::on_db!(db, pool => sqlx::query_as(sql).fetch_one(pool).await)?;
+        zuno_shared::on_db!(db, |pool| sqlx::query_as(sql).fetch_one(pool).await)?;
     Ok(vec![
         row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
     ])
@@ -317,15 +317,17 @@ async fn change_marker(db: &Db, session_id: &str, project_id: &str) -> Result<Ma
         (SELECT COUNT(*) FROM message_feedback WHERE session_id = $1), \
         (SELECT COALESCE(MAX(updated_at), 0) FROM message_feedback WHERE session_id = $1), \
         (SELECT COALESCE(MAX(updated_at), 0) FROM session_memory_policy WHERE session_id = $1)";
-    let jobs: Vec<(String, String, i64)> = zuno_shared::on_db!(db, pool => sqlx::query_as(jobs_sql)
-        .bind(session_id)
-        .fetch_all(pool)
-        .await)?;
-    let counters: (i64, i64, i64, i64, i64, i64, i64) = zuno_shared::on_db!(db, pool => sqlx::query_as(counters_sql)
-        .bind(session_id)
-        .bind(project_id)
-        .fetch_one(pool)
-        .await)?;
+    let jobs: Vec<(String, String, i64)> =
+        zuno_shared::on_db!(db, |pool| sqlx::query_as(jobs_sql)
+            .bind(session_id)
+            .fetch_all(pool)
+            .await)?;
+    let counters: (i64, i64, i64, i64, i64, i64, i64) =
+        zuno_shared::on_db!(db, |pool| sqlx::query_as(counters_sql)
+            .bind(session_id)
+            .bind(project_id)
+            .fetch_one(pool)
+            .await)?;
     Ok(Marker { jobs, counters })
 }
 

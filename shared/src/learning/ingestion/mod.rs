@@ -373,7 +373,7 @@ async fn skip_queued_automatic_in(
                WHERE session_id = $1 AND kind = 'extract' AND state = 'queued' AND origin IN ('closed_turn', 'legacy')";
     let result =
         serde_json::json!({ "skipped": "the session was excluded from learning" }).to_string();
-    Ok(crate::on_tx!(tx, conn => sqlx::query(sql)
+    Ok(crate::on_tx!(tx, |conn| sqlx::query(sql)
         .bind(session_id)
         .bind(&result)
         .bind(now)
@@ -386,11 +386,12 @@ pub(crate) async fn session_project(
     tx: &mut Tx,
     session_id: &str,
 ) -> Result<String, TranscriptError> {
-    let project: Option<String> = crate::on_tx!(tx, conn =>
-        sqlx::query_scalar("SELECT project_id FROM session WHERE id = $1")
-            .bind(session_id)
-            .fetch_optional(conn)
-            .await)?;
+    let project: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT project_id FROM session WHERE id = $1"
+    )
+    .bind(session_id)
+    .fetch_optional(conn)
+    .await)?;
     project.ok_or_else(|| TranscriptError::NotFound {
         what: "session",
         id: session_id.to_owned(),

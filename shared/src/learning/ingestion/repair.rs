@@ -92,8 +92,12 @@ impl LearningIngestion {
                      AND state IN ('queued', 'completed', 'skipped', 'failed') \
                      AND NOT EXISTS (SELECT 1 FROM learning_repair r WHERE r.job_id = j.id AND r.extractor_version = $2) \
                    ORDER BY created_at DESC, id DESC LIMIT $3";
-        let mut legacy: Vec<LegacyJob> = crate::on_tx!(&mut tx, conn => sqlx::query_as(sql)
-            .bind(project_id).bind(version).bind(REPAIR_BATCH + 1).fetch_all(conn).await)?;
+        let mut legacy: Vec<LegacyJob> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(sql)
+            .bind(project_id)
+            .bind(version)
+            .bind(REPAIR_BATCH + 1)
+            .fetch_all(conn)
+            .await)?;
         if legacy.len() as i64 > REPAIR_BATCH {
             report.has_more = true;
             legacy.truncate(REPAIR_BATCH as usize);
@@ -105,11 +109,13 @@ impl LearningIngestion {
                 .repair_one_in(&mut tx, project_id, &job, dry_run, now, &mut report)
                 .await?;
             if !dry_run {
-                crate::on_tx!(&mut tx, conn => sqlx::query(
+                crate::on_tx!(&mut tx, |conn| {
+                    sqlx::query(
                         "INSERT INTO learning_repair (job_id, extractor_version, outcome, detail, repaired_at) VALUES ($1, $2, $3, $4, $5) \
                          ON CONFLICT (job_id, extractor_version) DO NOTHING")
                     .bind(&job.id).bind(version).bind(&action.action).bind(&action.detail).bind(now)
-                    .execute(conn).await.map(|done| done.rows_affected()))?;
+                    .execute(conn).await.map(|done| done.rows_affected())
+                })?;
             }
             report.actions.push(action);
         }
@@ -240,8 +246,10 @@ impl LearningIngestion {
         let sql = "SELECT e.experience_id, e.message_id, e.address, e.excerpt, e.raw_digest, x.verification, x.status \
                    FROM experience_evidence e JOIN experience_record x ON x.id = e.experience_id \
                    WHERE x.job_id = $1 ORDER BY e.experience_id, e.ordinal";
-        let evidence: Vec<EvidenceRef> =
-            crate::on_tx!(tx, conn => sqlx::query_as(sql).bind(job_id).fetch_all(conn).await)?;
+        let evidence: Vec<EvidenceRef> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+            .bind(job_id)
+            .fetch_all(conn)
+            .await)?;
         let mut verdicts: std::collections::BTreeMap<String, (bool, String, String)> =
             std::collections::BTreeMap::new();
         for item in evidence {
@@ -264,8 +272,15 @@ impl LearningIngestion {
                 verified += 1;
             }
             if !dry_run && next != current {
-                crate::on_tx!(tx, conn => sqlx::query("UPDATE experience_record SET verification = $2, updated_at = $3 WHERE id = $1")
-                    .bind(&experience_id).bind(next).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+                crate::on_tx!(tx, |conn| sqlx::query(
+                    "UPDATE experience_record SET verification = $2, updated_at = $3 WHERE id = $1"
+                )
+                .bind(&experience_id)
+                .bind(next)
+                .bind(now)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
             }
         }
         Ok(verified)
@@ -343,8 +358,12 @@ impl LearningIngestion {
                        AND j.source_message_id = m.id AND j.extractor_version = $2 AND j.input_digest IS NULL) \
                      AND NOT EXISTS (SELECT 1 FROM learning_turn_inspection i WHERE i.message_id = m.id) \
                    ORDER BY m.completed_at DESC, m.id DESC LIMIT $3";
-        let ids: Vec<String> = crate::on_db!(self.store.db(), pool => sqlx::query_scalar(sql)
-            .bind(now - CATCH_UP_WINDOW_MS).bind(self.extractor_version()).bind(CATCH_UP_LIMIT).fetch_all(pool).await)?;
+        let ids: Vec<String> = crate::on_db!(self.store.db(), |pool| sqlx::query_scalar(sql)
+            .bind(now - CATCH_UP_WINDOW_MS)
+            .bind(self.extractor_version())
+            .bind(CATCH_UP_LIMIT)
+            .fetch_all(pool)
+            .await)?;
         let mut outcomes = Vec::new();
         for id in ids {
             let mut tx = self.store.db().begin().await?;
@@ -396,11 +415,13 @@ async fn record_inspection_in(
         Inspection::NotEligible => ("not_eligible", None),
         Inspection::NotAdmitted(reason) => ("not_admitted", Some(reason)),
     };
-    crate::on_tx!(tx, conn => sqlx::query(
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
             "INSERT INTO learning_turn_inspection (message_id, outcome, detail, inspected_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (message_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, \
                inspected_at = excluded.inspected_at")
         .bind(message_id).bind(outcome).bind(detail).bind(now)
-        .execute(conn).await.map(|d| d.rows_affected()))?;
+        .execute(conn).await.map(|d| d.rows_affected())
+    })?;
     Ok(())
 }

@@ -35,9 +35,12 @@ impl LearningIngestion {
     ) -> Result<SessionDeletion, TranscriptError> {
         let mut tx = self.store.db().begin().await?;
         let now = self.ledger.now_ms();
-        let exists: Option<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
-                "SELECT id FROM session WHERE id = $1")
-            .bind(session_id).fetch_optional(conn).await)?;
+        let exists: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            "SELECT id FROM session WHERE id = $1"
+        )
+        .bind(session_id)
+        .fetch_optional(conn)
+        .await)?;
         if exists.is_none() {
             return Err(TranscriptError::NotFound {
                 what: "session",
@@ -45,20 +48,24 @@ impl LearningIngestion {
             });
         }
         // Derived Experience: produced by the session's jobs or citing its messages.
-        let derived: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(
+        let derived: Vec<String> = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
                 "SELECT id FROM experience_record WHERE session_id = $1 \
                  UNION SELECT e.experience_id FROM experience_evidence e JOIN message m ON m.id = e.message_id \
                  WHERE m.session_id = $1 ORDER BY 1")
-            .bind(session_id).fetch_all(conn).await)?;
+            .bind(session_id).fetch_all(conn).await
+        })?;
         let mut documents: Vec<String> = Vec::new();
         let mut removed = Vec::new();
         if cleanup_derived {
             for experience_id in &derived {
                 // Retract resident entries that lose their last support before the provenance
                 // rows cascade away with the Experience.
-                crate::on_tx!(tx, conn => sqlx::query(
+                crate::on_tx!(tx, |conn| {
+                    sqlx::query(
                         "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1")
-                    .bind(experience_id).bind(now).execute(conn).await.map(|done| done.rows_affected()))?;
+                    .bind(experience_id).bind(now).execute(conn).await.map(|done| done.rows_affected())
+                })?;
                 for document in
                     crate::memory::service::retract_unsupported_in(&mut tx, experience_id, now)
                         .await?
@@ -67,15 +74,28 @@ impl LearningIngestion {
                         documents.push(document);
                     }
                 }
-                crate::on_tx!(tx, conn => sqlx::query("DELETE FROM experience_record WHERE id = $1")
-                    .bind(experience_id).execute(conn).await.map(|done| done.rows_affected()))?;
+                crate::on_tx!(tx, |conn| sqlx::query(
+                    "DELETE FROM experience_record WHERE id = $1"
+                )
+                .bind(experience_id)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
                 removed.push(experience_id.clone());
             }
         }
-        let jobs_removed = crate::on_tx!(tx, conn => sqlx::query("DELETE FROM learning_job WHERE session_id = $1")
-            .bind(session_id).execute(conn).await.map(|done| done.rows_affected()))?;
-        crate::on_tx!(tx, conn => sqlx::query("DELETE FROM session WHERE id = $1")
-            .bind(session_id).execute(conn).await.map(|done| done.rows_affected()))?;
+        let jobs_removed = crate::on_tx!(tx, |conn| sqlx::query(
+            "DELETE FROM learning_job WHERE session_id = $1"
+        )
+        .bind(session_id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+        crate::on_tx!(tx, |conn| sqlx::query("DELETE FROM session WHERE id = $1")
+            .bind(session_id)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
         tx.commit().await?;
         Ok(SessionDeletion {
             session_id: session_id.to_owned(),

@@ -267,23 +267,27 @@ pub async fn top(
              WHERE d.project_id = $1 OR e.project_id = $1 LIMIT $2"
         }
     };
-    let pending: Vec<PendingRow> = crate::on_db!(db, pool => sqlx::query_as(pending_sql)
+    let pending: Vec<PendingRow> = crate::on_db!(db, |pool| sqlx::query_as(pending_sql)
         .bind(project_id)
         .bind(MAX_PENDING_SCORED as i64 + 1)
-        .fetch_all(pool).await)?;
+        .fetch_all(pool)
+        .await)?;
     if pending.len() > MAX_PENDING_SCORED {
         return Ok(None);
     }
-    let indexed_docs: Option<i64> = crate::on_db!(db, pool => sqlx::query_scalar(
-            "SELECT docs FROM recall_project WHERE project_id = $1")
-        .bind(project_id).fetch_optional(pool).await)?;
+    let indexed_docs: Option<i64> = crate::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT docs FROM recall_project WHERE project_id = $1"
+    )
+    .bind(project_id)
+    .fetch_optional(pool)
+    .await)?;
     let mut stored: HashMap<String, Vec<u8>> = HashMap::new();
     for chunk in keys.chunks(CHUNK) {
         let sql = format!(
             "SELECT key, postings FROM recall_list WHERE project_id = $1 AND key IN ({})",
             placeholders(2, chunk.len())
         );
-        let rows: Vec<(String, Vec<u8>)> = crate::on_db!(db, pool => {
+        let rows: Vec<(String, Vec<u8>)> = crate::on_db!(db, |pool| {
             let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project_id);
             for key in chunk {
                 query = query.bind(key.as_str());
@@ -338,7 +342,7 @@ async fn experience_ids(
             "SELECT num, experience_id FROM recall_doc WHERE num IN ({})",
             placeholders(1, chunk.len())
         );
-        let rows: Vec<(i64, String)> = crate::on_db!(db, pool => {
+        let rows: Vec<(i64, String)> = crate::on_db!(db, |pool| {
             let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
             for (num, _) in chunk {
                 query = query.bind(*num);
@@ -372,11 +376,13 @@ pub async fn exact_top(
     keys: &[String],
     limit: usize,
 ) -> Result<Vec<(String, f64)>, StoreError> {
-    let rows: Vec<RecordRow> = crate::on_db!(db, pool => sqlx::query_as(
+    let rows: Vec<RecordRow> = crate::on_db!(db, |pool| {
+        sqlx::query_as(
             "SELECT d.num AS num, e.id AS id, e.title AS title, e.summary AS summary, \
                     e.resolution AS resolution, e.keywords AS keywords \
              FROM experience_record e JOIN recall_doc d ON d.experience_id = e.id WHERE e.project_id = $1")
-        .bind(project_id).fetch_all(pool).await)?;
+        .bind(project_id).fetch_all(pool).await
+    })?;
     let mut lists: Vec<Vec<(i64, f32)>> = vec![Vec::new(); keys.len()];
     let position: HashMap<&str, usize> = keys
         .iter()
@@ -437,8 +443,10 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
              RETURNING experience_id"
         }
     };
-    let claimed: Vec<String> = crate::on_tx!(tx, conn => sqlx::query_scalar(claim)
-        .bind(limit).fetch_all(conn).await)?;
+    let claimed: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(claim)
+        .bind(limit)
+        .fetch_all(conn)
+        .await)?;
     if claimed.is_empty() {
         return Ok(0);
     }
@@ -450,7 +458,7 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
             "INSERT INTO recall_doc (experience_id) SELECT id FROM experience_record WHERE id IN ({marks}) \
              ON CONFLICT (experience_id) DO NOTHING"
         );
-        crate::on_tx!(tx, conn => {
+        crate::on_tx!(tx, |conn| {
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
             for id in chunk {
                 query = query.bind(id.as_str());
@@ -464,7 +472,7 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
              FROM recall_doc d LEFT JOIN experience_record e ON e.id = d.experience_id \
              WHERE d.experience_id IN ({marks})"
         );
-        let found: Vec<IndexRow> = crate::on_tx!(tx, conn => {
+        let found: Vec<IndexRow> = crate::on_tx!(tx, |conn| {
             let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
             for id in chunk {
                 query = query.bind(id.as_str());
@@ -515,15 +523,19 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
     for project in changes.keys() {
         // The project's row serialises indexers of one project (their lists are read, changed
         // and written whole); a deleted project's lists went with it.
-        crate::on_tx!(tx, conn => sqlx::query(
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
                 "INSERT INTO recall_project (project_id) SELECT id FROM project WHERE id = $1 ON CONFLICT (project_id) DO NOTHING")
-            .bind(project).execute(conn).await.map(|done| done.rows_affected()))?;
+            .bind(project).execute(conn).await.map(|done| done.rows_affected())
+        })?;
         let lock = match tx.backend() {
             Backend::Sqlite => "SELECT docs FROM recall_project WHERE project_id = $1",
             Backend::Postgres => "SELECT docs FROM recall_project WHERE project_id = $1 FOR UPDATE",
         };
-        let exists: Option<i64> = crate::on_tx!(tx, conn => sqlx::query_scalar(lock)
-            .bind(project).fetch_optional(conn).await)?;
+        let exists: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(lock)
+            .bind(project)
+            .fetch_optional(conn)
+            .await)?;
         if exists.is_some() {
             live_projects.insert(project.clone());
         }
@@ -539,7 +551,7 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
                 "SELECT key, postings FROM recall_list WHERE project_id = $1 AND key IN ({})",
                 placeholders(2, chunk.len())
             );
-            let found: Vec<(String, Vec<u8>)> = crate::on_tx!(tx, conn => {
+            let found: Vec<(String, Vec<u8>)> = crate::on_tx!(tx, |conn| {
                 let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project);
                 for key in chunk {
                     query = query.bind(key.as_str());
@@ -563,37 +575,61 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
             postings.extend(change.insert.iter().copied());
             postings.sort_by_key(|(num, _)| *num);
             if postings.is_empty() {
-                crate::on_tx!(tx, conn => sqlx::query(
-                        "DELETE FROM recall_list WHERE project_id = $1 AND key = $2")
-                    .bind(project).bind(key).execute(conn).await.map(|done| done.rows_affected()))?;
+                crate::on_tx!(tx, |conn| sqlx::query(
+                    "DELETE FROM recall_list WHERE project_id = $1 AND key = $2"
+                )
+                .bind(project)
+                .bind(key)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
             } else {
-                crate::on_tx!(tx, conn => sqlx::query(
-                        "INSERT INTO recall_list (project_id, key, postings) VALUES ($1, $2, $3) \
-                         ON CONFLICT (project_id, key) DO UPDATE SET postings = excluded.postings")
-                    .bind(project).bind(key).bind(encode(&postings))
-                    .execute(conn).await.map(|done| done.rows_affected()))?;
+                crate::on_tx!(tx, |conn| sqlx::query(
+                    "INSERT INTO recall_list (project_id, key, postings) VALUES ($1, $2, $3) \
+                         ON CONFLICT (project_id, key) DO UPDATE SET postings = excluded.postings"
+                )
+                .bind(project)
+                .bind(key)
+                .bind(encode(&postings))
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
             }
         }
     }
     for (num, indexed) in &docs {
         match indexed {
             Some((project, keys)) if live_projects.contains(project) => {
-                crate::on_tx!(tx, conn => sqlx::query(
-                        "UPDATE recall_doc SET project_id = $2, indexed_keys = $3 WHERE num = $1")
-                    .bind(num).bind(project).bind(keys)
-                    .execute(conn).await.map(|done| done.rows_affected()))?;
+                crate::on_tx!(tx, |conn| sqlx::query(
+                    "UPDATE recall_doc SET project_id = $2, indexed_keys = $3 WHERE num = $1"
+                )
+                .bind(num)
+                .bind(project)
+                .bind(keys)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
             }
             _ => {
-                crate::on_tx!(tx, conn => sqlx::query("DELETE FROM recall_doc WHERE num = $1")
-                    .bind(num).execute(conn).await.map(|done| done.rows_affected()))?;
+                crate::on_tx!(tx, |conn| sqlx::query(
+                    "DELETE FROM recall_doc WHERE num = $1"
+                )
+                .bind(num)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected()))?;
             }
         }
     }
     for project in &live_projects {
-        crate::on_tx!(tx, conn => sqlx::query(
-                "UPDATE recall_project SET docs = (SELECT COUNT(*) FROM recall_doc \
-                   WHERE project_id = $1 AND indexed_keys IS NOT NULL) WHERE project_id = $1")
-            .bind(project).execute(conn).await.map(|done| done.rows_affected()))?;
+        crate::on_tx!(tx, |conn| sqlx::query(
+            "UPDATE recall_project SET docs = (SELECT COUNT(*) FROM recall_doc \
+                   WHERE project_id = $1 AND indexed_keys IS NOT NULL) WHERE project_id = $1"
+        )
+        .bind(project)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
     }
     Ok(claimed.len())
 }

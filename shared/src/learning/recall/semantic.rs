@@ -167,21 +167,22 @@ pub async fn backfill(
     };
     let mut after: (i64, String) = (i64::MIN, String::new());
     loop {
-        let rows: Vec<(String, String, i64)> = crate::on_db!(db, pool => sqlx::query_as(
-                "SELECT r.id, r.project_id, r.created_at FROM experience_record r \
+        let rows: Vec<(String, String, i64)> = crate::on_db!(db, |pool| sqlx::query_as(
+            "SELECT r.id, r.project_id, r.created_at FROM experience_record r \
                  WHERE r.status = 'active' AND r.source_state = 'current' \
                    AND (r.created_at > $2 OR (r.created_at = $2 AND r.id > $3)) \
                    AND ($5 = '' OR r.project_id = $5) \
                    AND NOT EXISTS (SELECT 1 FROM experience_embedding e \
                                    WHERE e.experience_id = r.id AND e.model = $1) \
-                 ORDER BY r.created_at, r.id LIMIT $4")
-            .bind(&embeddings.model)
-            .bind(after.0)
-            .bind(&after.1)
-            .bind(BACKFILL_PAGE)
-            .bind(project_id.unwrap_or(""))
-            .fetch_all(pool)
-            .await)?;
+                 ORDER BY r.created_at, r.id LIMIT $4"
+        )
+        .bind(&embeddings.model)
+        .bind(after.0)
+        .bind(&after.1)
+        .bind(BACKFILL_PAGE)
+        .bind(project_id.unwrap_or(""))
+        .fetch_all(pool)
+        .await)?;
         let Some(last) = rows.last() else {
             return Ok(report);
         };
@@ -218,7 +219,7 @@ pub async fn store_in(
                ON CONFLICT (experience_id, model) DO UPDATE SET project_id = excluded.project_id, \
                  dims = excluded.dims, vector = excluded.vector, \
                  content_digest = excluded.content_digest, created_at = excluded.created_at";
-    crate::on_tx!(tx, conn => sqlx::query(sql)
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
         .bind(experience_id)
         .bind(model)
         .bind(project_id)
@@ -238,12 +239,13 @@ pub async fn stored_digest_in(
     experience_id: &str,
     model: &str,
 ) -> Result<Option<String>, StoreError> {
-    Ok(crate::on_tx!(tx, conn => sqlx::query_scalar(
-            "SELECT content_digest FROM experience_embedding WHERE experience_id = $1 AND model = $2")
-        .bind(experience_id)
-        .bind(model)
-        .fetch_optional(conn)
-        .await)?)
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT content_digest FROM experience_embedding WHERE experience_id = $1 AND model = $2"
+    )
+    .bind(experience_id)
+    .bind(model)
+    .fetch_optional(conn)
+    .await)?)
 }
 
 /// The `limit` most similar of a project's newest `max_scan` vectors of `model`, most similar
@@ -257,14 +259,15 @@ pub async fn nearest(
     limit: usize,
 ) -> Result<Vec<(String, f64)>, StoreError> {
     let unit = normalized(query);
-    let rows: Vec<(String, Vec<u8>)> = crate::on_db!(db, pool => sqlx::query_as(
-            "SELECT experience_id, vector FROM experience_embedding \
-             WHERE project_id = $1 AND model = $2 ORDER BY created_at DESC LIMIT $3")
-        .bind(project_id)
-        .bind(model)
-        .bind(i64::from(max_scan))
-        .fetch_all(pool)
-        .await)?;
+    let rows: Vec<(String, Vec<u8>)> = crate::on_db!(db, |pool| sqlx::query_as(
+        "SELECT experience_id, vector FROM experience_embedding \
+             WHERE project_id = $1 AND model = $2 ORDER BY created_at DESC LIMIT $3"
+    )
+    .bind(project_id)
+    .bind(model)
+    .bind(i64::from(max_scan))
+    .fetch_all(pool)
+    .await)?;
     let mut scored: Vec<(String, f64)> = rows
         .into_iter()
         .filter_map(|(id, bytes)| Some((id, dot_with_encoded(&unit, &bytes)?)))
@@ -291,7 +294,7 @@ async fn vector_hits(
          WHERE id IN ({}) AND status = 'active' AND source_state = 'current'",
         placeholders.join(", ")
     );
-    let rows: Vec<CandidateRow> = crate::on_db!(db, pool => {
+    let rows: Vec<CandidateRow> = crate::on_db!(db, |pool| {
         let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
         for (id, _) in nearest {
             query = query.bind(id.as_str());
