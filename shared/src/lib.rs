@@ -1,12 +1,8 @@
 //! Zuno's shared core: the domain model, storage on SQLite or Postgres, the durable job ledger
 //! and the worker runtime that the API and every worker binary build on.
 
-pub mod clock;
 pub mod config;
-pub mod db;
-pub mod ids;
 pub mod learning;
-pub mod ledger;
 pub mod memory;
 pub mod paths;
 pub mod provider;
@@ -16,3 +12,7 @@ pub mod states;
 pub mod telemetry;
 pub mod tokens;
 pub mod transcript;
+
+// The job queue (storage, ledger, worker runtime) is its own crate; these re-exports keep one
+// path for the domain (`crate::ledger::…`) whether a type is the queue's or the domain's.
+pub use zuno_queue::{clock, db, ids, ledger, on_db, on_tx};

@@ -1,13 +1,8 @@
-//! The worker runtime shared by every worker binary and by `zuno serve --all-in-one`: a job
-//! handler trait, a registry keyed by kind, and a runner that claims with leases, heartbeats,
-//! settles through fenced transactions and shuts down gracefully.
+//! The worker runtime: the queue crate's handler trait, runner, shutdown and wake-ups, plus what
+//! the learning domain adds on top — process wiring for the worker binaries and `zuno serve`
+//! ([`process`]) and the one path every model call takes ([`model_call`]).
 
-mod handler;
 pub mod model_call;
 pub mod process;
-mod runner;
-pub mod shutdown;
-pub mod wake;
 
-pub use handler::{JobContext, JobError, JobHandler};
-pub use runner::{RunReport, Runner, RunnerConfig, RunnerConfigError};
+pub use zuno_queue::runtime::*;

@@ -11,7 +11,6 @@
 pub mod metrics;
 mod queue_depth;
 mod server;
-mod trace_context;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
@@ -23,7 +22,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 pub use queue_depth::{QUEUE_DEPTH_INTERVAL, publish_queue_depth, report_queue_depth};
 pub use server::MetricsServer;
-pub use trace_context::{continue_trace, current_traceparent};
+pub use zuno_queue::trace_context::{continue_trace, current_traceparent};
 
 /// How to set up telemetry for one process.
 #[derive(Debug, Clone, Default)]

@@ -142,7 +142,7 @@ impl Ledger {
         match inserted {
             Some(row) => {
                 self.db.wake_bus().wake();
-                crate::telemetry::metrics::ledger().admitted(job.identity.kind, "queued");
+                crate::metrics::ledger().admitted(job.identity.kind, "queued");
                 Ok(Admission::Queued(Job::try_from(row)?))
             }
             None => {
@@ -154,7 +154,7 @@ impl Ledger {
                 .bind(&job.identity.key)
                 .fetch_one(pool)
                 .await)?;
-                crate::telemetry::metrics::ledger().admitted(job.identity.kind, "existing");
+                crate::metrics::ledger().admitted(job.identity.kind, "existing");
                 Ok(Admission::Existing(Job::try_from(existing)?))
             }
         }
@@ -206,7 +206,7 @@ impl Ledger {
                     .map(|done| done.rows_affected()))?;
             }
             tx.wake_after_commit();
-            crate::telemetry::metrics::ledger().admitted(kind, "queued");
+            crate::metrics::ledger().admitted(kind, "queued");
             return Ok(Admission::Queued(Job::try_from(row)?));
         }
         let select = format!("SELECT {JOB_COLUMNS} FROM learning_job {SELECT_EXISTING}");
@@ -217,7 +217,7 @@ impl Ledger {
         .bind(&job.identity.key)
         .fetch_one(conn)
         .await)?;
-        crate::telemetry::metrics::ledger().admitted(kind, "existing");
+        crate::metrics::ledger().admitted(kind, "existing");
         Ok(Admission::Existing(Job::try_from(existing)?))
     }
 }

@@ -14,8 +14,8 @@ use sqlx::migrate::{MigrateError, Migrator};
 use super::{Backend, Db, Pool, StoreError};
 use crate::clock::now_ms;
 
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
 
 /// Why the database cannot be used.
 #[derive(Debug, thiserror::Error)]

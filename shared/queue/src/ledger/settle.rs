@@ -199,7 +199,7 @@ impl Ledger {
             notify_in(&mut tx, "released").await?;
         }
         tx.commit().await?;
-        crate::telemetry::metrics::ledger().released(job.kind, job.state.as_str());
+        crate::metrics::ledger().released(job.kind, job.state.as_str());
         Ok(Some(job))
     }
 
@@ -253,7 +253,7 @@ impl Ledger {
             &format!("{what} refused for attempt {}", lease.attempt),
         )
         .await?;
-        crate::telemetry::metrics::ledger().fenced(lease.kind, what);
+        crate::metrics::ledger().fenced(lease.kind, what);
         Ok(())
     }
 }
@@ -476,7 +476,7 @@ impl Settlement<'_> {
                 }
             }
         }
-        crate::telemetry::metrics::ledger().settled(job.kind, job.state.as_str());
+        crate::metrics::ledger().settled(job.kind, job.state.as_str());
         Ok(job)
     }
 }

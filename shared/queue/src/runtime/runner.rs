@@ -177,95 +177,27 @@ impl Runner {
         let mut wake = self.ledger.db().wake_bus().subscribe();
         let mut running: JoinSet<AttemptOutcome> = JoinSet::new();
         let mut in_flight: HashMap<tokio::task::Id, Running> = HashMap::new();
-        let mut fast_delay = FAST_POLL_MIN;
-        let mut db_error_delay: Option<Duration> = None;
-        crate::telemetry::metrics::ledger().export_from_zero(&kinds);
+        let mut backoff = PollBackoff::new(config);
+        crate::metrics::ledger().export_from_zero(&kinds);
         tracing::info!(worker.id = %config.worker_id, kinds = ?kinds, "worker started");
 
-        loop {
-            if shutdown.is_cancelled() {
-                break;
-            }
-            let free = config.concurrency.saturating_sub(running.len());
-            let mut claimed_any = false;
-            let mut batch_full = false;
-            let mut next_due: Option<Duration> = None;
-            // Claim only when a whole wake's batch fits: one claim transaction then serves
-            // `max_jobs_per_wake` jobs instead of one (a commit each on SQLite).
-            let batch = config.max_jobs_per_wake.min(config.concurrency).max(1);
-            if free >= batch {
-                let limit = batch;
-                let request = ClaimRequest {
-                    worker_id: &config.worker_id,
-                    kinds: &kinds,
-                    limit,
-                    lease_ms: duration_ms(config.lease),
-                    scopes: config.scopes.as_deref(),
-                };
-                let claim = tokio::time::timeout(
-                    db_call_timeout(config.lease),
-                    self.ledger.claim(&request, self.gate.as_ref()),
-                )
-                .await
-                .unwrap_or_else(|_| Err(timed_out("claim")));
-                match claim {
-                    Ok(batch) => {
-                        if db_error_delay.take().is_some() {
-                            tracing::info!(worker.id = %config.worker_id, "database reachable again");
-                        }
-                        claimed_any = !batch.claimed.is_empty() || !batch.skipped.is_empty();
-                        // Deferred jobs are not work for now; they do not count as progress.
-                        batch_full = batch.claimed.len() + batch.skipped.len() >= limit;
-                        // A retry or an expiring lease due before the next poll wakes this
-                        // worker then; never sooner than the fast-poll floor, so work due now
-                        // but locked by another claimer is not spun on.
-                        next_due = batch.next_due_in_ms.map(|ms| {
-                            Duration::from_millis(u64::try_from(ms).unwrap_or(0)).max(FAST_POLL_MIN)
-                        });
-                        for claimed in batch.claimed {
-                            let (id, entry) = self.spawn_attempt(&mut running, claimed);
-                            in_flight.insert(id, entry);
-                        }
-                    }
-                    Err(error) => {
-                        let delay =
-                            db_error_delay.map_or(DB_RETRY_MIN, |d| (d * 2).min(DB_RETRY_MAX));
-                        if db_error_delay.is_none() {
-                            tracing::warn!(worker.id = %config.worker_id, %error,
-                                "claim failed; retrying with backoff");
-                        }
-                        db_error_delay = Some(delay);
-                    }
-                }
-            }
+        while !shutdown.is_cancelled() {
+            let round = if config.concurrency.saturating_sub(running.len()) >= self.batch() {
+                let round = self.claim_round(&kinds, &mut running, &mut in_flight).await;
+                backoff.record_claim(&round, &config.worker_id);
+                round
+            } else {
+                ClaimRound::NoRoom
+            };
             if config.exit_when_idle
-                && !claimed_any
+                && !round.progressed()
                 && running.is_empty()
-                && db_error_delay.is_none()
+                && !backoff.database_down()
             {
                 break;
             }
-            let delay = if let Some(delay) = db_error_delay {
-                delay
-            } else if claimed_any && batch_full && config.concurrency - running.len() >= batch {
-                Duration::ZERO
-            } else if claimed_any {
-                fast_delay = FAST_POLL_MIN;
-                if config.fast_poll {
-                    fast_delay
-                } else {
-                    config.poll_interval
-                }
-            } else if config.fast_poll && fast_delay < FAST_POLL_MAX {
-                fast_delay = (fast_delay * 2).min(FAST_POLL_MAX);
-                fast_delay
-            } else {
-                config.poll_interval
-            };
-            let delay = match next_due {
-                Some(due) if db_error_delay.is_none() => delay.min(due),
-                _ => delay,
-            };
+            let batch_fits = config.concurrency - running.len() >= self.batch();
+            let delay = backoff.next(&round, batch_fits);
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -282,32 +214,93 @@ impl Runner {
             }
         }
 
-        // Graceful shutdown: no more claims; give running jobs the grace period.
-        if !running.is_empty() {
-            tracing::info!(worker.id = %config.worker_id, running = running.len(),
-                grace_ms = duration_ms(config.grace), "waiting for running jobs");
-            let deadline = tokio::time::sleep(config.grace);
-            tokio::pin!(deadline);
-            loop {
-                tokio::select! {
-                    done = running.join_next_with_id() => match done {
-                        Some(done) => Self::finish(&mut report, &mut in_flight, done),
-                        None => break,
-                    },
-                    _ = &mut deadline => {
-                        for entry in in_flight.values() {
-                            entry.kill.cancel();
-                        }
-                        while let Some(done) = running.join_next_with_id().await {
-                            Self::finish(&mut report, &mut in_flight, done);
-                        }
-                        break;
-                    }
-                }
-            }
-        }
+        self.drain(running, in_flight, &mut report).await;
         tracing::info!(worker.id = %config.worker_id, report = ?report, "worker stopped");
         report
+    }
+
+    /// Jobs claimed per pass. A claim happens only when a whole batch fits: one claim
+    /// transaction then serves `max_jobs_per_wake` jobs instead of one (a commit each on SQLite).
+    fn batch(&self) -> usize {
+        self.config
+            .max_jobs_per_wake
+            .min(self.config.concurrency)
+            .max(1)
+    }
+
+    /// Claims one batch (bounded by [`db_call_timeout`]) and starts an attempt per claimed job.
+    async fn claim_round(
+        &self,
+        kinds: &[JobKind],
+        running: &mut JoinSet<AttemptOutcome>,
+        in_flight: &mut HashMap<tokio::task::Id, Running>,
+    ) -> ClaimRound {
+        let limit = self.batch();
+        let request = ClaimRequest {
+            worker_id: &self.config.worker_id,
+            kinds,
+            limit,
+            lease_ms: duration_ms(self.config.lease),
+            scopes: self.config.scopes.as_deref(),
+        };
+        let claim = tokio::time::timeout(
+            db_call_timeout(self.config.lease),
+            self.ledger.claim(&request, self.gate.as_ref()),
+        )
+        .await
+        .unwrap_or_else(|_| Err(timed_out("claim")));
+        let batch = match claim {
+            Ok(batch) => batch,
+            Err(error) => return ClaimRound::Failed(error),
+        };
+        let round = ClaimRound::Claimed {
+            progressed: !batch.claimed.is_empty() || !batch.skipped.is_empty(),
+            // Deferred jobs are not work for now; they do not count as progress.
+            batch_full: batch.claimed.len() + batch.skipped.len() >= limit,
+            // A retry or an expiring lease due before the next poll wakes this worker then;
+            // never sooner than the fast-poll floor, so work due now but locked by another
+            // claimer is not spun on.
+            next_due: batch
+                .next_due_in_ms
+                .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)).max(FAST_POLL_MIN)),
+        };
+        for claimed in batch.claimed {
+            let (id, entry) = self.spawn_attempt(running, claimed);
+            in_flight.insert(id, entry);
+        }
+        round
+    }
+
+    /// Graceful shutdown: no more claims; running jobs get the grace period, then the rest are
+    /// cancelled (their leases released) and awaited.
+    async fn drain(
+        &self,
+        mut running: JoinSet<AttemptOutcome>,
+        mut in_flight: HashMap<tokio::task::Id, Running>,
+        report: &mut RunReport,
+    ) {
+        if running.is_empty() {
+            return;
+        }
+        tracing::info!(worker.id = %self.config.worker_id, running = running.len(),
+            grace_ms = duration_ms(self.config.grace), "waiting for running jobs");
+        let deadline = tokio::time::sleep(self.config.grace);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                done = running.join_next_with_id() => match done {
+                    Some(done) => Self::finish(report, &mut in_flight, done),
+                    None => return,
+                },
+                _ = &mut deadline => break,
+            }
+        }
+        for entry in in_flight.values() {
+            entry.kill.cancel();
+        }
+        while let Some(done) = running.join_next_with_id().await {
+            Self::finish(report, &mut in_flight, done);
+        }
     }
 
     fn finish(
@@ -349,6 +342,110 @@ impl Runner {
         let span = attempt.span();
         let handle = running.spawn(attempt.run().instrument(span));
         (handle.id(), Running { kill })
+    }
+}
+
+/// What one pass of the loop got from its claim.
+enum ClaimRound {
+    /// Fewer free slots than a whole batch: no claim was made.
+    NoRoom,
+    Claimed {
+        progressed: bool,
+        batch_full: bool,
+        next_due: Option<Duration>,
+    },
+    Failed(LedgerError),
+}
+
+impl ClaimRound {
+    fn progressed(&self) -> bool {
+        matches!(
+            self,
+            ClaimRound::Claimed {
+                progressed: true,
+                ..
+            }
+        )
+    }
+}
+
+/// How long the loop waits before its next pass: at once while full batches keep coming, fast
+/// polls (50 ms doubling to 1 s) where no notification crosses processes, the idle poll
+/// interval otherwise, capped by the next due retry or lease; after a failed claim, a database
+/// backoff (100 ms doubling to 5 s) that overrides all of them.
+struct PollBackoff {
+    fast_poll: bool,
+    poll_interval: Duration,
+    fast: Duration,
+    database: Option<Duration>,
+}
+
+impl PollBackoff {
+    fn new(config: &RunnerConfig) -> PollBackoff {
+        PollBackoff {
+            fast_poll: config.fast_poll,
+            poll_interval: config.poll_interval,
+            fast: FAST_POLL_MIN,
+            database: None,
+        }
+    }
+
+    fn database_down(&self) -> bool {
+        self.database.is_some()
+    }
+
+    /// Tracks database reachability from a claim's result (logging the first failure and the
+    /// recovery, not every retry).
+    fn record_claim(&mut self, round: &ClaimRound, worker_id: &str) {
+        match round {
+            ClaimRound::NoRoom => {}
+            ClaimRound::Claimed { .. } => {
+                if self.database.take().is_some() {
+                    tracing::info!(worker.id = %worker_id, "database reachable again");
+                }
+            }
+            ClaimRound::Failed(error) => {
+                if self.database.is_none() {
+                    tracing::warn!(worker.id = %worker_id, %error,
+                        "claim failed; retrying with backoff");
+                }
+                self.database = Some(
+                    self.database
+                        .map_or(DB_RETRY_MIN, |delay| (delay * 2).min(DB_RETRY_MAX)),
+                );
+            }
+        }
+    }
+
+    /// The wait after `round`; `batch_fits` says whether a whole batch could be claimed now.
+    fn next(&mut self, round: &ClaimRound, batch_fits: bool) -> Duration {
+        if let Some(delay) = self.database {
+            return delay;
+        }
+        let (progressed, batch_full, next_due) = match round {
+            ClaimRound::Claimed {
+                progressed,
+                batch_full,
+                next_due,
+            } => (*progressed, *batch_full, *next_due),
+            ClaimRound::NoRoom | ClaimRound::Failed(_) => (false, false, None),
+        };
+        let delay = if progressed && batch_full && batch_fits {
+            Duration::ZERO
+        } else if progressed {
+            self.fast = FAST_POLL_MIN;
+            if self.fast_poll {
+                self.fast
+            } else {
+                self.poll_interval
+            }
+        } else if self.fast_poll && self.fast < FAST_POLL_MAX {
+            self.fast = (self.fast * 2).min(FAST_POLL_MAX);
+            self.fast
+        } else {
+            self.poll_interval
+        };
+        next_due.map_or(delay, |due| delay.min(due))
     }
 }
 
@@ -421,7 +518,7 @@ impl Attempt {
             job.attempt = self.ctx.claimed.lease.attempt,
             worker.id = %self.ctx.claimed.lease.worker_id,
         );
-        crate::telemetry::continue_trace(&span, job.trace_parent.as_deref());
+        crate::trace_context::continue_trace(&span, job.trace_parent.as_deref());
         span
     }
 
@@ -499,7 +596,7 @@ impl Attempt {
             AttemptOutcome::Released => "released",
             AttemptOutcome::Abandoned => "abandoned",
         };
-        crate::telemetry::metrics::ledger().job_duration(kind, label, started.elapsed());
+        crate::metrics::ledger().job_duration(kind, label, started.elapsed());
         outcome
     }
 
@@ -521,7 +618,7 @@ impl Attempt {
                 _ => return Err(JobError::Database(error)),
             };
             reruns += 1;
-            crate::telemetry::metrics::ledger().attempt_db_retry(self.ctx.claimed.job.kind);
+            crate::metrics::ledger().attempt_db_retry(self.ctx.claimed.job.kind);
             tracing::warn!(%error, rerun = reruns, retry_in_ms = delay.as_millis() as u64,
                 "database error inside the attempt; running the job again");
             tokio::time::sleep(delay).await;
@@ -748,5 +845,83 @@ mod tests {
         assert_eq!(config.validate(), Ok(()));
         config.lease = Duration::ZERO;
         assert_eq!(config.validate(), Err(RunnerConfigError::EmptyLease));
+    }
+
+    fn claimed(progressed: bool, batch_full: bool, next_due: Option<Duration>) -> ClaimRound {
+        ClaimRound::Claimed {
+            progressed,
+            batch_full,
+            next_due,
+        }
+    }
+
+    fn failed() -> ClaimRound {
+        ClaimRound::Failed(timed_out("claim"))
+    }
+
+    fn backoff(fast_poll: bool) -> PollBackoff {
+        let mut config = RunnerConfig::new("w");
+        config.fast_poll = fast_poll;
+        config.poll_interval = Duration::from_secs(60);
+        PollBackoff::new(&config)
+    }
+
+    #[test]
+    fn full_batches_are_claimed_again_at_once_and_partial_ones_poll() {
+        let mut polls = backoff(false);
+        assert_eq!(polls.next(&claimed(true, true, None), true), Duration::ZERO);
+        assert_eq!(
+            polls.next(&claimed(true, true, None), false),
+            Duration::from_secs(60),
+            "no room for another batch: wait for a wake-up or a finished job"
+        );
+        assert_eq!(
+            polls.next(&claimed(true, false, None), true),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            polls.next(
+                &claimed(false, false, Some(Duration::from_millis(700))),
+                true
+            ),
+            Duration::from_millis(700),
+            "a retry due before the poll wakes the worker then"
+        );
+    }
+
+    #[test]
+    fn fast_polls_double_to_one_second_and_restart_after_progress() {
+        let mut polls = backoff(true);
+        let idle = claimed(false, false, None);
+        let waits: Vec<u128> = (0..6)
+            .map(|_| polls.next(&idle, true).as_millis())
+            .collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1000, 60_000]);
+        assert_eq!(
+            polls.next(&claimed(true, false, None), true),
+            Duration::from_millis(50)
+        );
+        assert_eq!(polls.next(&idle, true), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_failed_claim_backs_off_to_five_seconds_and_recovers_on_success() {
+        let mut polls = backoff(true);
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            polls.record_claim(&failed(), "w");
+            waits.push(polls.next(&failed(), true).as_millis());
+        }
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert!(polls.database_down());
+        polls.record_claim(&ClaimRound::NoRoom, "w");
+        assert!(
+            polls.database_down(),
+            "a pass without a claim says nothing about the database"
+        );
+        let due_soon = claimed(true, true, Some(Duration::from_millis(60)));
+        polls.record_claim(&due_soon, "w");
+        assert!(!polls.database_down());
+        assert_eq!(polls.next(&due_soon, true), Duration::ZERO);
     }
 }
