@@ -109,7 +109,11 @@ enum Bench {
         #[arg(long, default_value_t = 1)]
         poll_ms: u64,
         /// Setups to measure.
-        #[arg(long, value_delimiter = ',', default_value = "sqlite-all-in-one,sqlite-worker,postgres")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "sqlite-all-in-one,sqlite-worker,postgres"
+        )]
         setups: Vec<Setup>,
         /// Where `zuno` and `zuno-worker-extract` are (default: beside this binary).
         #[arg(long)]
@@ -477,11 +481,9 @@ impl PipelineBench {
         )
         .fetch_one(pool)
         .await)?;
-        anyhow::ensure!(
-            experiences as usize == self.jobs,
-            "{experiences} experiences stored for {} jobs",
-            self.jobs
-        );
+        // Identical corrections merge into one experience (its evidence grows); every job
+        // completed, which `verify_completed` checked.
+        anyhow::ensure!(experiences > 0, "no experience stored");
         db.close().await;
 
         for worker in &mut workers {
@@ -514,10 +516,7 @@ impl PipelineBench {
                     clean_env(&mut worker, home.path(), Some(&url));
                     worker.args(["noop-worker", "--worker-id", &format!("bench-noop-{i}")]);
                     worker.args(self.worker_flags());
-                    worker.args([
-                        "--hold-ms",
-                        &self.provider_delay.as_millis().to_string(),
-                    ]);
+                    worker.args(["--hold-ms", &self.provider_delay.as_millis().to_string()]);
                     spawn_worker(&mut worker, &home.path().join(format!("worker-{i}.log")))
                 })
                 .collect()
@@ -606,18 +605,18 @@ impl PipelineBench {
 /// default log level, and none of the caller's Zuno environment.
 fn clean_env(command: &mut Command, home: &Path, url: Option<&str>) {
     for variable in [
-            "ZUNO_DATABASE_URL",
-            "ZUNO_BIND",
-            "ZUNO_API_TOKEN",
-            "ZUNO_CONFIG",
-            "ZUNO_METRICS_ADDR",
-            "ZUNO_LOG",
-            "ZUNO_LOG_FORMAT",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "DATABASE_URL",
-        ] {
-            command.env_remove(variable);
-        }
+        "ZUNO_DATABASE_URL",
+        "ZUNO_BIND",
+        "ZUNO_API_TOKEN",
+        "ZUNO_CONFIG",
+        "ZUNO_METRICS_ADDR",
+        "ZUNO_LOG",
+        "ZUNO_LOG_FORMAT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "DATABASE_URL",
+    ] {
+        command.env_remove(variable);
+    }
     command.env("ZUNO_HOME", home).kill_on_drop(true);
     if let Some(url) = url {
         command.env("DATABASE_URL", url);
@@ -1037,6 +1036,8 @@ mod latency {
         settled: Vec<Duration>,
         request: Vec<Duration>,
         observer: ObserverStats,
+        /// Experience rows at the end (pipeline only).
+        experiences: i64,
     }
 
     #[derive(Default, Clone, Copy)]
@@ -1079,6 +1080,7 @@ mod latency {
                     "p99": ms(percentile(&request, 0.99)),
                 },
                 "observerQueryMeanMs": ms(self.observer.busy / self.observer.queries.max(1) as u32),
+                "experiences": self.experiences,
             })
         }
 
@@ -1150,7 +1152,11 @@ mod latency {
         let admin = Db::connect(&ConnectOptions::new(admin_url.to_owned())).await?;
         let sql = format!("CREATE DATABASE {name}");
         sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-            .execute(admin.as_postgres().context("the admin URL must be Postgres")?)
+            .execute(
+                admin
+                    .as_postgres()
+                    .context("the admin URL must be Postgres")?,
+            )
             .await?;
         admin.close().await;
         Ok((zuno_tests::database_url(admin_url, &name), name))
@@ -1254,6 +1260,7 @@ mod latency {
             settled: Vec::new(),
             request: Vec::new(),
             observer: ObserverStats::default(),
+            experiences: 0,
         };
         let mut path = String::new();
         for turn in 0..options.turns + WARM_UP {
@@ -1288,11 +1295,10 @@ mod latency {
         )
         .fetch_one(pool)
         .await)?;
-        anyhow::ensure!(
-            experiences as usize == options.turns + WARM_UP,
-            "{experiences} experiences stored for {} turns",
-            options.turns + WARM_UP
-        );
+        // Identical corrections may merge into one experience (its evidence grows), so only
+        // their presence is checked; each job completed above.
+        anyhow::ensure!(experiences > 0, "no experience stored");
+        samples.experiences = experiences;
         observer.db.close().await;
         if let Some(worker) = &mut worker {
             super::stop(worker).await;
@@ -1321,9 +1327,10 @@ mod latency {
             config.concurrency = 4;
             config.max_jobs_per_wake = 2;
             config.poll_interval = Duration::from_secs(60);
-            let runner = Runner::new(ledger.clone(), config).register(Arc::new(Noop {
-                hold: Duration::ZERO,
-            }) as Arc<dyn JobHandler>);
+            let runner = Runner::new(ledger.clone(), config)
+                .register(Arc::new(Noop {
+                    hold: Duration::ZERO,
+                }) as Arc<dyn JobHandler>);
             let stop = shutdown.clone();
             in_process = Some(tokio::spawn(async move { runner.run(stop).await }));
         } else {
@@ -1343,6 +1350,7 @@ mod latency {
             settled: Vec::new(),
             request: Vec::new(),
             observer: ObserverStats::default(),
+            experiences: 0,
         };
         for n in 0..options.turns + WARM_UP {
             tokio::time::sleep(gap(options)).await;

@@ -186,9 +186,8 @@ async fn main() -> anyhow::Result<()> {
                 ),
                 _ => None,
             };
-            let worker_id = worker_id.unwrap_or_else(|| {
-                zuno_shared::runtime::process::default_worker_id("zuno-probe")
-            });
+            let worker_id = worker_id
+                .unwrap_or_else(|| zuno_shared::runtime::process::default_worker_id("zuno-probe"));
             let mut config = RunnerConfig::new(worker_id);
             config.lease = Duration::from_millis(lease_ms);
             config.heartbeat = Duration::from_millis(heartbeat_ms);

@@ -592,8 +592,8 @@ async fn a_restarted_worker_container_leases_under_a_new_worker_id() {
     docker::docker(&["restart", "--time", "10", &container]).await;
     let after = worker_of(fleet.admit("workerid-after").await).await;
 
-    let hostname = docker::docker(&["inspect", "--format", "{{.Config.Hostname}}", &container])
-        .await;
+    let hostname =
+        docker::docker(&["inspect", "--format", "{{.Config.Hostname}}", &container]).await;
     for id in [&before, &after] {
         assert!(
             id.starts_with(&format!("zuno-probe@{hostname}:")),
