@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -357,6 +358,8 @@ struct Shared {
     shutdown: CancellationToken,
     /// Answer with [`Reply::auto`] when the script is used up (instead of 500).
     auto: bool,
+    /// Milliseconds every request waits before its reply (a provider's own latency).
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// In auto-answer mode the fake runs as a long-lived service: keep only this many recent
@@ -399,6 +402,7 @@ impl FakeProvider {
             script: Arc::default(),
             shutdown: CancellationToken::new(),
             auto,
+            delay_ms: Arc::default(),
         };
         let mut app = axum::Router::new();
         if auto {
@@ -467,6 +471,15 @@ impl FakeProvider {
         kinds
     }
 
+    /// Makes every later request wait `delay` before its reply, as a real model's latency does
+    /// (benchmarks whose workers spend their time waiting on the provider).
+    pub fn set_delay(&self, delay: Duration) {
+        self.shared.delay_ms.store(
+            u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
     /// Requests received since start (in auto-answer mode `requests()` keeps only the latest).
     pub fn request_count(&self) -> usize {
         self.shared.lock().count
@@ -519,6 +532,15 @@ async fn handle(
             ),
         );
     };
+    let delay = shared.delay_ms.load(std::sync::atomic::Ordering::Relaxed);
+    if delay > 0 {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(delay)) => {}
+            () = shared.shutdown.cancelled() => {
+                return error_response(StatusCode::SERVICE_UNAVAILABLE, "fake provider stopped");
+            }
+        }
+    }
     let mut reply = reply;
     while let ReplyKind::Held { gate, then } = reply.kind {
         tokio::select! {

@@ -79,16 +79,84 @@ enum Bench {
         /// Admit every job before any worker starts, then time the workers draining the queue.
         #[arg(long)]
         drain: bool,
+        /// Milliseconds the fake provider takes per call; the baseline's no-op handler waits
+        /// as long before settling, so both sides spend the same time waiting per job.
+        #[arg(long, default_value_t = 0)]
+        provider_delay_ms: u64,
+        /// Jobs each worker process runs at once (`--concurrency`; default: the binaries').
+        #[arg(long)]
+        concurrency: Option<usize>,
+        /// Jobs each worker claims per wake (`--max-jobs-per-wake`; default: the binaries').
+        #[arg(long)]
+        max_jobs_per_wake: Option<u32>,
+    },
+    /// Turn → settled experience latency, one turn at a time, on SQLite and Postgres, with a
+    /// ledger-only baseline (admit → no-op settle) through the same harness in the same run.
+    Latency {
+        /// A Postgres URL whose role may create databases; without it the Postgres setup is
+        /// skipped.
+        #[arg(long, env = "ZUNO_TEST_DATABASE_URL")]
+        admin_url: Option<String>,
+        /// Closed turns (and baseline jobs) per setup.
+        #[arg(long, default_value_t = 100)]
+        turns: usize,
+        /// Idle time before each closing request, drawn uniformly from [min, max] ms so a
+        /// worker's poll timer cannot line up with the turns: each turn finds the worker idle.
+        #[arg(long, value_delimiter = ',', default_value = "100,700")]
+        gap_ms: Vec<u64>,
+        /// How often the observer polls the job's state, in ms (the measurement's resolution,
+        /// plus one query).
+        #[arg(long, default_value_t = 1)]
+        poll_ms: u64,
+        /// Setups to measure.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "sqlite-all-in-one,sqlite-worker,postgres"
+        )]
+        setups: Vec<Setup>,
+        /// Where `zuno` and `zuno-worker-extract` are (default: beside this binary).
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
     },
     /// Internal: a worker process with the real process harness and a no-op `maintain` handler.
     NoopWorker {
         #[command(flatten)]
         worker: WorkerArgs,
+        /// Milliseconds each job waits before settling (a stand-in for a provider call).
+        #[arg(long, default_value_t = 0)]
+        hold_ms: u64,
     },
 }
 
-/// Settles each job at once through the fenced settlement, like zuno-bench's ledger worker.
-struct Noop;
+/// Where the turn → experience latency is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Setup {
+    /// `zuno serve --all-in-one` on its SQLite file: the API and every worker stage in one
+    /// process, woken through the in-process bus (the embedded default).
+    SqliteAllInOne,
+    /// `zuno serve` and a separate `zuno-worker-extract` process on the same SQLite file: no
+    /// cross-process notification exists, so the worker finds work by polling.
+    SqliteWorker,
+    /// `zuno serve` and one `zuno-worker-extract` process on Postgres, woken by NOTIFY.
+    Postgres,
+}
+
+impl Setup {
+    fn as_str(self) -> &'static str {
+        match self {
+            Setup::SqliteAllInOne => "sqlite-all-in-one",
+            Setup::SqliteWorker => "sqlite-worker",
+            Setup::Postgres => "postgres",
+        }
+    }
+}
+
+/// Settles each job through the fenced settlement, like zuno-bench's ledger worker, after
+/// `hold` (zero: at once).
+struct Noop {
+    hold: Duration,
+}
 
 #[async_trait::async_trait]
 impl JobHandler for Noop {
@@ -97,6 +165,9 @@ impl JobHandler for Noop {
     }
 
     async fn run(&self, ctx: JobContext) -> Result<Job, JobError> {
+        if !self.hold.is_zero() {
+            tokio::time::sleep(self.hold).await;
+        }
         Ok(ctx
             .begin_settlement()
             .await?
@@ -108,9 +179,41 @@ impl JobHandler for Noop {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Args::parse().command {
-        Bench::NoopWorker { worker } => {
-            run_worker("zuno-bench-noop", worker, allow_all, |_| {
-                Ok(vec![Arc::new(Noop) as Arc<dyn JobHandler>])
+        Bench::NoopWorker { worker, hold_ms } => {
+            run_worker("zuno-bench-noop", worker, allow_all, move |_| {
+                Ok(vec![Arc::new(Noop {
+                    hold: Duration::from_millis(hold_ms),
+                }) as Arc<dyn JobHandler>])
+            })
+            .await
+        }
+        Bench::Latency {
+            admin_url,
+            turns,
+            gap_ms,
+            poll_ms,
+            setups,
+            bin_dir,
+        } => {
+            let bin_dir = match bin_dir {
+                Some(dir) => dir,
+                None => std::env::current_exe()?
+                    .parent()
+                    .context("binary directory")?
+                    .to_path_buf(),
+            };
+            let gap = match gap_ms.as_slice() {
+                [fixed] => (*fixed, *fixed),
+                [min, max] if min <= max => (*min, *max),
+                _ => anyhow::bail!("--gap-ms takes one value or min,max"),
+            };
+            latency::run(latency::Options {
+                admin_url,
+                turns: turns.max(1),
+                gap,
+                poll: Duration::from_millis(poll_ms.max(1)),
+                setups,
+                bin_dir,
             })
             .await
         }
@@ -124,6 +227,9 @@ async fn main() -> anyhow::Result<()> {
             bin_dir,
             pg_pid_file,
             drain,
+            provider_delay_ms,
+            concurrency,
+            max_jobs_per_wake,
         } => {
             let bin_dir = match bin_dir {
                 Some(dir) => dir,
@@ -145,12 +251,18 @@ async fn main() -> anyhow::Result<()> {
                 postmaster: pg_pid_file.as_deref().and_then(postmaster_pid),
                 serial: std::sync::atomic::AtomicUsize::new(0),
                 drain,
+                provider_delay: Duration::from_millis(provider_delay_ms),
+                concurrency,
+                max_jobs_per_wake,
             };
             eprintln!(
-                "{} jobs, {} rounds, workers {workers:?}, {} mode; Postgres CPU {}",
+                "{} jobs, {} rounds, workers {workers:?}, {} mode, provider delay {provider_delay_ms} ms, \
+                 concurrency {}, max jobs per wake {}; Postgres CPU {}",
                 jobs,
                 rounds,
                 if drain { "drain" } else { "concurrent" },
+                concurrency.map_or_else(|| String::from("default"), |c| c.to_string()),
+                max_jobs_per_wake.map_or_else(|| String::from("default"), |c| c.to_string()),
                 if bench.postmaster.is_some() {
                     "attributed"
                 } else {
@@ -195,6 +307,9 @@ struct PipelineBench {
     postmaster: Option<u32>,
     serial: std::sync::atomic::AtomicUsize,
     drain: bool,
+    provider_delay: Duration,
+    concurrency: Option<usize>,
+    max_jobs_per_wake: Option<u32>,
 }
 
 /// One timed run.
@@ -293,6 +408,7 @@ impl PipelineBench {
         let home = tempfile::tempdir()?;
         let fake = FakeProvider::start().await;
         fake.push((0..self.jobs).map(|_| valid_answer()));
+        fake.set_delay(self.provider_delay);
         let config = json!({
             "providers": { "fake": { "api": "openai_chat", "base_url": fake.base_url() } },
             "learning": { "extractor_model": "fake/fake-model" },
@@ -300,13 +416,14 @@ impl PipelineBench {
         std::fs::write(home.path().join("config.json"), config.to_string())?;
 
         let mut api = self.command("zuno", home.path(), &url);
-        api.args(["serve", "--bind", "127.0.0.1:0"]);
+        api.args(["serve", "--bind", "127.0.0.1:0", "--insecure-no-auth"]);
         let (mut api, address) = spawn_api(api, &home.path().join("api.log")).await?;
         let spawn_workers = || -> anyhow::Result<Vec<Child>> {
             (0..worker_count)
                 .map(|i| {
                     let mut worker = self.command("zuno-worker-extract", home.path(), &url);
                     worker.args(["--worker-id", &format!("bench-extract-{i}")]);
+                    worker.args(self.worker_flags());
                     spawn_worker(&mut worker, &home.path().join(format!("worker-{i}.log")))
                 })
                 .collect()
@@ -364,11 +481,9 @@ impl PipelineBench {
         )
         .fetch_one(pool)
         .await)?;
-        anyhow::ensure!(
-            experiences as usize == self.jobs,
-            "{experiences} experiences stored for {} jobs",
-            self.jobs
-        );
+        // Identical corrections merge into one experience (its evidence grows); every job
+        // completed, which `verify_completed` checked.
+        anyhow::ensure!(experiences > 0, "no experience stored");
         db.close().await;
 
         for worker in &mut workers {
@@ -398,8 +513,10 @@ impl PipelineBench {
             (0..worker_count)
                 .map(|i| {
                     let mut worker = Command::new(&exe);
-                    self.clean_env(&mut worker, home.path(), &url);
+                    clean_env(&mut worker, home.path(), Some(&url));
                     worker.args(["noop-worker", "--worker-id", &format!("bench-noop-{i}")]);
+                    worker.args(self.worker_flags());
+                    worker.args(["--hold-ms", &self.provider_delay.as_millis().to_string()]);
                     spawn_worker(&mut worker, &home.path().join(format!("worker-{i}.log")))
                 })
                 .collect()
@@ -465,33 +582,48 @@ impl PipelineBench {
         })
     }
 
+    /// The worker flags this run sets (none: the binaries' defaults).
+    fn worker_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if let Some(concurrency) = self.concurrency {
+            flags.extend([String::from("--concurrency"), concurrency.to_string()]);
+        }
+        if let Some(per_wake) = self.max_jobs_per_wake {
+            flags.extend([String::from("--max-jobs-per-wake"), per_wake.to_string()]);
+        }
+        flags
+    }
+
     fn command(&self, binary: &str, home: &Path, url: &str) -> Command {
         let mut command = Command::new(self.bin_dir.join(binary));
-        self.clean_env(&mut command, home, url);
+        clean_env(&mut command, home, Some(url));
         command
     }
+}
 
-    /// A private home (its config.json), the run's database, the default log level, and none
-    /// of the caller's Zuno environment.
-    fn clean_env(&self, command: &mut Command, home: &Path, url: &str) {
-        for variable in [
-            "ZUNO_DATABASE_URL",
-            "ZUNO_BIND",
-            "ZUNO_API_TOKEN",
-            "ZUNO_CONFIG",
-            "ZUNO_METRICS_ADDR",
-            "ZUNO_LOG",
-            "ZUNO_LOG_FORMAT",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-        ] {
-            command.env_remove(variable);
-        }
-        command
-            .env("ZUNO_HOME", home)
-            .env("DATABASE_URL", url)
-            .kill_on_drop(true);
+/// A private home (its config.json), the run's database (`None`: the home's SQLite file), the
+/// default log level, and none of the caller's Zuno environment.
+fn clean_env(command: &mut Command, home: &Path, url: Option<&str>) {
+    for variable in [
+        "ZUNO_DATABASE_URL",
+        "ZUNO_BIND",
+        "ZUNO_API_TOKEN",
+        "ZUNO_CONFIG",
+        "ZUNO_METRICS_ADDR",
+        "ZUNO_LOG",
+        "ZUNO_LOG_FORMAT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "DATABASE_URL",
+    ] {
+        command.env_remove(variable);
     }
+    command.env("ZUNO_HOME", home).kill_on_drop(true);
+    if let Some(url) = url {
+        command.env("DATABASE_URL", url);
+    }
+}
 
+impl PipelineBench {
     fn snapshot(&self, pids: &Pids) -> Snapshot {
         let postgres = self.postmaster.map(|postmaster| {
             let mut ticks = HashMap::new();
@@ -824,4 +956,432 @@ fn report(mode: &str, workers: usize, jobs: usize, rounds: &[(RunResult, RunResu
             "pipelineOverBaseline": round2(ratio),
         })
     );
+}
+
+/// `zuno-pipeline-bench latency`: turn → settled experience, one turn at a time.
+///
+/// Each turn: a user correction, then an idle gap (the worker has nothing to do and waits for
+/// a wake-up or its next poll), then the closing assistant message, which admits the `extract`
+/// job in its transaction. The clock starts just before the closing request is sent and stops
+/// when an observer connection in this process sees the job settled: it reads the job's state
+/// by primary key every `poll` (the experience commits in the settlement's transaction, so a
+/// settled job's experience is visible). The baseline admits a `maintain` job with
+/// `Ledger::admit` instead and a no-op handler settles it, through the same harness (the same
+/// in-process runner setup as `--all-in-one`, or the same worker process harness).
+mod latency {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use anyhow::Context;
+    use serde_json::json;
+    use tokio::process::{Child, Command};
+    use tokio_util::sync::CancellationToken;
+    use zuno_shared::clock::system_clock;
+    use zuno_shared::db::{ConnectOptions, Db};
+    use zuno_shared::ledger::{JobIdentity, JobOrigin, Ledger, NewJob};
+    use zuno_shared::runtime::{JobHandler, Runner, RunnerConfig};
+    use zuno_tests::fake_provider::{FakeProvider, RequestKind};
+
+    use super::{Noop, Setup};
+
+    pub struct Options {
+        pub admin_url: Option<String>,
+        pub turns: usize,
+        pub gap: (u64, u64),
+        pub poll: Duration,
+        pub setups: Vec<Setup>,
+        pub bin_dir: PathBuf,
+    }
+
+    /// Turns closed before the timed ones (connections, caches and the first claim warmed up).
+    const WARM_UP: usize = 3;
+
+    pub async fn run(options: Options) -> anyhow::Result<()> {
+        eprintln!(
+            "latency: {} turns per setup, gap {}–{} ms, observer poll {} ms, setups {:?}",
+            options.turns,
+            options.gap.0,
+            options.gap.1,
+            options.poll.as_millis(),
+            options.setups
+        );
+        for &setup in &options.setups {
+            if setup == Setup::Postgres && options.admin_url.is_none() {
+                eprintln!("postgres: skipped (no --admin-url / ZUNO_TEST_DATABASE_URL)");
+                continue;
+            }
+            let baseline = baseline(&options, setup).await?;
+            eprintln!("{} baseline: {}", setup.as_str(), baseline.describe());
+            let pipeline = pipeline(&options, setup).await?;
+            eprintln!("{} pipeline: {}", setup.as_str(), pipeline.describe());
+            println!(
+                "{}",
+                json!({
+                    "setup": setup.as_str(),
+                    "turns": options.turns,
+                    "gapMs": [options.gap.0, options.gap.1],
+                    "observerPollMs": options.poll.as_millis() as u64,
+                    "pipeline": pipeline.json(),
+                    "baseline": baseline.json(),
+                })
+            );
+        }
+        Ok(())
+    }
+
+    /// One setup's samples: from the closing request (or admission) to the settled job, and
+    /// to the request's response alone.
+    struct Samples {
+        settled: Vec<Duration>,
+        request: Vec<Duration>,
+        observer: ObserverStats,
+        /// Experience rows at the end (pipeline only).
+        experiences: i64,
+    }
+
+    #[derive(Default, Clone, Copy)]
+    struct ObserverStats {
+        queries: u64,
+        busy: Duration,
+    }
+
+    fn ms(duration: Duration) -> f64 {
+        (duration.as_secs_f64() * 10_000.0).round() / 10.0
+    }
+
+    /// Nearest-rank percentile.
+    fn percentile(sorted: &[Duration], q: f64) -> Duration {
+        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        sorted[rank - 1]
+    }
+
+    impl Samples {
+        fn sorted(values: &[Duration]) -> Vec<Duration> {
+            let mut sorted = values.to_vec();
+            sorted.sort();
+            sorted
+        }
+
+        fn json(&self) -> serde_json::Value {
+            let settled = Samples::sorted(&self.settled);
+            let request = Samples::sorted(&self.request);
+            let mean = settled.iter().sum::<Duration>() / settled.len().max(1) as u32;
+            json!({
+                "settledMs": {
+                    "p50": ms(percentile(&settled, 0.50)),
+                    "p90": ms(percentile(&settled, 0.90)),
+                    "p99": ms(percentile(&settled, 0.99)),
+                    "max": ms(settled[settled.len() - 1]),
+                    "mean": ms(mean),
+                },
+                "requestMs": {
+                    "p50": ms(percentile(&request, 0.50)),
+                    "p99": ms(percentile(&request, 0.99)),
+                },
+                "observerQueryMeanMs": ms(self.observer.busy / self.observer.queries.max(1) as u32),
+                "experiences": self.experiences,
+            })
+        }
+
+        fn describe(&self) -> String {
+            let settled = Samples::sorted(&self.settled);
+            let request = Samples::sorted(&self.request);
+            format!(
+                "settled p50 {:.1} ms p90 {:.1} p99 {:.1} max {:.1}; request p50 {:.1} ms; \
+                 observer query {:.2} ms",
+                ms(percentile(&settled, 0.5)),
+                ms(percentile(&settled, 0.9)),
+                ms(percentile(&settled, 0.99)),
+                ms(settled[settled.len() - 1]),
+                ms(percentile(&request, 0.5)),
+                ms(self.observer.busy / self.observer.queries.max(1) as u32),
+            )
+        }
+    }
+
+    /// Reads one job's state by primary key until it is terminal.
+    struct Observer {
+        db: Db,
+        poll: Duration,
+        stats: ObserverStats,
+    }
+
+    impl Observer {
+        /// When the job was first seen settled (the end of the query that saw it), and its state.
+        async fn settled(&mut self, job_id: &str) -> anyhow::Result<(Instant, String)> {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let started = Instant::now();
+                let state: Option<String> = zuno_shared::on_db!(&self.db, |pool| {
+                    sqlx::query_scalar("SELECT state FROM learning_job WHERE id = $1")
+                        .bind(job_id)
+                        .fetch_optional(pool)
+                        .await
+                })?;
+                let seen = Instant::now();
+                self.stats.queries += 1;
+                self.stats.busy += seen - started;
+                if let Some(state) = state
+                    && matches!(
+                        state.as_str(),
+                        "completed" | "failed" | "skipped" | "uncertain"
+                    )
+                {
+                    return Ok((seen, state));
+                }
+                anyhow::ensure!(seen < deadline, "job {job_id} did not settle within 60 s");
+                tokio::time::sleep(self.poll).await;
+            }
+        }
+    }
+
+    fn gap(options: &Options) -> Duration {
+        let (min, max) = options.gap;
+        let span = u128::from(max - min) + 1;
+        let draw = uuid::Uuid::new_v4().as_u128() % span;
+        Duration::from_millis(min + u64::try_from(draw).unwrap_or(0))
+    }
+
+    async fn create_database(admin_url: &str) -> anyhow::Result<(String, String)> {
+        let name = format!(
+            "zuno_latency_{}_{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let admin = Db::connect(&ConnectOptions::new(admin_url.to_owned())).await?;
+        let sql = format!("CREATE DATABASE {name}");
+        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            .execute(
+                admin
+                    .as_postgres()
+                    .context("the admin URL must be Postgres")?,
+            )
+            .await?;
+        admin.close().await;
+        Ok((zuno_tests::database_url(admin_url, &name), name))
+    }
+
+    async fn drop_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
+        let admin = Db::connect(&ConnectOptions::new(admin_url.to_owned())).await?;
+        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            .execute(admin.as_postgres().context("postgres")?)
+            .await?;
+        admin.close().await;
+        Ok(())
+    }
+
+    /// The setup's database: a fresh Postgres database, or the home's SQLite file.
+    struct Database {
+        /// `Some` on Postgres: the URL processes get; `None`: the home's SQLite default.
+        url: Option<String>,
+        observe: ConnectOptions,
+        name: Option<String>,
+    }
+
+    async fn database(options: &Options, setup: Setup, home: &Path) -> anyhow::Result<Database> {
+        Ok(match setup {
+            Setup::Postgres => {
+                let admin = options.admin_url.as_deref().context("admin URL")?;
+                let (url, name) = create_database(admin).await?;
+                Database {
+                    observe: ConnectOptions::new(url.clone()),
+                    url: Some(url),
+                    name: Some(name),
+                }
+            }
+            Setup::SqliteAllInOne | Setup::SqliteWorker => Database {
+                url: None,
+                observe: ConnectOptions::sqlite_file(
+                    &zuno_shared::paths::Paths::resolve(Some(home)).database(),
+                ),
+                name: None,
+            },
+        })
+    }
+
+    async fn pipeline(options: &Options, setup: Setup) -> anyhow::Result<Samples> {
+        let home = tempfile::tempdir()?;
+        let database = database(options, setup, home.path()).await?;
+        let fake = FakeProvider::start_auto("127.0.0.1:0").await?;
+        // Extraction answers as in the throughput bench; every other request (maintenance and
+        // mining, which all-in-one also runs) gets the fake's answer of its own kind.
+        fake.push_for(
+            RequestKind::Extraction,
+            (0..options.turns + WARM_UP).map(|_| super::valid_answer()),
+        );
+        let config = json!({
+            "providers": { "fake": { "api": "openai_chat", "base_url": fake.base_url() } },
+            "learning": { "extractor_model": "fake/fake-model" },
+        });
+        std::fs::write(home.path().join("config.json"), config.to_string())?;
+
+        let mut api = Command::new(options.bin_dir.join("zuno"));
+        super::clean_env(&mut api, home.path(), database.url.as_deref());
+        api.args(["serve", "--bind", "127.0.0.1:0", "--insecure-no-auth"]);
+        if setup == Setup::SqliteAllInOne {
+            api.arg("--all-in-one");
+        }
+        let api_log = home.path().join("api.log");
+        let (mut api, address) = super::spawn_api(api, &api_log).await?;
+        let mut worker: Option<Child> = None;
+        if setup == Setup::SqliteAllInOne {
+            super::wait_for_log(&api_log, "worker started").await?;
+        } else {
+            let mut command = Command::new(options.bin_dir.join("zuno-worker-extract"));
+            super::clean_env(&mut command, home.path(), database.url.as_deref());
+            command.args(["--worker-id", "bench-extract-0"]);
+            let log = home.path().join("worker-0.log");
+            worker = Some(super::spawn_worker(&mut command, &log)?);
+            super::wait_for_log(&log, "worker started").await?;
+        }
+        let mut observer = Observer {
+            db: Db::connect(&database.observe).await?,
+            poll: options.poll,
+            stats: ObserverStats::default(),
+        };
+        let http = reqwest::Client::new();
+        let base = format!("http://{address}");
+        super::post(
+            &http,
+            &base,
+            "/api/projects",
+            json!({"id": "bench", "name": "bench"}),
+        )
+        .await?;
+        let user = json!({"role": "user", "parts": [{"type": "text",
+            "text": "No, don't use npm here; use pnpm. It keeps the lockfile consistent."}]});
+        let assistant = json!({"role": "assistant", "status": "completed", "parts": [
+            {"type": "tool_call", "toolName": "bash", "callId": "c1",
+             "arguments": {"command": "pnpm install"}, "result": "Done in 2.1s", "status": "completed"},
+            {"type": "text", "text": "Installed with pnpm."}]});
+        let mut samples = Samples {
+            settled: Vec::new(),
+            request: Vec::new(),
+            observer: ObserverStats::default(),
+            experiences: 0,
+        };
+        let mut path = String::new();
+        for turn in 0..options.turns + WARM_UP {
+            if turn % 10 == 0 {
+                let session =
+                    super::post(&http, &base, "/api/projects/bench/sessions", json!({})).await?;
+                let session = session["id"].as_str().context("session id")?;
+                path = format!("/api/session/{session}/messages");
+            }
+            super::post(&http, &base, &path, user.clone()).await?;
+            tokio::time::sleep(gap(options)).await;
+            let started = Instant::now();
+            let outcome = super::post(&http, &base, &path, assistant.clone()).await?;
+            let responded = started.elapsed();
+            anyhow::ensure!(
+                outcome["admission"]["outcome"] == "queued",
+                "turn not admitted: {outcome}"
+            );
+            let job_id = outcome["admission"]["job"]["id"]
+                .as_str()
+                .context("admitted job id")?;
+            let (seen, state) = observer.settled(job_id).await?;
+            anyhow::ensure!(state == "completed", "job {job_id} settled {state}");
+            if turn >= WARM_UP {
+                samples.settled.push(seen - started);
+                samples.request.push(responded);
+            }
+        }
+        samples.observer = observer.stats;
+        let experiences: i64 = zuno_shared::on_db!(&observer.db, |pool| sqlx::query_scalar(
+            "SELECT COUNT(*) FROM experience_record"
+        )
+        .fetch_one(pool)
+        .await)?;
+        // Identical corrections may merge into one experience (its evidence grows), so only
+        // their presence is checked; each job completed above.
+        anyhow::ensure!(experiences > 0, "no experience stored");
+        samples.experiences = experiences;
+        observer.db.close().await;
+        if let Some(worker) = &mut worker {
+            super::stop(worker).await;
+        }
+        super::stop(&mut api).await;
+        if let (Some(admin), Some(name)) = (&options.admin_url, &database.name) {
+            drop_database(admin, name).await?;
+        }
+        Ok(samples)
+    }
+
+    async fn baseline(options: &Options, setup: Setup) -> anyhow::Result<Samples> {
+        let home = tempfile::tempdir()?;
+        std::fs::write(home.path().join("config.json"), "{}")?;
+        let database = database(options, setup, home.path()).await?;
+        // Migrates, as the API process does in the pipeline run.
+        let db = Db::open(&database.observe).await?;
+        let ledger = Ledger::new(db.clone(), system_clock());
+        let shutdown = CancellationToken::new();
+        let mut worker: Option<Child> = None;
+        let mut in_process = None;
+        if setup == Setup::SqliteAllInOne {
+            // What `zuno serve --all-in-one` builds per stage: a runner on the server's own
+            // database handle, woken by the in-process bus.
+            let mut config = RunnerConfig::new("bench-noop-in-process");
+            config.concurrency = 4;
+            config.max_jobs_per_wake = 2;
+            config.poll_interval = Duration::from_secs(60);
+            let runner = Runner::new(ledger.clone(), config)
+                .register(Arc::new(Noop {
+                    hold: Duration::ZERO,
+                }) as Arc<dyn JobHandler>);
+            let stop = shutdown.clone();
+            in_process = Some(tokio::spawn(async move { runner.run(stop).await }));
+        } else {
+            let mut command = Command::new(std::env::current_exe()?);
+            super::clean_env(&mut command, home.path(), database.url.as_deref());
+            command.args(["noop-worker", "--worker-id", "bench-noop-0"]);
+            let log = home.path().join("worker-0.log");
+            worker = Some(super::spawn_worker(&mut command, &log)?);
+            super::wait_for_log(&log, "worker started").await?;
+        }
+        let mut observer = Observer {
+            db: db.clone(),
+            poll: options.poll,
+            stats: ObserverStats::default(),
+        };
+        let mut samples = Samples {
+            settled: Vec::new(),
+            request: Vec::new(),
+            observer: ObserverStats::default(),
+            experiences: 0,
+        };
+        for n in 0..options.turns + WARM_UP {
+            tokio::time::sleep(gap(options)).await;
+            let started = Instant::now();
+            let admission = ledger
+                .admit(NewJob::new(
+                    JobIdentity::maintain("bench", "/bench", &n.to_string()),
+                    JobOrigin::Explicit,
+                ))
+                .await?;
+            let responded = started.elapsed();
+            let job_id = admission.job().id.clone();
+            let (seen, state) = observer.settled(&job_id).await?;
+            anyhow::ensure!(state == "completed", "job {job_id} settled {state}");
+            if n >= WARM_UP {
+                samples.settled.push(seen - started);
+                samples.request.push(responded);
+            }
+        }
+        samples.observer = observer.stats;
+        shutdown.cancel();
+        if let Some(runner) = in_process {
+            runner.await?;
+        }
+        if let Some(worker) = &mut worker {
+            super::stop(worker).await;
+        }
+        db.close().await;
+        if let (Some(admin), Some(name)) = (&options.admin_url, &database.name) {
+            drop_database(admin, name).await?;
+        }
+        Ok(samples)
+    }
 }

@@ -43,8 +43,10 @@ enum Probe {
     },
     /// Run a worker for `maintain` jobs that records each job's effect.
     Work {
+        /// Default: drawn like every worker binary's (`zuno-probe@<host>:<pid>:<nonce>`, a new
+        /// nonce per process start).
         #[arg(long)]
-        worker_id: String,
+        worker_id: Option<String>,
         #[arg(long, default_value_t = 30_000)]
         lease_ms: u64,
         #[arg(long, default_value_t = 10_000)]
@@ -58,6 +60,12 @@ enum Probe {
         hold_ms: u64,
         #[arg(long)]
         exit_when_idle: bool,
+        /// How long shutdown waits for running jobs before releasing them.
+        #[arg(long, default_value_t = 5_000)]
+        grace_ms: u64,
+        /// Serve `GET /metrics` (the ledger counters) on this address, with logs on stderr.
+        #[arg(long)]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
 }
 
@@ -154,7 +162,32 @@ async fn main() -> anyhow::Result<()> {
             max_jobs_per_wake,
             hold_ms,
             exit_when_idle,
+            grace_ms,
+            metrics_addr,
         } => {
+            let shutdown = zuno_shared::runtime::shutdown::on_signal();
+            // Telemetry only where a test reads the metrics: its global meter would otherwise
+            // outlive nothing useful, and the other tests read this process's stdout only.
+            let telemetry = match metrics_addr {
+                Some(_) => Some(zuno_shared::runtime::process::init_telemetry(
+                    "zuno-probe",
+                    &zuno_shared::config::Config::default(),
+                )?),
+                None => None,
+            };
+            let metrics = match (metrics_addr, &telemetry) {
+                (Some(address), Some(telemetry)) => Some(
+                    zuno_shared::telemetry::MetricsServer::start(
+                        address,
+                        telemetry.registry().clone(),
+                        shutdown.clone(),
+                    )
+                    .await?,
+                ),
+                _ => None,
+            };
+            let worker_id = worker_id
+                .unwrap_or_else(|| zuno_shared::runtime::process::default_worker_id("zuno-probe"));
             let mut config = RunnerConfig::new(worker_id);
             config.lease = Duration::from_millis(lease_ms);
             config.heartbeat = Duration::from_millis(heartbeat_ms);
@@ -162,8 +195,7 @@ async fn main() -> anyhow::Result<()> {
             config.max_jobs_per_wake = max_jobs_per_wake;
             config.poll_interval = Duration::from_millis(200);
             config.exit_when_idle = exit_when_idle;
-            config.grace = Duration::from_secs(5);
-            let shutdown = zuno_shared::runtime::shutdown::on_signal();
+            config.grace = Duration::from_millis(grace_ms);
             let listener =
                 zuno_shared::runtime::wake::start_pg_listener(&db, shutdown.clone()).await?;
             let report = Runner::new(ledger, config)
@@ -176,6 +208,9 @@ async fn main() -> anyhow::Result<()> {
             shutdown.cancel();
             if let Some(listener) = listener {
                 listener.await?;
+            }
+            if let Some(metrics) = metrics {
+                metrics.abort();
             }
             println!(
                 "{}",

@@ -299,7 +299,20 @@ impl Fleet {
 
     /// Starts a probe worker container named `<fleet>-<id>` with worker id `id`.
     pub async fn worker(&self, id: &str, spec: WorkerSpec) -> String {
-        let container = format!("{}-{id}", self.name);
+        self.worker_with(id, Some(id), spec, None).await
+    }
+
+    /// Starts a probe worker container named `<fleet>-<name>`: with `worker_id` `None` it
+    /// draws its own id as every worker binary does; with `metrics_port` its `/metrics` is
+    /// published on that loopback port (see [`scrape`]).
+    pub async fn worker_with(
+        &self,
+        name: &str,
+        worker_id: Option<&str>,
+        spec: WorkerSpec,
+        metrics_port: Option<u16>,
+    ) -> String {
+        let container = format!("{}-{name}", self.name);
         let (lease, heartbeat, hold, concurrency) = (
             spec.lease_ms.to_string(),
             spec.heartbeat_ms.to_string(),
@@ -314,30 +327,33 @@ impl Fleet {
             .next_host
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let address = format!("{}.{host}", self.subnet_prefix);
-        self.resources
-            .run(
-                &container,
-                &[
-                    "--ip",
-                    &address,
-                    &image,
-                    "zuno-probe",
-                    "--database-url",
-                    FLEET_DATABASE_URL,
-                    "work",
-                    "--worker-id",
-                    id,
-                    "--lease-ms",
-                    &lease,
-                    "--heartbeat-ms",
-                    &heartbeat,
-                    "--hold-ms",
-                    &hold,
-                    "--concurrency",
-                    &concurrency,
-                ],
-            )
-            .await;
+        let published = metrics_port.map(|port| format!("127.0.0.1:{port}:9100"));
+        let mut args = vec!["--ip", &address];
+        if let Some(published) = &published {
+            args.extend(["-p", published]);
+        }
+        args.extend([
+            &image,
+            "zuno-probe",
+            "--database-url",
+            FLEET_DATABASE_URL,
+            "work",
+            "--lease-ms",
+            &lease,
+            "--heartbeat-ms",
+            &heartbeat,
+            "--hold-ms",
+            &hold,
+            "--concurrency",
+            &concurrency,
+        ]);
+        if let Some(id) = worker_id {
+            args.extend(["--worker-id", id]);
+        }
+        if published.is_some() {
+            args.extend(["--metrics-addr", "0.0.0.0:9100"]);
+        }
+        self.resources.run(&container, &args).await;
         container
     }
 
@@ -600,9 +616,39 @@ fn rand_byte() -> u8 {
     uuid::Uuid::new_v4().as_bytes()[0]
 }
 
+/// A probe's `/metrics` text (published with [`Fleet::worker_with`]); `None` while it does not
+/// answer.
+pub async fn scrape(port: u16) -> Option<String> {
+    let response = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    response.text().await.ok()
+}
+
+/// The sum of every sample of the metric family `name` (counters may carry a `_total` suffix,
+/// histograms are read through their `_count` series) whose labels contain each of `labels`.
+pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let family = series.split('{').next()?;
+            let wanted = family == name
+                || family == format!("{name}_total")
+                || (family.starts_with(name) && family.ends_with("_count"));
+            (wanted && labels.iter().all(|label| series.contains(label)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
 /// A loopback port nothing listens on now. Chosen up front (not `-p 127.0.0.1::5432`) because
 /// Docker may publish a restarted container on a different ephemeral port.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())

@@ -394,3 +394,217 @@ async fn database_blips_during_settlement_lose_and_duplicate_nothing() {
     eprintln!("database blips (transactions cut: {interrupted:?}): {summary:?}");
     assert!(interrupted.iter().all(|n| *n >= 1), "{interrupted:?}");
 }
+
+/// A container's exit code and whether the kernel killed it for memory (`docker inspect`).
+async fn exit_status(container: &str) -> (i64, bool) {
+    let status = docker::docker(&[
+        "inspect",
+        "--format",
+        "{{.State.ExitCode}} {{.State.OOMKilled}}",
+        container,
+    ])
+    .await;
+    let (code, oom) = status.split_once(' ').expect("exit code and OOM flag");
+    (code.parse().expect("exit code"), oom == "true")
+}
+
+/// The probe's last stdout line: its run report (completed, leaseLost, released, abandoned…).
+async fn run_report(container: &str) -> serde_json::Value {
+    let logs = docker::docker(&["logs", container]).await;
+    logs.lines()
+        .rev()
+        .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .unwrap_or_else(|| panic!("no run report in the logs of {container}:\n{logs}"))
+}
+
+/// `docker pause` a worker while it holds leases, `docker restart` Postgres, complete its jobs
+/// with another worker, then `unpause` it: each of its attempts must end — refused with a
+/// `fenced` event naming the attempt, and ended in the worker's own accounting (claimed equals
+/// ended) — none hangs, nothing is lost or applied twice, its fenced-writes metric equals the
+/// `fenced` rows the audit table holds for it, and a SIGTERM afterwards stops it at once and
+/// cleanly (exit 0, not Docker's SIGKILL 137 after the stop timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_paused_across_a_postgres_restart_ends_every_attempt_and_stops_cleanly() {
+    require_docker!();
+    let fleet = Fleet::start("pausepg").await;
+    let admitted = admit_all(&fleet, "pausepg", 2).await;
+    let hold = 3_000;
+    let metrics_port = docker::free_port();
+    let frozen = fleet
+        .worker_with(
+            "frozen",
+            Some("frozen"),
+            WorkerSpec::holding(hold),
+            Some(metrics_port),
+        )
+        .await;
+    let held = held_by(&fleet, "frozen", &admitted).await;
+    let paused_at = fleet.ledger.now_ms();
+    docker::docker(&["pause", &frozen]).await;
+    docker::docker(&["restart", "--time", "10", &fleet.postgres]).await;
+    // Its connections died with the old server while it was frozen; its leases expire
+    // meanwhile and the rescuer completes the jobs on their second attempt.
+    fleet.worker("rescuer", WorkerSpec::holding(100)).await;
+    fleet
+        .wait_jobs(
+            "the rescuer completes every job after the restart",
+            Duration::from_secs(90),
+            |jobs| {
+                jobs.iter()
+                    .all(|job| job.state == "completed")
+                    .then_some(())
+            },
+        )
+        .await;
+    zuno_tests::eventually(
+        "the frozen worker's hold has elapsed",
+        Duration::from_secs(30),
+        || async {
+            let elapsed = fleet.ledger.now_ms() >= paused_at + hold as i64;
+            if !elapsed {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            elapsed.then_some(())
+        },
+    )
+    .await;
+    docker::docker(&["unpause", &frozen]).await;
+
+    // Every attempt it held ends in the audit trail: a refusal naming that attempt.
+    fleet
+        .wait_events(
+            "each attempt the frozen worker held is refused and audited",
+            Duration::from_secs(90),
+            |events| {
+                held.iter()
+                    .all(|job| {
+                        events.iter().any(|e| {
+                            e.job_id == job.id
+                                && e.event == "fenced"
+                                && e.worker_id.as_deref() == Some("frozen")
+                                && e.detail.as_deref().is_some_and(|detail| {
+                                    detail.ends_with(&format!("attempt {}", job.attempts))
+                                })
+                        })
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+    // And in its own accounting: every claim it made has ended (the hang this guards against
+    // left "claimed" one above "ended" forever).
+    let text = zuno_tests::eventually(
+        "the frozen worker counts every claimed attempt as ended",
+        Duration::from_secs(60),
+        || async {
+            let text = docker::scrape(metrics_port).await;
+            let done = text.as_deref().is_some_and(|text| {
+                let claimed = docker::metric_sum(text, "zuno_jobs_claimed", &[]);
+                let ended = docker::metric_sum(text, "zuno_job_duration", &[]);
+                claimed == held.len() as f64 && ended == claimed
+            });
+            if !done {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            done.then_some(text).flatten()
+        },
+    )
+    .await;
+    let fenced_rows = fleet
+        .events()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.event == "fenced" && e.worker_id.as_deref() == Some("frozen"))
+        .count();
+    assert_eq!(
+        docker::metric_sum(&text, "zuno_fenced_writes", &[]),
+        fenced_rows as f64,
+        "the fenced-writes metric counts exactly the audited refusals:\n{text}"
+    );
+
+    let summary = fleet.assert_ledger_promises(&admitted, SETTLE).await;
+    eprintln!("pause across a Postgres restart: {summary:?}");
+    only_rescuer_applied(&fleet, "frozen", "rescuer").await;
+
+    // Nothing is left running in it, so SIGTERM ends it at once, well inside its 5 s grace.
+    let stopping = std::time::Instant::now();
+    docker::docker(&["stop", "--time", "30", &frozen]).await;
+    let stopped_in = stopping.elapsed();
+    let (code, oom_killed) = exit_status(&frozen).await;
+    assert_eq!(
+        (code, oom_killed),
+        (0, false),
+        "a clean exit on SIGTERM, not 137"
+    );
+    assert!(
+        stopped_in < Duration::from_secs(5),
+        "stopped within its grace: {stopped_in:?}"
+    );
+    let report = run_report(&frozen).await;
+    let ended: u64 = [
+        "completed",
+        "failed",
+        "retried",
+        "leaseLost",
+        "released",
+        "abandoned",
+    ]
+    .iter()
+    .map(|field| report[*field].as_u64().unwrap_or(0))
+    .sum();
+    assert_eq!(ended, held.len() as u64, "{report}");
+    assert_eq!(
+        (report["completed"].as_u64(), report["abandoned"].as_u64()),
+        (Some(0), Some(0)),
+        "its attempts were refused, none committed or was left to expire: {report}"
+    );
+}
+
+/// Worker ids are drawn per process start: a container restarted by Docker (same host name,
+/// the same pid 1) leases under a new id, so audit events and lease owners of the two
+/// processes stay apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_worker_container_leases_under_a_new_worker_id() {
+    require_docker!();
+    let fleet = Fleet::start("workerid").await;
+    let container = fleet
+        .worker_with("drawn", None, WorkerSpec::holding(100), None)
+        .await;
+    let worker_of = |job: String| {
+        let fleet = &fleet;
+        async move {
+            fleet
+                .wait_effects(
+                    &format!("job {job} is applied"),
+                    Duration::from_secs(60),
+                    |effects| {
+                        effects
+                            .iter()
+                            .find(|e| e.job_id == job)
+                            .map(|e| e.worker_id.clone())
+                    },
+                )
+                .await
+        }
+    };
+    let before = worker_of(fleet.admit("workerid-before").await).await;
+    docker::docker(&["restart", "--time", "10", &container]).await;
+    let after = worker_of(fleet.admit("workerid-after").await).await;
+
+    let hostname =
+        docker::docker(&["inspect", "--format", "{{.Config.Hostname}}", &container]).await;
+    for id in [&before, &after] {
+        assert!(
+            id.starts_with(&format!("zuno-probe@{hostname}:")),
+            "the default id names the service and host: {id}"
+        );
+    }
+    let host_and_pid = |id: &str| id.rsplit_once(':').map(|(prefix, _)| prefix.to_owned());
+    assert_eq!(
+        host_and_pid(&before),
+        host_and_pid(&after),
+        "host name and pid alone repeat across the restart"
+    );
+    assert_ne!(before, after, "the restarted process leases under a new id");
+}
