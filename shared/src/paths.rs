@@ -1,4 +1,5 @@
-//! Where Zuno keeps its files (spec 001, "Where resident Memory lives").
+//! Where Zuno keeps its files: the database, `config.json`, the local token and the global
+//! Memory projection (`memory/MEMORY.md`); docs/configuration.md lists them.
 //!
 //! Platform conventions by default (`~/.local/share/zuno` and `~/.config/zuno` on Linux,
 //! `~/Library/Application Support/zuno` on macOS); `ZUNO_HOME` puts everything under one

@@ -1,6 +1,7 @@
 //! `zuno learn …`, `zuno reflect`, `zuno memory …` and `zuno memories`: the operator commands
-//! of spec 001, each mapped to one API route (a running server when configured, else the
-//! local database in-process). Human output by default, `--json` prints the API's answer.
+//! (docs/operations.md lists them), each mapped to one API route (a running server when
+//! configured, else the local database in-process). Human output by default, `--json` prints the
+//! API's answer.
 //! Exit codes: 2 bad input, 3 not found, 4 conflict, 5 server unavailable.
 
 use clap::{Subcommand, ValueEnum};

@@ -1,6 +1,7 @@
-//! The JSON configuration file: the `learning` and `memory` objects of spec 002 with every
-//! default given there, plus deployment values (`server`, `database`, `telemetry`) that
-//! environment variables may override.
+//! The JSON configuration file: the `learning` and `memory` objects, the model `providers` and
+//! `embeddings`, plus deployment values (`server`, `database`, `telemetry`) that environment
+//! variables may override. Every key, its default and its override are listed in
+//! docs/configuration.md; `defaults_match_the_specification` below pins the defaults.
 
 mod load;
 mod providers;

@@ -1,4 +1,5 @@
-//! Which completed turns are closed learning sources (spec 002, "Fast path").
+//! Which completed turns are closed learning sources: the check that decides whether closing a
+//! turn admits an `extract` job (README, "Using it", lists the reasons).
 
 use serde::Serialize;
 

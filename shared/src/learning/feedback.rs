@@ -1,7 +1,7 @@
-//! `FeedbackService`: revisioned feedback on one persisted assistant message (spec 002
-//! "Feedback"). Revision 0 means no feedback may exist yet; a positive revision must match the
-//! current row; every material change increments it; a stale write is a conflict. The current
-//! value and an appended `learning.feedback.changed` event commit together.
+//! `FeedbackService`: revisioned feedback on one persisted assistant message. Revision 0 means
+//! no feedback may exist yet; a positive revision must match the current row; every material
+//! change increments it; a stale write is a conflict. The current value and an appended
+//! `learning.feedback.changed` event commit together.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,6 @@
-//! Session learning policy (spec 001 "Session policy"): `use_memories` and `generation`, frozen
-//! with a revision when the session is created. A child copies its parent's latest durable
-//! policy in the same transaction that creates it; `excluded` is host-assigned and final.
+//! Session learning policy: `use_memories` and `generation`, frozen with a revision when the
+//! session is created. A child copies its parent's latest durable policy in the same transaction
+//! that creates it; `excluded` is host-assigned and final.
 
 use serde::{Deserialize, Serialize};
 

@@ -70,7 +70,8 @@ pub struct SessionLearning {
     pub next_offset: Option<i64>,
     pub queue: QueueView,
     pub warnings: Vec<Warning>,
-    /// The last retrieval selection or skip for this session (issue #4), if any.
+    /// The last retrieval selection or skip for this session (what `context` chose, or why it
+    /// chose nothing), if any.
     #[schema(value_type = Option<Object>)]
     pub last_retrieval: Option<serde_json::Value>,
     /// Pattern and Skill-candidate views arrive with the slow path.

@@ -1,6 +1,6 @@
 //! `ExperienceRetriever`: project-first recall under a token budget, prompt receipts, and the
-//! feedback loop that moves experiences up or down (see docs/adr/0005-recall.md for the ranking
-//! rule and its constants).
+//! feedback loop that moves experiences up or down (the ranking rule and its constants are in
+//! docs/adr/0005-recall-ranking-and-feedback.md).
 //!
 //! Query text only ever reaches the index as bounded quoted terms (`recall::query`). Automatic
 //! retrieval is confined to the session's project, returns at most `retrieval.max_items`

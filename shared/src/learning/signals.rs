@@ -1,6 +1,6 @@
-//! The signal lexicon (spec 003): cheap, deterministic detection of the user feedback actions
-//! worth learning from, in English and Chinese. Rules decide *whether* a passage carries signal;
-//! they never interpret it.
+//! The signal lexicon: cheap, deterministic detection of the user feedback actions worth
+//! learning from, in English and Chinese. Rules decide *whether* a passage carries signal; they
+//! never interpret it.
 //!
 //! Strong: explicit correction, redo/rejection, stated preference. Medium: confusion, changed
 //! intent. Weak: praise, used only as a confidence signal. Matching takes the strongest level
@@ -297,9 +297,10 @@ fn word_boundary(text: &str, at: usize, len: usize) -> bool {
     !is_word(before) && !is_word(after)
 }
 
-/// Host-generated user-role texts that are not human input (formats.md §2.3, §4.1): interrupts,
-/// slash-command wrappers, local command output, notifications, compaction summaries, injected
-/// environment context. They are never corrections and never learning sources.
+/// Host-generated user-role texts that are not human input (Claude Code writes them as `user`
+/// records, Codex as the first `user` items of a rollout): interrupts, slash-command wrappers,
+/// local command output, notifications, compaction summaries, injected environment context.
+/// They are never corrections and never learning sources.
 pub fn is_host_generated(text: &str) -> bool {
     let trimmed = text.trim_start();
     const PREFIXES: [&str; 13] = [

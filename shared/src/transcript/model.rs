@@ -138,7 +138,8 @@ pub enum Part {
         #[serde(default)]
         result: Option<String>,
         status: ToolStatus,
-        /// The durable metadata bit for a successful Web or MCP result (spec 002): set by the
+        /// The durable metadata bit for a successful Web or MCP result (external context, which
+        /// `learning.post_turn.disable_on_external_context` excludes a session for): set by the
         /// host from tool metadata, never inferred from text.
         #[serde(rename = "externalContext", default)]
         external_context: bool,

@@ -25,10 +25,10 @@ use zuno_worker_extract::provider::LearningModelClient;
 use crate::{assistant_turn, unauthorized, user_turn, valid_answer};
 use zuno_tests::fake_provider::learning_config;
 
-/// Every metric issue #5 names, by its OTLP name (Prometheus adds `_total`/`_seconds`):
-/// queue depth, claim latency, job duration, attempts, fenced settlements, lease expiries,
-/// provider latency/errors/tokens, retrieval latency and skips — plus the counters the
-/// dashboard's throughput and learning panels read.
+/// Every metric docs/operations.md marks required, by its OTLP name (Prometheus adds
+/// `_total`/`_seconds`): queue depth, claim latency, job duration, attempts, fenced settlements,
+/// lease expiries, provider latency/errors/tokens, retrieval latency and skips — plus the
+/// counters the dashboard's throughput and learning panels read.
 const REQUIRED_METRICS: [&str; 16] = [
     "zuno_queue_depth",
     "zuno_claim_latency",

@@ -244,7 +244,8 @@ fn check_offset(offset: i64) -> ApiResult<()> {
     }
 }
 
-/// The session's learning projection (spec 002 "Client contract").
+/// The session's learning projection: its policy, queue, experiences, warnings and last
+/// retrieval, as a client renders them.
 #[utoipa::path(get, path = "/api/session/{sessionID}/learning", tag = "learning",
     params(("sessionID" = String, Path), Page), responses((status = 200, body = SessionLearning), (status = 404, body = Problem)))]
 pub async fn session_learning(

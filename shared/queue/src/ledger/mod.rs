@@ -3,7 +3,7 @@
 //!
 //! Every operation is one short transaction. Work runs outside any transaction; every later
 //! write for a claimed job presents its lease token and is refused once the token is stale.
-//! See docs/adr/0002-job-ledger.md for the design and the patterns it borrows.
+//! See docs/adr/0002-job-ledger-design.md for the design and the patterns it borrows.
 
 mod admit;
 mod claim;

@@ -1,5 +1,6 @@
-//! `LearningIngestion::repair_history` and start-up catch-up (spec 002 "Historical repair and
-//! reprocessing").
+//! `LearningIngestion::repair_history` and start-up catch-up: bringing a project's extractions
+//! made by an older extractor version, and recent closed turns that have no extraction job of
+//! the current version, up to the current extractor.
 //!
 //! Repair examines at most 32 legacy extraction jobs of one project (queued, completed, skipped
 //! or failed; running and uncertain jobs are left alone). Exact old citations are revalidated

@@ -27,7 +27,8 @@ pub struct SessionDeletion {
 
 impl LearningIngestion {
     /// Deletes a session and what it owns in one transaction. `cleanup_derived` is the explicit
-    /// keep-versus-clean choice the spec requires; there is no default.
+    /// keep-versus-clean choice (`cleanupDerivedExperiences` on `DELETE /api/session/{id}`);
+    /// there is no default, so a deletion never guesses what happens to derived Experience.
     pub async fn delete_session(
         &self,
         session_id: &str,

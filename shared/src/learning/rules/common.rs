@@ -8,8 +8,9 @@ pub fn is_failure(record: &SourceRecord) -> bool {
     let failed = (record.kind == SourceKind::ToolResult
         && record.verification == Verification::ToolFailed)
         || record.kind == SourceKind::Error;
-    // Claude Code records the user declining a tool call as a failed result (formats.md §2.3);
-    // it is a decision, not an error anything recovered from.
+    // Claude Code records the user declining a tool call as a failed result ("The user doesn't
+    // want to proceed with this tool use…"); it is a decision, not an error anything recovered
+    // from.
     failed
         && !record
             .text

@@ -1,10 +1,10 @@
 //! The first built-in rules extractor (`rules-1`), kept selectable (`learning.rules_extractor`)
 //! so old extractions can be reprocessed and compared; `rules-2` ([`super::v2`]) is the default.
 //!
-//! Rules decide only what is certain (spec 003: "rules handle determinism, the model handles
-//! ambiguity"): an explicit correction, rejection or stated preference in the user's own words,
-//! and a failed tool call that a later call recovered from. Everything is copied verbatim from
-//! the manifest — summaries and excerpts are exact substrings of the cited record — so every
+//! Rules decide only what is certain and leave ambiguity to a model extractor: an explicit
+//! correction, rejection or stated preference in the user's own words, and a failed tool call
+//! that a later call recovered from. Everything is copied verbatim from the manifest —
+//! summaries and excerpts are exact substrings of the cited record — so every
 //! citation verifies and nothing is paraphrased or invented. Medium signals (confusion, changed
 //! intent) need interpretation and are left to a model; praise only adjusts confidence.
 
@@ -29,7 +29,8 @@ const MAX_EXPERIENCES: usize = 10;
 const MAX_RECOVERED: usize = 3;
 
 const STRONG_CONFIDENCE: f64 = 0.8;
-/// Later praise from the user (spec 003's weak signal) confirms the correction was right.
+/// Later praise from the user (a weak signal in [`crate::learning::signals`]) confirms the
+/// correction was right.
 const PRAISE_BONUS: f64 = 0.1;
 const MAX_CONFIDENCE: f64 = 0.95;
 const RECOVERED_CONFIDENCE: f64 = 0.6;
@@ -284,8 +285,8 @@ fn recovered_errors<'a>(
 }
 
 /// The first informative line of a tool output, trimmed and bounded. A bare exit-code banner
-/// ("Error: Exit code 1", formats.md §2.3) is skipped when a line follows: the next line says
-/// what failed.
+/// ("Error: Exit code 1", as Claude Code reports a failed command) is skipped when a line
+/// follows: the next line says what failed.
 fn first_line(text: &str) -> Option<&str> {
     let mut lines = text
         .split('\n')

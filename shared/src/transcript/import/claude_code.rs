@@ -1,6 +1,7 @@
 //! Claude Code JSONL session logs (`~/.claude/projects/<cwd>/<sessionId>.jsonl` and
 //! `<sessionId>/subagents/agent-<id>.jsonl`). There is no official schema: records are parsed
-//! tolerantly and unknown record types are ignored (see `docs/formats.md` in the corpus notes).
+//! tolerantly and unknown record types are ignored; the record shapes handled here are the ones
+//! the fixtures in `tests/tests/client/fixtures.rs` reproduce.
 //!
 //! Turns: a prompt-type `user` record starts one; `assistant` records (one content block each,
 //! several per API response) and `tool_result` user records belong to it; it closes at the next
@@ -425,8 +426,8 @@ fn tool_result(group: &mut Group, record: &Value, part: &Value) {
     group.turns.tool_result(call_id, output, is_error, external);
 }
 
-/// Web and MCP tools: their successful results are external context (spec 002), read from the
-/// tool's name, which is host metadata.
+/// Web and MCP tools: their successful results are external context (`Part::ToolCall`'s
+/// `external_context`), read from the tool's name, which is host metadata.
 fn is_external_tool(group: &Group, call_id: &str) -> bool {
     group
         .turns
