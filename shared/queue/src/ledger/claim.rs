@@ -35,8 +35,8 @@ pub enum GateDecision {
 }
 
 /// Kind-specific admission checks that must see the same snapshot as the claim itself
-/// (spec 002: "Claiming, source validation, session policy, and attempt admission share the
-/// database boundary").
+/// (claiming, source validation, session policy and attempt admission share one transaction, so
+/// none of them can act on a state the others did not see).
 #[async_trait]
 pub trait ClaimGate: Send + Sync {
     async fn check(&self, tx: &mut Tx, job: &Job) -> Result<GateDecision, StoreError>;

@@ -165,7 +165,7 @@ impl JobOrigin {
     }
 
     /// Higher runs first. Manual work is what a person is waiting for; closed turns come before
-    /// legacy backlog (spec 001: "New closed-turn jobs take priority over legacy backlog").
+    /// legacy backlog (repair history), so old history never delays a fresh turn.
     pub fn priority(self) -> i64 {
         match self {
             JobOrigin::Manual => 300,
@@ -210,7 +210,8 @@ impl JobIdentity {
     }
 
     /// `(session_id, source_message_id, extractor_version)`, plus the exact source-input digest
-    /// for manual reflection (spec 001, "Record and retrieve Experience").
+    /// for manual reflection, so reflecting on an edited source is new work and on an unchanged
+    /// one returns the same job.
     pub fn extract(
         project_id: &str,
         session_id: &str,
@@ -343,7 +344,8 @@ impl NewJob {
     }
 }
 
-/// The attempt ceiling (spec 001: "attempts one durable job at most three times").
+/// The attempt ceiling: a durable job is attempted at most three times
+/// (docs/adr/0002-job-ledger-design.md).
 pub const MAX_ATTEMPTS: i64 = 3;
 
 /// A job as stored.
