@@ -7,6 +7,7 @@ pub mod db;
 pub mod ids;
 pub mod learning;
 pub mod ledger;
+pub mod managed_file;
 pub mod memory;
 pub mod paths;
 pub mod provider;

@@ -1,4 +1,4 @@
-//! Patterns: repeated, verified evidence grouped under one rule set (spec 002 "Slow path").
+//! Patterns: repeated, verified evidence grouped under one rule set.
 //!
 //! The durable identity of a pattern is its evidence, not the semantic concept a model chose: a
 //! group is merged into the pattern of this project it shares evidence with. A rejected pattern
@@ -16,7 +16,7 @@ use super::{SkillError, SkillService};
 use crate::db::{StoreError, Tx};
 
 /// Which experiences may be pattern evidence: verified, live, with a current source, and never
-/// an unresolved issue (spec 002: unresolved issues never become pattern evidence).
+/// an unresolved issue (an issue nobody solved teaches no rule).
 pub const ELIGIBLE: &str = "e.status = 'active' AND e.source_state = 'current' \
     AND e.verification = 'verified' AND e.kind <> 'unresolved_issue'";
 
@@ -278,7 +278,9 @@ pub async fn new_inputs_in(
     .fetch_one(conn)
     .await)?;
     let horizon = newest.unwrap_or(0).max(watermark);
-    let new_records: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+    let new_records: i64 =
+        crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
         "SELECT COUNT(*) FROM experience_record e WHERE e.project_id = $1 AND e.status = 'active' \
              AND e.seq > $2 AND e.seq <= $3"
     )
@@ -286,7 +288,8 @@ pub async fn new_inputs_in(
     .bind(watermark)
     .bind(horizon)
     .fetch_one(conn)
-    .await)?;
+    .await
+        })?;
     let sql = format!(
         "SELECT e.id, e.seq, e.kind, e.session_id, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
          WHERE e.project_id = $1 AND {ELIGIBLE} AND e.seq > $2 AND e.seq <= $3 \
@@ -704,7 +707,7 @@ impl SkillService {
             Some(id) => id,
             None => {
                 let rule = resolution.unwrap_or(summary);
-                crate::memory::validate::check_text("rules", &rule).map_err(|e| {
+                crate::memory::write_check::check_text("rules", &rule).map_err(|e| {
                     SkillError::Invalid {
                         field: "rules",
                         reason: e.to_string(),
