@@ -382,15 +382,14 @@ async fn reinforce_in(
     job_id: &str,
     citations: &[super::validate::CheckedCitation],
 ) -> Result<(), StoreError> {
-    let next: i64 =
-        crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
+    let next: i64 = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
         "SELECT COALESCE(MAX(ordinal), -1) + 1 FROM experience_evidence WHERE experience_id = $1"
     )
     .bind(experience_id)
     .fetch_one(conn)
     .await
-        })?;
+    })?;
     for (index, citation) in citations.iter().enumerate() {
         crate::on_tx!(tx, |conn| {
             sqlx::query(

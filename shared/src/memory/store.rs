@@ -361,16 +361,15 @@ pub async fn dropped_evidence_in(
     document_id: &str,
     content: &str,
 ) -> Result<Option<Vec<String>>, StoreError> {
-    let evidence: Option<String> =
-        crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
+    let evidence: Option<String> = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
         "SELECT evidence FROM memory_dropped_text WHERE document_id = $1 AND content_digest = $2"
     )
     .bind(document_id)
     .bind(sha256(content))
     .fetch_optional(conn)
     .await
-        })?;
+    })?;
     Ok(evidence.map(|json| serde_json::from_str(&json).unwrap_or_default()))
 }
 

@@ -278,9 +278,8 @@ pub async fn new_inputs_in(
     .fetch_one(conn)
     .await)?;
     let horizon = newest.unwrap_or(0).max(watermark);
-    let new_records: i64 =
-        crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
+    let new_records: i64 = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
         "SELECT COUNT(*) FROM experience_record e WHERE e.project_id = $1 AND e.status = 'active' \
              AND e.seq > $2 AND e.seq <= $3"
     )
@@ -289,7 +288,7 @@ pub async fn new_inputs_in(
     .bind(horizon)
     .fetch_one(conn)
     .await
-        })?;
+    })?;
     let sql = format!(
         "SELECT e.id, e.seq, e.kind, e.session_id, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
          WHERE e.project_id = $1 AND {ELIGIBLE} AND e.seq > $2 AND e.seq <= $3 \

@@ -2,16 +2,14 @@
 //! and readers of what the fake received.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue};
-use serde_json::{Value, json};
+use serde_json::Value;
 use zuno_shared::config::{Config, ModelConfig, ProviderApi, ProviderConfig};
-use zuno_shared::learning::extraction::{ExtractionOutput, output_schema};
-use zuno_tests::fake_provider::{FakeProvider, ReceivedRequest, Reply};
+use zuno_shared::learning::extraction::output_schema;
+use zuno_tests::fake_provider::{FakeProvider, ReceivedRequest};
 use zuno_worker_extract::provider::{
-    LIMIT_ALIASES, LearningModelClient, LearningRequest, ModelSource, ModelUnavailable,
-    ProviderError, ResolvedModel, Usage, effective_output_limit, parse_retry_after, resolve_model,
+    LIMIT_ALIASES, LearningModelClient, LearningRequest, ResolvedModel, resolve_model,
 };
 
 /// Variable names unique to this suite; their values are injected, never set in the process.

@@ -1,18 +1,8 @@
 //! Which model a job uses: the configured extractor model, else the active provider's small
 //! model; an unconfigured provider is unavailable, never substituted.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, SystemTime};
-
-use reqwest::header::{HeaderMap, HeaderValue};
-use serde_json::{Value, json};
-use zuno_shared::config::{Config, ModelConfig, ProviderApi, ProviderConfig};
-use zuno_shared::learning::extraction::{ExtractionOutput, output_schema};
-use zuno_tests::fake_provider::{FakeProvider, ReceivedRequest, Reply};
-use zuno_worker_extract::provider::{
-    LIMIT_ALIASES, LearningModelClient, LearningRequest, ModelSource, ModelUnavailable,
-    ProviderError, ResolvedModel, Usage, effective_output_limit, parse_retry_after, resolve_model,
-};
+use zuno_shared::config::{Config, ProviderApi};
+use zuno_worker_extract::provider::{ModelSource, ModelUnavailable, resolve_model};
 
 use crate::harness::*;
 

@@ -1,18 +1,10 @@
 //! The output-token limit: the smallest applicable one, sent in exactly one field; a provider
 //! rejecting it is reported, the limit never silently removed.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, SystemTime};
-
-use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
-use zuno_shared::config::{Config, ModelConfig, ProviderApi, ProviderConfig};
-use zuno_shared::learning::extraction::{ExtractionOutput, output_schema};
-use zuno_tests::fake_provider::{FakeProvider, ReceivedRequest, Reply};
-use zuno_worker_extract::provider::{
-    LIMIT_ALIASES, LearningModelClient, LearningRequest, ModelSource, ModelUnavailable,
-    ProviderError, ResolvedModel, Usage, effective_output_limit, parse_retry_after, resolve_model,
-};
+use zuno_shared::config::{ModelConfig, ProviderApi};
+use zuno_tests::fake_provider::{FakeProvider, Reply};
+use zuno_worker_extract::provider::{ProviderError, effective_output_limit};
 
 use crate::harness::*;
 

@@ -1,18 +1,10 @@
 //! Typed failures replayed from recorded provider error responses; diagnostics never carry
 //! the key.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, SystemTime};
-
-use reqwest::header::{HeaderMap, HeaderValue};
-use serde_json::{Value, json};
-use zuno_shared::config::{Config, ModelConfig, ProviderApi, ProviderConfig};
-use zuno_shared::learning::extraction::{ExtractionOutput, output_schema};
-use zuno_tests::fake_provider::{FakeProvider, ReceivedRequest, Reply};
-use zuno_worker_extract::provider::{
-    LIMIT_ALIASES, LearningModelClient, LearningRequest, ModelSource, ModelUnavailable,
-    ProviderError, ResolvedModel, Usage, effective_output_limit, parse_retry_after, resolve_model,
-};
+use serde_json::json;
+use zuno_shared::config::{ModelConfig, ProviderApi};
+use zuno_tests::fake_provider::{FakeProvider, Reply};
+use zuno_worker_extract::provider::ProviderError;
 
 use crate::harness::*;
 

@@ -1,18 +1,11 @@
 //! Request shapes of the three wire formats (OpenAI chat completions, OpenAI responses,
 //! Anthropic messages), native schemas, and configured headers.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, SystemTime};
-
-use reqwest::header::{HeaderMap, HeaderValue};
-use serde_json::{Value, json};
-use zuno_shared::config::{Config, ModelConfig, ProviderApi, ProviderConfig};
-use zuno_shared::learning::extraction::{ExtractionOutput, output_schema};
-use zuno_tests::fake_provider::{FakeProvider, ReceivedRequest, Reply};
-use zuno_worker_extract::provider::{
-    LIMIT_ALIASES, LearningModelClient, LearningRequest, ModelSource, ModelUnavailable,
-    ProviderError, ResolvedModel, Usage, effective_output_limit, parse_retry_after, resolve_model,
-};
+use serde_json::json;
+use zuno_shared::config::{ModelConfig, ProviderApi};
+use zuno_shared::learning::extraction::output_schema;
+use zuno_tests::fake_provider::{FakeProvider, Reply};
+use zuno_worker_extract::provider::Usage;
 
 use crate::harness::*;
 
