@@ -1,8 +1,10 @@
-//! Zuno's shared core: the domain model, storage on SQLite or Postgres, the durable job ledger
-//! and the worker runtime that the API and every worker binary build on.
+//! Zuno's domain: transcripts, learning (extraction, validation, recall), resident Memory,
+//! Skills, model providers and configuration, built on the job queue of `zuno-queue`, whose
+//! modules are re-exported here under their own names.
 
 pub mod config;
 pub mod learning;
+pub mod managed_file;
 pub mod memory;
 pub mod paths;
 pub mod provider;

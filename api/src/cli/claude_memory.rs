@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{Value, json};
 use zuno_shared::memory::dedupe::same_rule;
-use zuno_shared::memory::projection;
+use zuno_shared::memory::markdown;
 use zuno_shared::transcript::import::project_for_cwd;
 
 use super::client::{ApiClient, ClientError, ServerArgs, encode};
@@ -233,7 +233,7 @@ fn notes_of(text: &str, path: &Path, target: &'static str, index: bool) -> Vec<N
     };
     let lines: Vec<&str> = body.lines().collect();
     let mut searched = 0;
-    projection::parse(&body)
+    markdown::parse(&body)
         .into_iter()
         .filter(|entry| !(is_import_directive(entry) || index && is_topic_pointer(entry)))
         .map(|entry| {

@@ -5,7 +5,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::extraction::ExperienceKind;
-use super::validate::ValidatedExtraction;
+use super::validate::{ValidExperience, ValidHint, ValidatedExtraction};
 use crate::db::{Db, StoreError, Tx};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -171,30 +171,22 @@ pub async fn insert_extraction_in(
     validated: &ValidatedExtraction,
     now: i64,
 ) -> Result<StoredExtraction, StoreError> {
+    let job = ExtractionJob {
+        job_id,
+        project_id,
+        session_id,
+        extractor_version,
+    };
     let mut stored = StoredExtraction::default();
     let mut ids = std::collections::HashMap::new();
     for experience in &validated.experiences {
-        let verification = if experience.verified {
-            "verified"
-        } else {
-            "unverified"
-        };
         let digest = content_digest(
             experience.kind,
             &experience.title,
             &experience.summary,
             experience.resolution.as_deref(),
         );
-        let already: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-            "SELECT id FROM experience_record WHERE session_id = $1 AND content_digest = $2 \
-                 AND status = 'active' AND job_id <> $3 ORDER BY created_at, id LIMIT 1"
-        )
-        .bind(session_id)
-        .bind(&digest)
-        .bind(job_id)
-        .fetch_optional(conn)
-        .await)?;
-        if already.is_some() {
+        if stored_by_another_job_in(tx, &job, &digest).await? {
             stored.existing += 1;
             continue;
         }
@@ -205,61 +197,7 @@ pub async fn insert_extraction_in(
             stored.reinforced.push((experience.ordinal, existing));
             continue;
         }
-        let sql = "INSERT INTO experience_record (id, project_id, session_id, job_id, ordinal, origin, extractor_version, \
-                     kind, title, summary, resolution, confidence, verification, status, content_digest, created_at, updated_at, \
-                     keywords) \
-                   VALUES ($1, $2, $3, $4, $5, 'extraction', $6, $7, $8, $9, $10, $11, $12, 'active', $13, $14, $14, $15) \
-                   ON CONFLICT (job_id, ordinal) DO NOTHING";
-        let new_id = crate::ids::new_id("exp");
-        let inserted = crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(&new_id)
-            .bind(project_id)
-            .bind(session_id)
-            .bind(job_id)
-            .bind(experience.ordinal)
-            .bind(extractor_version)
-            .bind(experience.kind.as_str())
-            .bind(&experience.title)
-            .bind(&experience.summary)
-            .bind(&experience.resolution)
-            .bind(experience.confidence)
-            .bind(verification)
-            .bind(&digest)
-            .bind(now)
-            .bind(experience.keywords.join("\n"))
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
-        let id = if inserted == 1 {
-            new_id
-        } else {
-            crate::on_tx!(tx, |conn| sqlx::query_scalar(
-                "SELECT id FROM experience_record WHERE job_id = $1 AND ordinal = $2"
-            )
-            .bind(job_id)
-            .bind(experience.ordinal)
-            .fetch_one(conn)
-            .await)?
-        };
-        for (index, citation) in experience.citations.iter().enumerate() {
-            let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
-                         raw_digest, redacted_digest, verified, detail) \
-                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (experience_id, ordinal) DO NOTHING";
-            crate::on_tx!(tx, |conn| sqlx::query(sql)
-                .bind(&id)
-                .bind(index as i64)
-                .bind(&citation.source_id)
-                .bind(&citation.address)
-                .bind(&citation.message_id)
-                .bind(&citation.excerpt)
-                .bind(&citation.raw_digest)
-                .bind(&citation.redacted_digest)
-                .bind(citation.verified)
-                .bind(&citation.detail)
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
-        }
+        let id = insert_experience_in(tx, &job, experience, &digest, now).await?;
         if experience.verified {
             stored.verified += 1;
         } else {
@@ -272,31 +210,141 @@ pub async fn insert_extraction_in(
         let Some((experience_id, kind)) = ids.get(&hint.experience_ordinal) else {
             continue;
         };
-        let sql = "INSERT INTO memory_hint (job_id, ordinal, experience_id, experience_kind, project_id, target, action, \
-                     content, old_text, reason, confidence, created_at) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id, ordinal) DO NOTHING";
-        crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(job_id)
-            .bind(hint.ordinal)
-            .bind(experience_id)
-            .bind(kind.as_str())
-            .bind(project_id)
-            .bind(hint.target.as_str())
-            .bind(hint.action.as_str())
-            .bind(&hint.content)
-            .bind(&hint.old_text)
-            .bind(&hint.reason)
-            .bind(hint.confidence)
-            .bind(now)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        insert_hint_in(tx, &job, hint, experience_id, *kind, now).await?;
         stored.hints += 1;
     }
     // The new records join the recall index in the transaction that stores them, so recall
     // rarely has to score pending records from their text.
     crate::learning::recall::index::catch_up_in(tx, INDEX_BATCH).await?;
     Ok(stored)
+}
+
+/// The extraction job whose answer is being stored.
+struct ExtractionJob<'a> {
+    job_id: &'a str,
+    project_id: &'a str,
+    session_id: &'a str,
+    extractor_version: &'a str,
+}
+
+/// Whether another job already stored an active experience with this content for the session.
+async fn stored_by_another_job_in(
+    tx: &mut Tx,
+    job: &ExtractionJob<'_>,
+    digest: &str,
+) -> Result<bool, StoreError> {
+    let already: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT id FROM experience_record WHERE session_id = $1 AND content_digest = $2 \
+             AND status = 'active' AND job_id <> $3 ORDER BY created_at, id LIMIT 1"
+    )
+    .bind(job.session_id)
+    .bind(digest)
+    .bind(job.job_id)
+    .fetch_optional(conn)
+    .await)?;
+    Ok(already.is_some())
+}
+
+/// Stores one experience with its citations; a retry of the same job finds the row it stored
+/// before. Returns the experience id.
+async fn insert_experience_in(
+    tx: &mut Tx,
+    job: &ExtractionJob<'_>,
+    experience: &ValidExperience,
+    digest: &str,
+    now: i64,
+) -> Result<String, StoreError> {
+    let verification = if experience.verified {
+        "verified"
+    } else {
+        "unverified"
+    };
+    let sql = "INSERT INTO experience_record (id, project_id, session_id, job_id, ordinal, origin, extractor_version, \
+                 kind, title, summary, resolution, confidence, verification, status, content_digest, created_at, updated_at, \
+                 keywords) \
+               VALUES ($1, $2, $3, $4, $5, 'extraction', $6, $7, $8, $9, $10, $11, $12, 'active', $13, $14, $14, $15) \
+               ON CONFLICT (job_id, ordinal) DO NOTHING";
+    let new_id = crate::ids::new_id("exp");
+    let inserted = crate::on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(&new_id)
+        .bind(job.project_id)
+        .bind(job.session_id)
+        .bind(job.job_id)
+        .bind(experience.ordinal)
+        .bind(job.extractor_version)
+        .bind(experience.kind.as_str())
+        .bind(&experience.title)
+        .bind(&experience.summary)
+        .bind(&experience.resolution)
+        .bind(experience.confidence)
+        .bind(verification)
+        .bind(digest)
+        .bind(now)
+        .bind(experience.keywords.join("\n"))
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    let id = if inserted == 1 {
+        new_id
+    } else {
+        crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            "SELECT id FROM experience_record WHERE job_id = $1 AND ordinal = $2"
+        )
+        .bind(job.job_id)
+        .bind(experience.ordinal)
+        .fetch_one(conn)
+        .await)?
+    };
+    for (index, citation) in experience.citations.iter().enumerate() {
+        let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
+                     raw_digest, redacted_digest, verified, detail) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (experience_id, ordinal) DO NOTHING";
+        crate::on_tx!(tx, |conn| sqlx::query(sql)
+            .bind(&id)
+            .bind(index as i64)
+            .bind(&citation.source_id)
+            .bind(&citation.address)
+            .bind(&citation.message_id)
+            .bind(&citation.excerpt)
+            .bind(&citation.raw_digest)
+            .bind(&citation.redacted_digest)
+            .bind(citation.verified)
+            .bind(&citation.detail)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+    }
+    Ok(id)
+}
+
+async fn insert_hint_in(
+    tx: &mut Tx,
+    job: &ExtractionJob<'_>,
+    hint: &ValidHint,
+    experience_id: &str,
+    kind: ExperienceKind,
+    now: i64,
+) -> Result<(), StoreError> {
+    let sql = "INSERT INTO memory_hint (job_id, ordinal, experience_id, experience_kind, project_id, target, action, \
+                 content, old_text, reason, confidence, created_at) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id, ordinal) DO NOTHING";
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(job.job_id)
+        .bind(hint.ordinal)
+        .bind(experience_id)
+        .bind(kind.as_str())
+        .bind(job.project_id)
+        .bind(hint.target.as_str())
+        .bind(hint.action.as_str())
+        .bind(&hint.content)
+        .bind(&hint.old_text)
+        .bind(&hint.reason)
+        .bind(hint.confidence)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
 }
 
 /// How many of the project's most recent experiences a new lesson is compared with.

@@ -1,5 +1,5 @@
-//! Validation of an extractor's answer against the manifest it was given (spec 002 "Untrusted
-//! learned text", spec 001 "Evidence validation").
+//! Validation of an extractor's answer against the manifest it was given: learned text is
+//! untrusted until checked, and evidence counts only when it quotes a supplied source.
 //!
 //! Refusal is per item and only for encodings a model would read differently from a person: the
 //! Unicode Tags block, the Variation Selectors Supplement, and C0/C1 controls other than tab,
@@ -11,9 +11,14 @@
 //! exactly in that source's text. An experience is verified when it has citations and all of
 //! them verify; otherwise it is stored as an unverified observation.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
-use super::extraction::{ExperienceKind, ExtractionOutput, MemoryAction, MemoryTarget};
+use super::extraction::{
+    ExperienceKind, ExtractionOutput, MemoryAction, MemoryTarget, ProposedExperience,
+    ProposedMemoryHint,
+};
 use super::manifest::SourceManifest;
 
 /// Limits on what one extraction may store.
@@ -32,7 +37,8 @@ pub struct RefusedItem {
     pub ordinal: i64,
     /// The experience ordinal the item is or cites.
     pub experience_ordinal: i64,
-    /// `experiences.summary`, `memories.content`, … (spec 002).
+    /// `experiences.summary`, `memories.content`, …: the list and the field, as in the
+    /// extractor's answer.
     pub field: String,
     pub detail: String,
 }
@@ -159,12 +165,45 @@ fn bounded(text: &str, limit: usize) -> String {
     out
 }
 
+/// Checks an extractor's answer against the manifest it was given (see the module docs).
 pub fn validate(
     output: &ExtractionOutput,
     manifest: &SourceManifest,
 ) -> Result<ValidatedExtraction, WholeJobFailure> {
+    check_whole_job(output)?;
+    let mut refused = Vec::new();
+    let mut experiences = Vec::new();
+    let mut accepted_kinds = HashMap::new();
+    for (index, experience) in output.experiences.iter().enumerate().take(MAX_EXPERIENCES) {
+        match check_experience(index as i64, experience, manifest) {
+            Ok(valid) => {
+                accepted_kinds.insert(valid.ordinal, valid.kind);
+                experiences.push(valid);
+            }
+            Err(item) => refused.push(item),
+        }
+    }
+    let mut hints = Vec::new();
+    for (index, hint) in output.memories.iter().enumerate().take(MAX_HINTS) {
+        match check_hint(index as i64, hint, &accepted_kinds) {
+            Ok(valid) => hints.push(valid),
+            Err(item) => refused.push(item),
+        }
+    }
+    let truncated = output.experiences.len().saturating_sub(MAX_EXPERIENCES)
+        + output.memories.len().saturating_sub(MAX_HINTS);
+    Ok(ValidatedExtraction {
+        experiences,
+        hints,
+        refused_items: refused,
+        truncated,
+    })
+}
+
+/// Problems that fail the whole job, checked over everything the extractor returned: a
+/// confidence that is not a probability, a memory hint citing an experience outside the list.
+fn check_whole_job(output: &ExtractionOutput) -> Result<(), WholeJobFailure> {
     let experience_count = output.experiences.len();
-    // Whole-job checks first, over everything the extractor returned.
     for (ordinal, experience) in output.experiences.iter().enumerate() {
         probability(
             format!("experiences[{ordinal}].confidence"),
@@ -182,143 +221,132 @@ pub fn validate(
             });
         }
     }
+    Ok(())
+}
 
-    let mut refused = Vec::new();
-    let mut experiences = Vec::new();
-    let mut accepted_kinds = std::collections::HashMap::new();
-    for (index, experience) in output.experiences.iter().enumerate().take(MAX_EXPERIENCES) {
-        let ordinal = index as i64;
-        let mut fields = vec![
-            ("experiences.title", experience.title.as_str()),
-            ("experiences.summary", experience.summary.as_str()),
-        ];
-        if let Some(resolution) = &experience.resolution {
-            fields.push(("experiences.resolution", resolution.as_str()));
-        }
-        for citation in &experience.citations {
-            fields.push(("experiences.citations", citation.excerpt.as_str()));
-        }
-        for keyword in &experience.keywords {
-            fields.push(("experiences.keywords", keyword.as_str()));
-        }
-        if let Some((field, detail)) = fields
-            .iter()
-            .find_map(|(field, text)| encoding_problem(text).map(|d| (*field, d)))
-        {
-            refused.push(RefusedItem {
-                ordinal,
-                experience_ordinal: ordinal,
-                field: field.to_owned(),
-                detail,
-            });
-            continue;
-        }
-        let citations: Vec<CheckedCitation> = experience
-            .citations
-            .iter()
-            .map(|citation| check_citation(&citation.source_id, &citation.excerpt, manifest))
-            .collect();
-        let verified = !citations.is_empty() && citations.iter().all(|c| c.verified);
-        accepted_kinds.insert(ordinal, experience.kind);
-        experiences.push(ValidExperience {
-            ordinal,
-            kind: experience.kind,
-            title: bounded(experience.title.trim(), MAX_TITLE_CHARS),
-            summary: bounded(experience.summary.trim(), MAX_TEXT_CHARS),
-            resolution: experience
-                .resolution
-                .as_deref()
-                .map(|r| bounded(r.trim(), MAX_TEXT_CHARS))
-                .filter(|r| !r.is_empty()),
-            confidence: experience.confidence,
-            citations,
-            verified,
-            keywords: keywords(&experience.keywords),
-        });
+/// The first field (in `fields` order) with an encoding problem, and the problem.
+fn first_encoding_problem<'a>(fields: &[(&'a str, &str)]) -> Option<(&'a str, String)> {
+    fields
+        .iter()
+        .find_map(|(field, text)| encoding_problem(text).map(|d| (*field, d)))
+}
+
+/// One experience, its citations checked against the manifest; refused when any of its text
+/// has an encoding problem.
+fn check_experience(
+    ordinal: i64,
+    experience: &ProposedExperience,
+    manifest: &SourceManifest,
+) -> Result<ValidExperience, RefusedItem> {
+    let mut fields = vec![
+        ("experiences.title", experience.title.as_str()),
+        ("experiences.summary", experience.summary.as_str()),
+    ];
+    if let Some(resolution) = &experience.resolution {
+        fields.push(("experiences.resolution", resolution.as_str()));
     }
-
-    let mut hints = Vec::new();
-    for (index, hint) in output.memories.iter().enumerate().take(MAX_HINTS) {
-        let ordinal = index as i64;
-        let refuse = |field: &str, detail: String| RefusedItem {
+    for citation in &experience.citations {
+        fields.push(("experiences.citations", citation.excerpt.as_str()));
+    }
+    for keyword in &experience.keywords {
+        fields.push(("experiences.keywords", keyword.as_str()));
+    }
+    if let Some((field, detail)) = first_encoding_problem(&fields) {
+        return Err(RefusedItem {
             ordinal,
-            experience_ordinal: hint.experience_ordinal,
+            experience_ordinal: ordinal,
             field: field.to_owned(),
             detail,
-        };
-        let mut fields = vec![("memories.reason", hint.reason.as_str())];
-        if let Some(content) = &hint.content {
-            fields.push(("memories.content", content.as_str()));
-        }
-        if let Some(old_text) = &hint.old_text {
-            fields.push(("memories.old_text", old_text.as_str()));
-        }
-        if let Some((field, detail)) = fields
-            .iter()
-            .find_map(|(field, text)| encoding_problem(text).map(|d| (*field, d)))
-        {
-            refused.push(refuse(field, detail));
-            continue;
-        }
-        match accepted_kinds.get(&hint.experience_ordinal) {
-            None => {
-                refused.push(refuse(
-                    "memories.experience_ordinal",
-                    String::from("cites an experience that was refused"),
-                ));
-                continue;
-            }
-            Some(ExperienceKind::UnresolvedIssue) => {
-                refused.push(refuse(
-                    "memories.experience_ordinal",
-                    String::from("cites an unresolved issue, which can never become Memory"),
-                ));
-                continue;
-            }
-            Some(_) => {}
-        }
-        let has = |text: &Option<String>| text.as_deref().is_some_and(|t| !t.trim().is_empty());
-        let well_formed = match hint.action {
-            MemoryAction::Add => has(&hint.content),
-            MemoryAction::Replace => has(&hint.content) && has(&hint.old_text),
-            MemoryAction::Remove => has(&hint.old_text),
-        };
-        if !well_formed {
-            refused.push(refuse(
-                "memories.proposal",
-                format!(
-                    "`{}` needs {}",
-                    hint.action.as_str(),
-                    match hint.action {
-                        MemoryAction::Add => "content",
-                        MemoryAction::Replace => "content and old_text",
-                        MemoryAction::Remove => "old_text",
-                    }
-                ),
-            ));
-            continue;
-        }
-        hints.push(ValidHint {
-            ordinal,
-            experience_ordinal: hint.experience_ordinal,
-            target: hint.target,
-            action: hint.action,
-            content: hint
-                .content
-                .as_deref()
-                .map(|c| bounded(c.trim(), MAX_TEXT_CHARS)),
-            old_text: hint.old_text.clone(),
-            reason: bounded(hint.reason.trim(), MAX_TEXT_CHARS),
-            confidence: hint.confidence,
         });
     }
-    let truncated = output.experiences.len().saturating_sub(MAX_EXPERIENCES)
-        + output.memories.len().saturating_sub(MAX_HINTS);
-    Ok(ValidatedExtraction {
-        experiences,
-        hints,
-        refused_items: refused,
-        truncated,
+    let citations: Vec<CheckedCitation> = experience
+        .citations
+        .iter()
+        .map(|citation| check_citation(&citation.source_id, &citation.excerpt, manifest))
+        .collect();
+    let verified = !citations.is_empty() && citations.iter().all(|c| c.verified);
+    Ok(ValidExperience {
+        ordinal,
+        kind: experience.kind,
+        title: bounded(experience.title.trim(), MAX_TITLE_CHARS),
+        summary: bounded(experience.summary.trim(), MAX_TEXT_CHARS),
+        resolution: experience
+            .resolution
+            .as_deref()
+            .map(|r| bounded(r.trim(), MAX_TEXT_CHARS))
+            .filter(|r| !r.is_empty()),
+        confidence: experience.confidence,
+        citations,
+        verified,
+        keywords: keywords(&experience.keywords),
+    })
+}
+
+/// One memory hint; refused for an encoding problem, for citing an experience that was refused
+/// or is an unresolved issue, or when its action lacks the text it needs.
+fn check_hint(
+    ordinal: i64,
+    hint: &ProposedMemoryHint,
+    accepted_kinds: &HashMap<i64, ExperienceKind>,
+) -> Result<ValidHint, RefusedItem> {
+    let refuse = |field: &str, detail: String| RefusedItem {
+        ordinal,
+        experience_ordinal: hint.experience_ordinal,
+        field: field.to_owned(),
+        detail,
+    };
+    let mut fields = vec![("memories.reason", hint.reason.as_str())];
+    if let Some(content) = &hint.content {
+        fields.push(("memories.content", content.as_str()));
+    }
+    if let Some(old_text) = &hint.old_text {
+        fields.push(("memories.old_text", old_text.as_str()));
+    }
+    if let Some((field, detail)) = first_encoding_problem(&fields) {
+        return Err(refuse(field, detail));
+    }
+    match accepted_kinds.get(&hint.experience_ordinal) {
+        None => {
+            return Err(refuse(
+                "memories.experience_ordinal",
+                String::from("cites an experience that was refused"),
+            ));
+        }
+        Some(ExperienceKind::UnresolvedIssue) => {
+            return Err(refuse(
+                "memories.experience_ordinal",
+                String::from("cites an unresolved issue, which can never become Memory"),
+            ));
+        }
+        Some(_) => {}
+    }
+    let has = |text: &Option<String>| text.as_deref().is_some_and(|t| !t.trim().is_empty());
+    let (well_formed, needs) = match hint.action {
+        MemoryAction::Add => (has(&hint.content), "content"),
+        MemoryAction::Replace => (
+            has(&hint.content) && has(&hint.old_text),
+            "content and old_text",
+        ),
+        MemoryAction::Remove => (has(&hint.old_text), "old_text"),
+    };
+    if !well_formed {
+        return Err(refuse(
+            "memories.proposal",
+            format!("`{}` needs {needs}", hint.action.as_str()),
+        ));
+    }
+    Ok(ValidHint {
+        ordinal,
+        experience_ordinal: hint.experience_ordinal,
+        target: hint.target,
+        action: hint.action,
+        content: hint
+            .content
+            .as_deref()
+            .map(|c| bounded(c.trim(), MAX_TEXT_CHARS)),
+        old_text: hint.old_text.clone(),
+        reason: bounded(hint.reason.trim(), MAX_TEXT_CHARS),
+        confidence: hint.confidence,
     })
 }
 

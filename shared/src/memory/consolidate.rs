@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dedupe::RuleSignature;
 use super::store::Entry;
-use super::validate::document_chars;
+use super::write_check::document_chars;
 
 /// What is known of an entry's worth, from the experiences supporting it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -207,8 +207,35 @@ pub fn fit(
     limit: usize,
 ) -> Result<Fitted, usize> {
     let chars_before = document_chars(after);
+    let mut slots = slots_of(after, entries, values, new_text, new_evidence);
+    let merged = merge_same_rules(&mut slots);
+    let (dropped, chars) = drop_until_under(&mut slots, limit);
+    if chars > limit {
+        return Err(chars);
+    }
+    Ok(Fitted {
+        after: remaining(&slots),
+        consolidation: Consolidation {
+            limit,
+            chars_before,
+            chars_after: chars,
+            merged,
+            dropped,
+        },
+    })
+}
+
+/// One slot per text of `after`, holding the current entry it keeps (if any), how it is held
+/// and what it is worth.
+fn slots_of<'a>(
+    after: &'a [String],
+    entries: &'a [Entry],
+    values: &HashMap<String, EntryValue>,
+    new_text: Standing,
+    new_evidence: &[String],
+) -> Vec<Slot<'a>> {
     let mut unclaimed: Vec<&Entry> = entries.iter().collect();
-    let mut slots: Vec<Slot> = after
+    after
         .iter()
         .map(|content| {
             let entry = unclaimed
@@ -238,8 +265,12 @@ pub fn fit(
                 removed: false,
             }
         })
-        .collect();
+        .collect()
+}
 
+/// Merges derived entries into another entry stating the same rule (the better-ranked one is
+/// kept and absorbs the other's evidence).
+fn merge_same_rules(slots: &mut [Slot<'_>]) -> Vec<MergedEntry> {
     let mut merged = Vec::new();
     for first in 0..slots.len() {
         for second in first + 1..slots.len() {
@@ -271,14 +302,20 @@ pub fn fit(
             });
         }
     }
+    merged
+}
 
-    let remaining = |slots: &[Slot]| -> Vec<String> {
-        slots
-            .iter()
-            .filter(|s| !s.removed)
-            .map(|s| s.content.to_owned())
-            .collect()
-    };
+fn remaining(slots: &[Slot<'_>]) -> Vec<String> {
+    slots
+        .iter()
+        .filter(|s| !s.removed)
+        .map(|s| s.content.to_owned())
+        .collect()
+}
+
+/// Drops derived current entries, least worth first, until the document fits `limit` or
+/// nothing droppable is left. Returns what was dropped and the size reached.
+fn drop_until_under(slots: &mut [Slot<'_>], limit: usize) -> (Vec<DroppedEntry>, usize) {
     let mut droppable: Vec<usize> = (0..slots.len())
         .filter(|&i| {
             !slots[i].removed && slots[i].entry.is_some() && slots[i].standing == Standing::Derived
@@ -286,7 +323,7 @@ pub fn fit(
         .collect();
     droppable.sort_by(|&a, &b| slots[a].drop_rank().cmp(&slots[b].drop_rank()));
     let mut dropped = Vec::new();
-    let mut chars = document_chars(&remaining(&slots));
+    let mut chars = document_chars(&remaining(slots));
     for index in droppable {
         if chars <= limit {
             break;
@@ -299,21 +336,9 @@ pub fn fit(
             reason: slot.drop_reason(),
             evidence: slot.value.evidence.clone(),
         });
-        chars = document_chars(&remaining(&slots));
+        chars = document_chars(&remaining(slots));
     }
-    if chars > limit {
-        return Err(chars);
-    }
-    Ok(Fitted {
-        after: remaining(&slots),
-        consolidation: Consolidation {
-            limit,
-            chars_before,
-            chars_after: chars,
-            merged,
-            dropped,
-        },
-    })
+    (dropped, chars)
 }
 
 #[cfg(test)]

@@ -3,7 +3,12 @@
 pub mod consolidate;
 pub mod dedupe;
 pub mod maintenance;
-pub mod projection;
+pub mod markdown;
 pub mod service;
 pub mod store;
-pub mod validate;
+pub mod write_check;
+
+/// The module's former name, still imported by worker-maintain and worker-mine; remove once they
+/// import [`write_check`].
+#[doc(hidden)]
+pub use write_check as validate;

@@ -439,3 +439,716 @@ pub async fn supported_entries(
     tx.rollback().await?;
     Ok(found)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Projection records and start-up reconciliation (the memory service's file ↔ database sync)
+// ---------------------------------------------------------------------------------------------
+
+/// A project's recorded worktree: `None` for an unknown project, `Some(None)` for a project
+/// without one.
+pub async fn project_worktree(
+    db: &Db,
+    project_id: &str,
+) -> Result<Option<Option<String>>, StoreError> {
+    Ok(crate::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT worktree FROM project WHERE id = $1"
+    )
+    .bind(project_id)
+    .fetch_optional(pool)
+    .await)?)
+}
+
+/// The digest of the projection bytes Zuno last wrote or adopted for a document, if any.
+pub async fn written_digest_in(
+    tx: &mut Tx,
+    document_id: &str,
+) -> Result<Option<String>, StoreError> {
+    let written: Option<Option<String>> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT written_digest FROM memory_projection WHERE document_id = $1"
+    )
+    .bind(document_id)
+    .fetch_optional(conn)
+    .await)?;
+    Ok(written.flatten())
+}
+
+/// Whether a document's projection has ever been recorded (written, adopted or refused).
+pub async fn projection_known_in(tx: &mut Tx, document_id: &str) -> Result<bool, StoreError> {
+    let known: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT CAST(1 AS BIGINT) FROM memory_projection WHERE document_id = $1"
+    )
+    .bind(document_id)
+    .fetch_optional(conn)
+    .await)?;
+    Ok(known.is_some())
+}
+
+/// What became of a document's projection. `digest` and `revision` are kept from the last
+/// record when `None` (a failed write leaves the last written bytes as the ones to compare).
+pub struct ProjectionRecord<'a> {
+    pub path: &'a str,
+    pub state: &'a str,
+    pub digest: Option<&'a str>,
+    pub revision: Option<i64>,
+    pub detail: Option<&'a str>,
+}
+
+/// Records a document's projection state (see [`ProjectionRecord`]).
+pub async fn record_projection_in(
+    tx: &mut Tx,
+    document_id: &str,
+    record: &ProjectionRecord<'_>,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO memory_projection (document_id, path, written_digest, written_revision, state, detail, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (document_id) DO UPDATE SET path = excluded.path, \
+               written_digest = COALESCE(excluded.written_digest, memory_projection.written_digest), \
+               written_revision = COALESCE(excluded.written_revision, memory_projection.written_revision), \
+               state = excluded.state, detail = excluded.detail, updated_at = excluded.updated_at")
+        .bind(document_id).bind(record.path).bind(record.digest).bind(record.revision).bind(record.state)
+        .bind(record.detail).bind(now)
+        .execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Gives the entries a revision created to `owner` (`imported` for an adopted file, `user` for
+/// an accepted edit).
+pub async fn set_owner_in(
+    tx: &mut Tx,
+    document_id: &str,
+    revision: i64,
+    owner: &str,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "UPDATE memory_entry SET owner = $3 WHERE document_id = $1 AND created_revision = $2",
+        )
+        .bind(document_id)
+        .bind(revision)
+        .bind(owner)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// The recorded projection state and detail of a scope's document.
+pub async fn projection_state_in(
+    tx: &mut Tx,
+    scope: Scope,
+    project_id: Option<&str>,
+) -> Result<Option<(String, Option<String>)>, StoreError> {
+    let project_id = if scope == Scope::Project {
+        project_id
+    } else {
+        None
+    };
+    Ok(crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
+            "SELECT p.state, p.detail FROM memory_projection p JOIN memory_document d ON d.id = p.document_id \
+             WHERE d.scope = $1 AND COALESCE(d.project_id, '') = COALESCE($2, '')")
+        .bind(scope.as_str()).bind(project_id).fetch_optional(conn).await
+    })?)
+}
+
+/// A scope's document id without creating the document.
+pub async fn document_id_in(
+    tx: &mut Tx,
+    scope: Scope,
+    project_id: Option<&str>,
+) -> Result<Option<String>, StoreError> {
+    let project_id = if scope == Scope::Project {
+        project_id
+    } else {
+        None
+    };
+    Ok(crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
+            "SELECT id FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = COALESCE($2, '')")
+        .bind(scope.as_str()).bind(project_id).fetch_optional(conn).await
+    })?)
+}
+
+/// Journals an accepted edit of the file as a pending user candidate replacing the whole
+/// document; `before` and `after` are the entries as JSON arrays.
+#[allow(clippy::too_many_arguments)]
+pub async fn insert_import_candidate_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    document: &Document,
+    project_id: Option<&str>,
+    content: &str,
+    before: &str,
+    after: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, reason, confidence, origin, state, \
+               base_revision, before_entries, after_entries, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, 'replace', $5, 'imported from the edited file', 1.0, 'user', 'pending', $6, $7, $8, $9, $9)")
+        .bind(candidate_id).bind(&document.id).bind(project_id).bind(document.scope.as_str()).bind(content)
+        .bind(document.revision).bind(before).bind(after).bind(now)
+        .execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Marks a candidate applied as `revision`.
+pub async fn mark_applied_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    revision: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "UPDATE memory_candidate SET state = 'applied', applied_revision = $2 WHERE id = $1"
+    )
+    .bind(candidate_id)
+    .bind(revision)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Candidates a crash left `applying` or `undoing`.
+pub async fn interrupted_candidates(db: &Db) -> Result<Vec<Candidate>, StoreError> {
+    Ok(crate::on_db!(db, |pool| {
+        sqlx::query_as(sqlx::AssertSqlSafe(
+        format!(
+            "SELECT {CANDIDATE_COLUMNS} FROM memory_candidate WHERE state IN ('applying', 'undoing')"
+        )
+        .as_str()
+    ))
+    .fetch_all(pool)
+    .await
+    })?)
+}
+
+/// Sets a candidate's state and detail without checking the state it leaves (reconciliation
+/// decides from the document, not from the candidate).
+pub async fn set_state_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    state: MemoryCandidateState,
+    detail: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "UPDATE memory_candidate SET state = $2, detail = $3, updated_at = $4 WHERE id = $1"
+    )
+    .bind(candidate_id)
+    .bind(state.as_str())
+    .bind(detail)
+    .bind(now)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Every document with at least one revision, with its projection path and written digest
+/// when one was recorded.
+pub async fn published_documents(
+    db: &Db,
+) -> Result<Vec<(String, Option<String>, Option<String>)>, StoreError> {
+    let documents: Vec<(String, i64, Option<String>, Option<String>)> =
+        crate::on_db!(db, |pool| sqlx::query_as(
+            "SELECT d.id, d.revision, p.path, p.written_digest FROM memory_document d \
+             LEFT JOIN memory_projection p ON p.document_id = d.id WHERE d.revision > 0"
+        )
+        .fetch_all(pool)
+        .await)?;
+    Ok(documents
+        .into_iter()
+        .map(|(id, _, path, written)| (id, path, written))
+        .collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retraction when evidence is forgotten
+// ---------------------------------------------------------------------------------------------
+
+fn entries_json(entries: &[String]) -> String {
+    serde_json::to_string(entries).unwrap_or_else(|_| String::from("[]"))
+}
+
+/// `forget`: in the caller's transaction, retracts derived entries that lost all their support
+/// (independent support, imported notes and user entries survive) and rejects pending candidates
+/// that cite the forgotten experience. Returns the documents whose projection must be
+/// republished after commit.
+pub async fn retract_unsupported_in(
+    tx: &mut Tx,
+    experience_id: &str,
+    now: i64,
+) -> Result<Vec<String>, StoreError> {
+    let affected: Vec<(String, String)> = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
+            "SELECT m.id, m.document_id FROM memory_entry m JOIN memory_provenance p ON p.entry_id = m.id \
+             WHERE p.experience_id = $1 AND m.retracted_revision IS NULL AND m.derived = TRUE AND m.owner = 'automatic'")
+        .bind(experience_id).fetch_all(conn).await
+    })?;
+    let mut documents: Vec<String> = Vec::new();
+    for (entry_id, document_id) in affected {
+        let support: i64 = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM memory_provenance p JOIN experience_record e ON e.id = p.experience_id \
+                 WHERE p.entry_id = $1 AND e.status = 'active'")
+            .bind(&entry_id).fetch_one(conn).await
+        })?;
+        if support > 0 {
+            continue;
+        }
+        let revision: i64 = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
+                "UPDATE memory_document SET revision = revision + 1, updated_at = $2 WHERE id = $1 RETURNING revision")
+            .bind(&document_id).bind(now).fetch_one(conn).await
+        })?;
+        let content: String = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1 RETURNING content"
+        )
+        .bind(&entry_id)
+        .bind(revision)
+        .fetch_one(conn)
+        .await)?;
+        let remaining: Vec<String> = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
+                "SELECT content FROM memory_entry WHERE document_id = $1 AND retracted_revision IS NULL ORDER BY position, id")
+            .bind(&document_id).fetch_all(conn).await
+        })?;
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO memory_revision (document_id, revision, entries, change, at) VALUES ($1, $2, $3, 'retract', $4)")
+            .bind(&document_id).bind(revision).bind(entries_json(&remaining)).bind(now).execute(conn).await.map(|done| done.rows_affected())
+        })?;
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, 'forgotten', $3) ON CONFLICT DO NOTHING")
+            .bind(&document_id).bind(sha256(&content)).bind(now).execute(conn).await.map(|done| done.rows_affected())
+        })?;
+        if !documents.contains(&document_id) {
+            documents.push(document_id);
+        }
+    }
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "UPDATE memory_candidate SET state = 'rejected', detail = 'its evidence was forgotten', updated_at = $2 \
+             WHERE state = 'pending' AND id IN (SELECT candidate_id FROM memory_candidate_evidence WHERE experience_id = $1)")
+        .bind(experience_id).bind(now).execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(documents)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Revisions, entries and candidates as the memory service writes them
+// ---------------------------------------------------------------------------------------------
+
+/// A document by id with its current entries, without creating anything.
+pub async fn document_by_id_in(
+    tx: &mut Tx,
+    document_id: &str,
+) -> Result<Option<Document>, StoreError> {
+    let row: Option<(String, Option<String>, i64)> = crate::on_tx!(tx, |conn| sqlx::query_as(
+        "SELECT scope, project_id, revision FROM memory_document WHERE id = $1"
+    )
+    .bind(document_id)
+    .fetch_optional(conn)
+    .await)?;
+    let Some((scope, project_id, revision)) = row else {
+        return Ok(None);
+    };
+    let entries = entries_in(tx, document_id).await?;
+    Ok(Some(Document {
+        id: document_id.to_owned(),
+        scope: Scope::parse(&scope)
+            .ok_or_else(|| StoreError::Corrupt(format!("memory scope `{scope}`")))?,
+        project_id,
+        revision,
+        entries,
+    }))
+}
+
+/// `UPDATE … WHERE revision = <read revision>`: moves the document from `revision` to the next
+/// one, or returns the revision it is at when another writer moved it first (two writers
+/// cannot both replace one revision).
+pub async fn advance_revision_in(
+    tx: &mut Tx,
+    document_id: &str,
+    revision: i64,
+    now: i64,
+) -> Result<Result<i64, i64>, StoreError> {
+    let advanced = crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "UPDATE memory_document SET revision = revision + 1, updated_at = $3 WHERE id = $1 AND revision = $2")
+        .bind(document_id).bind(revision).bind(now).execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    if advanced == 1 {
+        return Ok(Ok(revision + 1));
+    }
+    let current: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT revision FROM memory_document WHERE id = $1"
+    )
+    .bind(document_id)
+    .fetch_one(conn)
+    .await)?;
+    Ok(Err(current))
+}
+
+/// One row of a document's revision history.
+pub struct RevisionRow<'a> {
+    pub document_id: &'a str,
+    pub revision: i64,
+    /// The entries after the change, as a JSON array.
+    pub entries: &'a str,
+    /// `apply`, `undo`, `adopt`, `import`, …
+    pub change: &'a str,
+    pub consolidation: Option<&'a str>,
+    pub candidate_id: Option<&'a str>,
+}
+
+pub async fn insert_revision_in(
+    tx: &mut Tx,
+    row: &RevisionRow<'_>,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO memory_revision (document_id, revision, entries, change, candidate_id, at, consolidation) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        .bind(row.document_id).bind(row.revision).bind(row.entries).bind(row.change).bind(row.candidate_id).bind(now)
+        .bind(row.consolidation)
+        .execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// A new current entry.
+pub struct NewEntry<'a> {
+    pub id: &'a str,
+    pub document_id: &'a str,
+    pub content: &'a str,
+    pub owner: &'a str,
+    pub derived: bool,
+    pub position: i64,
+    pub revision: i64,
+}
+
+pub async fn insert_entry_in(
+    tx: &mut Tx,
+    entry: &NewEntry<'_>,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+        .bind(entry.id).bind(entry.document_id).bind(entry.content).bind(entry.owner)
+        .bind(entry.derived).bind(entry.position).bind(entry.revision).bind(now)
+        .execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+pub async fn set_position_in(tx: &mut Tx, entry_id: &str, position: i64) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "UPDATE memory_entry SET position = $2 WHERE id = $1"
+    )
+    .bind(entry_id)
+    .bind(position)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Retracts an entry as of `revision` (it stays in history).
+pub async fn retract_entry_in(
+    tx: &mut Tx,
+    entry_id: &str,
+    revision: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1"
+    )
+    .bind(entry_id)
+    .bind(revision)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// The most recent entry, current or retracted, that held `content` in the document: its id,
+/// owner and whether it was derived.
+pub async fn latest_entry_with_in(
+    tx: &mut Tx,
+    document_id: &str,
+    content: &str,
+) -> Result<Option<(String, String, bool)>, StoreError> {
+    Ok(crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
+            "SELECT id, owner, derived FROM memory_entry WHERE document_id = $1 AND content = $2 ORDER BY created_revision DESC LIMIT 1")
+        .bind(document_id).bind(content).fetch_optional(conn).await
+    })?)
+}
+
+/// Copies the supporting experiences of entry `from` onto entry `to`.
+pub async fn copy_support_in(tx: &mut Tx, from: &str, to: &str) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
+             SELECT $2, experience_id, experience_kind FROM memory_provenance WHERE entry_id = $1 \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(from)
+        .bind(to)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Records `evidence` as support of `entry_id`.
+pub async fn support_in(
+    tx: &mut Tx,
+    entry_id: &str,
+    evidence: &[String],
+) -> Result<(), StoreError> {
+    for experience_id in evidence {
+        crate::on_tx!(tx, |conn| sqlx::query(
+            "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
+                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING"
+        )
+        .bind(entry_id)
+        .bind(experience_id)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    }
+    Ok(())
+}
+
+/// Remembers that `content` left the document on purpose (`forgotten`, `undone`, `rejected`)
+/// so automatic writes do not bring it back.
+pub async fn remember_forgotten_in(
+    tx: &mut Tx,
+    document_id: &str,
+    content: &str,
+    reason: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
+        .bind(document_id).bind(sha256(content)).bind(reason).bind(now).execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Whether `content` left the document on purpose (see [`remember_forgotten_in`]).
+pub async fn is_forgotten_in(
+    tx: &mut Tx,
+    document_id: &str,
+    content: &str,
+) -> Result<bool, StoreError> {
+    let forgotten: Option<i64> = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
+            "SELECT CAST(1 AS BIGINT) FROM memory_forgotten_text WHERE document_id = $1 AND content_digest = $2")
+        .bind(document_id).bind(sha256(content)).fetch_optional(conn).await
+    })?;
+    Ok(forgotten.is_some())
+}
+
+/// Settles a candidate as applied at `revision` with its consolidation (JSON).
+pub async fn record_applied_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    revision: i64,
+    consolidation: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, consolidation = $3, updated_at = $4 WHERE id = $1")
+        .bind(candidate_id).bind(revision).bind(consolidation).bind(now).execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Settles a candidate whose write changed nothing as applied at the unchanged `revision`,
+/// saying why in `detail`.
+pub async fn record_unchanged_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    revision: i64,
+    detail: &str,
+    consolidation: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, detail = $3, consolidation = $4, updated_at = $5 WHERE id = $1")
+        .bind(candidate_id).bind(revision).bind(detail).bind(consolidation).bind(now)
+        .execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+pub async fn record_undone_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    revision: i64,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query("UPDATE memory_candidate SET state = 'undone', undone_revision = $2, updated_at = $3 WHERE id = $1")
+        .bind(candidate_id).bind(revision).bind(now).execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// A proposed change as journaled: `pending` until the promotion policy or a review applies it.
+pub struct NewCandidate<'a> {
+    pub id: &'a str,
+    pub document_id: &'a str,
+    pub project_id: Option<&'a str>,
+    pub target: Scope,
+    pub action: &'a str,
+    pub content: Option<&'a str>,
+    pub old_text: Option<&'a str>,
+    pub reason: &'a str,
+    pub confidence: f64,
+    pub origin: &'a str,
+    pub base_revision: i64,
+    /// The entries before and after, as JSON arrays.
+    pub before_entries: &'a str,
+    pub after_entries: &'a str,
+    pub job_id: Option<&'a str>,
+    pub consolidation: Option<&'a str>,
+}
+
+/// Journals a candidate and the experiences cited as its evidence.
+pub async fn insert_candidate_in(
+    tx: &mut Tx,
+    candidate: &NewCandidate<'_>,
+    evidence: &[String],
+    now: i64,
+) -> Result<(), StoreError> {
+    let sql = "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, old_text, reason, confidence, \
+                 origin, state, base_revision, before_entries, after_entries, job_id, created_at, updated_at, consolidation) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $15, $16)";
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(candidate.id)
+        .bind(candidate.document_id)
+        .bind(candidate.project_id)
+        .bind(candidate.target.as_str())
+        .bind(candidate.action)
+        .bind(candidate.content)
+        .bind(candidate.old_text)
+        .bind(candidate.reason)
+        .bind(candidate.confidence)
+        .bind(candidate.origin)
+        .bind(candidate.base_revision)
+        .bind(candidate.before_entries)
+        .bind(candidate.after_entries)
+        .bind(candidate.job_id)
+        .bind(now)
+        .bind(candidate.consolidation)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    for experience_id in evidence {
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO memory_candidate_evidence (candidate_id, experience_id, experience_kind) \
+                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING")
+            .bind(candidate.id).bind(experience_id).execute(conn).await.map(|done| done.rows_affected())
+        })?;
+    }
+    Ok(())
+}
+
+/// The experiences a candidate cites.
+pub async fn candidate_evidence_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+) -> Result<Vec<String>, StoreError> {
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT experience_id FROM memory_candidate_evidence WHERE candidate_id = $1"
+    )
+    .bind(candidate_id)
+    .fetch_all(conn)
+    .await)?)
+}
+
+/// Marks a candidate `stale`: the document moved past the revision it was planned against.
+pub async fn mark_stale_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    detail: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query("UPDATE memory_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1")
+        .bind(candidate_id).bind(detail).bind(now).execute(conn).await.map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Records the content a reviewer edited on approval.
+pub async fn record_edit_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    content: Option<&str>,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "UPDATE memory_candidate SET content = $2, detail = 'edited on approval' WHERE id = $1",
+        )
+        .bind(candidate_id)
+        .bind(content)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Replaces a candidate's planned `after` entries (JSON array), re-planned at approval.
+pub async fn set_after_entries_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    after: &str,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "UPDATE memory_candidate SET after_entries = $2 WHERE id = $1"
+    )
+    .bind(candidate_id)
+    .bind(after)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+pub async fn record_rejected_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "UPDATE memory_candidate SET state = 'rejected', updated_at = $2 WHERE id = $1"
+    )
+    .bind(candidate_id)
+    .bind(now)
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected()))?;
+    Ok(())
+}

@@ -1,4 +1,5 @@
-//! At-most-once Skill file effects (spec 002 "At-most-once file effects").
+//! At-most-once Skill file effects: a retried or interrupted apply never writes a Skill file twice
+//! and never writes over bytes it did not expect.
 //!
 //! Apply and undo run in three steps:
 //!
@@ -20,11 +21,12 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::candidate::{
-    Candidate, SkillCandidateState, candidate_in, check_managed_dirs, read_skill, worktree_in,
+    Candidate, SkillCandidateState, SkillFile, candidate_in, check_managed_dirs, read_skill,
+    worktree_in,
 };
 use super::{SkillError, SkillService, is_managed_path};
 use crate::db::Tx;
-use crate::memory::projection::{self, ProjectionError, Publish};
+use crate::managed_file::{self, ManagedFileError, Publish};
 
 /// A persisted operation, ready for its effect.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -73,11 +75,11 @@ type InterruptedRow = (
 );
 
 fn digest(content: Option<&str>) -> Option<String> {
-    content.map(|c| projection::digest(c.as_bytes()))
+    content.map(|c| managed_file::digest(c.as_bytes()))
 }
 
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ProjectionError> + Send + 'static,
+    f: impl FnOnce() -> Result<T, ManagedFileError> + Send + 'static,
 ) -> Result<T, SkillError> {
     tokio::task::spawn_blocking(f)
         .await
@@ -87,11 +89,11 @@ async fn blocking<T: Send + 'static>(
 
 /// Creates `.agents`, `.agents/skills` and the Skill's directory one level at a time, refusing
 /// links, so the final directory is a real directory under the worktree.
-fn create_dirs(worktree: &Path, path: &Path) -> Result<(), ProjectionError> {
+fn create_dirs(worktree: &Path, path: &Path) -> Result<(), ManagedFileError> {
     check_managed_dirs(worktree, path)?;
     let relative = path
         .strip_prefix(worktree)
-        .map_err(|_| ProjectionError::NotRegular {
+        .map_err(|_| ManagedFileError::NotRegular {
             path: path.to_path_buf(),
         })?;
     let mut current = worktree.to_path_buf();
@@ -102,7 +104,7 @@ fn create_dirs(worktree: &Path, path: &Path) -> Result<(), ProjectionError> {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(error) => {
-                return Err(ProjectionError::Io {
+                return Err(ManagedFileError::Io {
                     path: current,
                     reason: error.to_string(),
                 });
@@ -118,22 +120,22 @@ fn effect(
     path: &Path,
     before: Option<&str>,
     after: Option<&str>,
-) -> Result<Effect, ProjectionError> {
+) -> Result<Effect, ManagedFileError> {
     match after {
         Some(content) => {
             create_dirs(worktree, path)?;
-            match projection::publish(path, content, digest(before).as_deref())? {
+            match managed_file::publish(path, content, digest(before).as_deref())? {
                 Publish::Written { .. } | Publish::Unchanged { .. } => Ok(Effect::Applied),
                 Publish::ExternalEdit { .. } => Ok(Effect::Drifted),
             }
         }
-        None => projection::with_lock(path, || {
+        None => managed_file::with_lock(path, || {
             check_managed_dirs(worktree, path)?;
-            let current = projection::read(path)?;
+            let current = managed_file::read(path)?;
             match current {
                 None => Ok(Effect::Applied),
                 Some(file) if Some(file.digest.as_str()) == digest(before).as_deref() => {
-                    std::fs::remove_file(path).map_err(|e| ProjectionError::Io {
+                    std::fs::remove_file(path).map_err(|e| ManagedFileError::Io {
                         path: path.to_path_buf(),
                         reason: e.to_string(),
                     })?;
@@ -143,6 +145,179 @@ fn effect(
             }
         }),
     }
+}
+
+/// The state change an apply or undo makes, and the file contents it expects and writes.
+struct Transition {
+    from: SkillCandidateState,
+    to: SkillCandidateState,
+    /// For an undo: the exact bytes the file must still hold (`None` inside = absent).
+    before_expected: Option<Option<String>>,
+    /// Exact bytes after the effect; `None` = absent.
+    after: Option<String>,
+}
+
+/// Checks `kind` is allowed in the candidate's state and works out what the effect writes.
+async fn transition_in(
+    tx: &mut Tx,
+    candidate: &Candidate,
+    kind: &str,
+) -> Result<Transition, SkillError> {
+    let id = &candidate.id;
+    match kind {
+        "apply" if candidate.operation == "apply" => {
+            if candidate.state != SkillCandidateState::Approved {
+                return Err(SkillError::Conflict(format!(
+                    "skill candidate `{id}` is `{}`; apply needs a review that passed evaluation (`approved`)",
+                    candidate.state
+                )));
+            }
+            Ok(Transition {
+                from: SkillCandidateState::Approved,
+                to: SkillCandidateState::Applying,
+                before_expected: None,
+                after: candidate.content.clone(),
+            })
+        }
+        "apply" => {
+            if candidate.state != SkillCandidateState::Pending {
+                return Err(SkillError::Conflict(format!(
+                    "revocation `{id}` is `{}`, not pending",
+                    candidate.state
+                )));
+            }
+            Ok(Transition {
+                from: SkillCandidateState::Pending,
+                to: SkillCandidateState::Applying,
+                before_expected: None,
+                after: revoked_before_in(tx, candidate).await?,
+            })
+        }
+        "undo" => {
+            if candidate.state != SkillCandidateState::Applied {
+                return Err(SkillError::Conflict(format!(
+                    "skill candidate `{id}` is `{}`; only applied candidates can be undone",
+                    candidate.state
+                )));
+            }
+            let (applied, restored) = undo_contents_in(tx, candidate).await?;
+            Ok(Transition {
+                from: SkillCandidateState::Applied,
+                to: SkillCandidateState::Undoing,
+                before_expected: Some(applied),
+                after: restored,
+            })
+        }
+        other => Err(SkillError::Invalid {
+            field: "operation",
+            reason: format!("`{other}` is not apply or undo"),
+        }),
+    }
+}
+
+/// What a revocation restores: the file the revoked Skill replaced (usually: absent).
+async fn revoked_before_in(
+    tx: &mut Tx,
+    candidate: &Candidate,
+) -> Result<Option<String>, SkillError> {
+    let revoked = match &candidate.revokes_id {
+        Some(r) => candidate_in(tx, r).await?,
+        None => None,
+    };
+    Ok(match revoked.and_then(|r| r.operation_id) {
+        Some(op) => crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            "SELECT before_content FROM skill_operation WHERE id = $1 AND kind = 'apply'"
+        )
+        .bind(op)
+        .fetch_optional(conn)
+        .await)?
+        .flatten(),
+        None => None,
+    })
+}
+
+/// For an undo: the applied file and what the undo restores.
+async fn undo_contents_in(
+    tx: &mut Tx,
+    candidate: &Candidate,
+) -> Result<(Option<String>, Option<String>), SkillError> {
+    let last: Option<(String, Option<String>, Option<String>)> = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
+            "SELECT kind, before_content, after_content FROM skill_operation WHERE id = $1",
+        )
+        .bind(&candidate.operation_id)
+        .fetch_optional(conn)
+        .await
+    })?;
+    let (last_kind, before, after) =
+        last.ok_or_else(|| SkillError::Conflict(String::from("the applied operation is missing")))?;
+    // After an undo that did not happen, the last operation is that undo: its `before` is the
+    // applied file and its `after` what undo restores.
+    Ok(if last_kind == "apply" {
+        (after, before)
+    } else {
+        (before, after)
+    })
+}
+
+/// Why an apply (or a revocation) no longer fits the files on disk, if it does not: the
+/// candidate is then `stale` and nothing is written.
+fn apply_drift(
+    candidate: &Candidate,
+    current: Option<&SkillFile>,
+    source_now: Option<&SkillFile>,
+) -> Option<String> {
+    let current_digest = current.map(|f| &f.digest);
+    let drift = match candidate.operation.as_str() {
+        "revoke" => (current_digest != candidate.source_digest.as_ref())
+            .then_some("the applied Skill file changed since the revocation was proposed"),
+        "apply" if !candidate.companion => (current_digest != candidate.source_digest.as_ref())
+            .then_some("the Skill file changed since the candidate was proposed (source drift)"),
+        "apply" if source_now.map(|f| &f.digest) != candidate.source_digest.as_ref() => {
+            Some("the read-only source Skill changed since the candidate was proposed")
+        }
+        "apply" if current.is_some_and(|f| f.read_only) => {
+            Some("a read-only companion already exists at the destination")
+        }
+        "apply" if current.is_some() => {
+            Some("the companion destination already exists and was not written by this candidate")
+        }
+        _ => None,
+    };
+    drift.map(String::from)
+}
+
+/// Moves the candidate on by compare-and-set (of concurrent attempts exactly one succeeds) and
+/// persists the operation with its exact snapshots.
+async fn record_operation_in(
+    tx: &mut Tx,
+    operation: &Operation,
+    from: SkillCandidateState,
+    to: SkillCandidateState,
+    now: i64,
+) -> Result<(), SkillError> {
+    let (id, kind) = (&operation.candidate_id, &operation.kind);
+    let moved = crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "UPDATE skill_candidate SET state = $3, operation_id = $4, updated_at = $5 WHERE id = $1 AND state = $2")
+        .bind(id).bind(from.as_str()).bind(to.as_str()).bind(&operation.id).bind(now)
+        .execute(conn).await.map(|d| d.rows_affected())
+    })?;
+    if moved != 1 {
+        return Err(SkillError::Conflict(format!(
+            "skill candidate `{id}` changed state concurrently; another {kind} is in progress or done"
+        )));
+    }
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO skill_operation (id, candidate_id, kind, path, before_content, before_digest, after_content, after_digest, \
+               state, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'prepared', $9)")
+        .bind(&operation.id).bind(id).bind(kind).bind(&operation.path)
+        .bind(&operation.before).bind(digest(operation.before.as_deref()))
+        .bind(&operation.after).bind(digest(operation.after.as_deref())).bind(now)
+        .execute(conn).await.map(|d| d.rows_affected())
+    })?;
+    Ok(())
 }
 
 impl SkillService {
@@ -203,132 +378,22 @@ impl SkillService {
                 ),
             });
         }
-        let (from_state, to_state, before_expected, after) = match kind {
-            "apply" if candidate.operation == "apply" => {
-                if candidate.state != SkillCandidateState::Approved {
-                    return Err(SkillError::Conflict(format!(
-                        "skill candidate `{id}` is `{}`; apply needs a review that passed evaluation (`approved`)",
-                        candidate.state
-                    )));
-                }
-                (
-                    SkillCandidateState::Approved,
-                    SkillCandidateState::Applying,
-                    None,
-                    candidate.content.clone(),
-                )
-            }
-            "apply" => {
-                // A revocation restores what the revoked Skill replaced (usually: absent).
-                if candidate.state != SkillCandidateState::Pending {
-                    return Err(SkillError::Conflict(format!(
-                        "revocation `{id}` is `{}`, not pending",
-                        candidate.state
-                    )));
-                }
-                let revoked = match &candidate.revokes_id {
-                    Some(r) => candidate_in(&mut tx, r).await?,
-                    None => None,
-                };
-                let before: Option<String> = match revoked.as_ref().and_then(|r| r.operation_id.clone()) {
-                    Some(op) => crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
-                            "SELECT before_content FROM skill_operation WHERE id = $1 AND kind = 'apply'")
-                        .bind(op).fetch_optional(conn).await)?.flatten(),
-                    None => None,
-                };
-                (
-                    SkillCandidateState::Pending,
-                    SkillCandidateState::Applying,
-                    None,
-                    before,
-                )
-            }
-            "undo" => {
-                if candidate.state != SkillCandidateState::Applied {
-                    return Err(SkillError::Conflict(format!(
-                        "skill candidate `{id}` is `{}`; only applied candidates can be undone",
-                        candidate.state
-                    )));
-                }
-                let last: Option<(String, Option<String>, Option<String>)> = crate::on_tx!(
-                    &mut tx,
-                    |conn| {
-                        sqlx::query_as(
-                        "SELECT kind, before_content, after_content FROM skill_operation WHERE id = $1")
-                    .bind(&candidate.operation_id).fetch_optional(conn).await
-                    }
-                )?;
-                let (last_kind, before, after) = last.ok_or_else(|| {
-                    SkillError::Conflict(String::from("the applied operation is missing"))
-                })?;
-                // After an undo that did not happen, the last operation is that undo: its
-                // `before` is the applied file and its `after` what undo restores.
-                let (applied, restored) = if last_kind == "apply" {
-                    (after, before)
-                } else {
-                    (before, after)
-                };
-                (
-                    SkillCandidateState::Applied,
-                    SkillCandidateState::Undoing,
-                    Some(applied),
-                    restored,
-                )
-            }
-            other => {
-                return Err(SkillError::Invalid {
-                    field: "operation",
-                    reason: format!("`{other}` is not apply or undo"),
-                });
-            }
-        };
+        let transition = transition_in(&mut tx, &candidate, kind).await?;
         // The authoritative filesystem, read now (links refused).
         let (current, source_now) = {
             let (w, t, s) = (worktree.clone(), target.clone(), source.clone());
             blocking(move || Ok((read_skill(&w, &t)?, read_skill(&w, &s)?))).await?
         };
-        let current_content = current.as_ref().map(|f| f.content.clone());
-        if kind == "apply" && candidate.operation == "apply" {
-            let drift = if candidate.companion {
-                if source_now.as_ref().map(|f| &f.digest) != candidate.source_digest.as_ref() {
-                    Some(String::from(
-                        "the read-only source Skill changed since the candidate was proposed",
-                    ))
-                } else if current.as_ref().is_some_and(|f| f.read_only) {
-                    Some(String::from(
-                        "a read-only companion already exists at the destination",
-                    ))
-                } else if current.is_some() {
-                    Some(String::from(
-                        "the companion destination already exists and was not written by this candidate",
-                    ))
-                } else {
-                    None
-                }
-            } else if current.as_ref().map(|f| &f.digest) != candidate.source_digest.as_ref() {
-                Some(String::from(
-                    "the Skill file changed since the candidate was proposed (source drift)",
-                ))
-            } else {
-                None
-            };
-            if let Some(detail) = drift {
-                self.mark_stale_in(&mut tx, id, from_state, &detail).await?;
-                tx.commit().await?;
-                return Err(SkillError::Stale(detail));
-            }
-        }
         if kind == "apply"
-            && candidate.operation == "revoke"
-            && current.as_ref().map(|f| &f.digest) != candidate.source_digest.as_ref()
+            && let Some(detail) = apply_drift(&candidate, current.as_ref(), source_now.as_ref())
         {
-            let detail =
-                String::from("the applied Skill file changed since the revocation was proposed");
-            self.mark_stale_in(&mut tx, id, from_state, &detail).await?;
+            self.mark_stale_in(&mut tx, id, transition.from, &detail)
+                .await?;
             tx.commit().await?;
             return Err(SkillError::Stale(detail));
         }
-        if let Some(expected) = before_expected
+        let current_content = current.map(|f| f.content);
+        if let Some(expected) = transition.before_expected
             && current_content != expected
         {
             return Err(SkillError::Conflict(String::from(
@@ -342,29 +407,9 @@ impl SkillService {
             path: candidate.target_path.clone(),
             worktree: worktree.display().to_string(),
             before: current_content,
-            after,
+            after: transition.after,
         };
-        // Compare-and-set: of concurrent attempts exactly one moves the candidate on.
-        let moved = crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "UPDATE skill_candidate SET state = $3, operation_id = $4, updated_at = $5 WHERE id = $1 AND state = $2")
-            .bind(id).bind(from_state.as_str()).bind(to_state.as_str()).bind(&operation.id).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected())
-        })?;
-        if moved != 1 {
-            return Err(SkillError::Conflict(format!(
-                "skill candidate `{id}` changed state concurrently; another {kind} is in progress or done"
-            )));
-        }
-        crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "INSERT INTO skill_operation (id, candidate_id, kind, path, before_content, before_digest, after_content, after_digest, \
-                   state, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'prepared', $9)")
-            .bind(&operation.id).bind(id).bind(kind).bind(&operation.path)
-            .bind(&operation.before).bind(digest(operation.before.as_deref()))
-            .bind(&operation.after).bind(digest(operation.after.as_deref())).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected())
-        })?;
+        record_operation_in(&mut tx, &operation, transition.from, transition.to, now).await?;
         tx.commit().await?;
         Ok(operation)
     }
@@ -476,9 +521,9 @@ impl SkillService {
             let Some(worktree) = worktree else { continue };
             let target = PathBuf::from(&path);
             let observed = blocking(move || {
-                match projection::try_with_lock(&target, || read_skill(&worktree, &target)) {
+                match managed_file::try_with_lock(&target, || read_skill(&worktree, &target)) {
                     Ok(file) => Ok(Some(file.map(|f| f.content))),
-                    Err(ProjectionError::Busy { .. }) => Ok(None),
+                    Err(ManagedFileError::Busy { .. }) => Ok(None),
                     Err(error) => Err(error),
                 }
             })

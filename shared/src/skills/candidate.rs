@@ -1,5 +1,5 @@
 //! Skill candidates: rendering, the exact source identity, companions for read-only Skills, and
-//! storage (spec 002 "Skill candidates and evaluation").
+//! storage.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::pattern::{Pattern, parse_rules};
 use super::{SkillError, SkillService, diff, skill_path};
 use crate::db::{StoreError, Tx};
-use crate::memory::projection::{self, ProjectionError};
+use crate::managed_file::{self, ManagedFileError};
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -189,9 +189,9 @@ pub async fn worktree_in(tx: &mut Tx, project_id: &str) -> Result<Option<PathBuf
 /// Refuses a symbolic link (or a non-directory) at `.agents`, `.agents/skills` and
 /// `.agents/skills/<name>` under the worktree, so a managed Skill path can never be redirected
 /// outside it. Absent components are fine (they are created by the first apply).
-pub fn check_managed_dirs(worktree: &Path, path: &Path) -> Result<(), ProjectionError> {
+pub fn check_managed_dirs(worktree: &Path, path: &Path) -> Result<(), ManagedFileError> {
     let Ok(relative) = path.strip_prefix(worktree) else {
-        return Err(ProjectionError::NotRegular {
+        return Err(ManagedFileError::NotRegular {
             path: path.to_path_buf(),
         });
     };
@@ -201,15 +201,15 @@ pub fn check_managed_dirs(worktree: &Path, path: &Path) -> Result<(), Projection
         current.push(component);
         match std::fs::symlink_metadata(&current) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(ProjectionError::Symlink { path: current });
+                return Err(ManagedFileError::Symlink { path: current });
             }
             Ok(meta) if !meta.is_dir() => {
-                return Err(ProjectionError::NotRegular { path: current });
+                return Err(ManagedFileError::NotRegular { path: current });
             }
             Ok(_) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(error) => {
-                return Err(ProjectionError::Io {
+                return Err(ManagedFileError::Io {
                     path: current,
                     reason: error.to_string(),
                 });
@@ -228,9 +228,9 @@ pub struct SkillFile {
 }
 
 /// Reads a managed Skill file without following links (`None` when absent).
-pub fn read_skill(worktree: &Path, path: &Path) -> Result<Option<SkillFile>, ProjectionError> {
+pub fn read_skill(worktree: &Path, path: &Path) -> Result<Option<SkillFile>, ManagedFileError> {
     check_managed_dirs(worktree, path)?;
-    let Some(file) = projection::read(path)? else {
+    let Some(file) = managed_file::read(path)? else {
         return Ok(None);
     };
     let read_only = std::fs::symlink_metadata(path)
@@ -311,7 +311,7 @@ pub fn render(name: &str, concept: &str, rules: &[String], evidence: &[String]) 
 }
 
 fn sha(text: &str) -> String {
-    projection::digest(text.as_bytes())
+    managed_file::digest(text.as_bytes())
 }
 
 /// Creates the candidate of `pattern` in `project_id` (companion for a read-only source). `None`
@@ -334,7 +334,7 @@ pub async fn create_for_pattern_in(
             .map_err(|e| SkillError::Conflict(e.to_string()))??
     };
     for rule in &pattern.rules {
-        crate::memory::validate::check_text("rules", rule).map_err(|e| SkillError::Invalid {
+        crate::memory::write_check::check_text("rules", rule).map_err(|e| SkillError::Invalid {
             field: "rules",
             reason: e.to_string(),
         })?;

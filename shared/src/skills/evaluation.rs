@@ -271,6 +271,106 @@ struct CaseSource {
     resolution: Option<String>,
 }
 
+/// Only a pending (or re-reviewed) Skill candidate, not a revocation, has something to evaluate.
+fn check_reviewable(candidate: &Candidate) -> Result<(), SkillError> {
+    let candidate_id = &candidate.id;
+    if candidate.operation != "apply" {
+        return Err(SkillError::Conflict(String::from(
+            "a revocation is reviewed by applying or rejecting it; it has nothing to evaluate",
+        )));
+    }
+    if !matches!(
+        candidate.state,
+        SkillCandidateState::Pending | SkillCandidateState::Evaluating
+    ) {
+        return Err(SkillError::Conflict(format!(
+            "skill candidate `{candidate_id}` is `{}`; only pending candidates can be reviewed",
+            candidate.state
+        )));
+    }
+    Ok(())
+}
+
+/// The suite's cases: one failure case per live verified evidence of the candidate, then up to
+/// [`MAX_PROTECTION_CASES`] protection cases from other verified experience of the project.
+async fn suite_cases_in(tx: &mut Tx, candidate: &Candidate) -> Result<Vec<Case>, SkillError> {
+    let candidate_id = &candidate.id;
+    let eligible = super::pattern::ELIGIBLE;
+    let sql = format!(
+        "SELECT e.id, e.title, e.summary, e.resolution FROM experience_record e JOIN skill_candidate_evidence v \
+         ON v.experience_id = e.id WHERE v.candidate_id = $1 AND {eligible} ORDER BY e.created_at, e.id"
+    );
+    let failures: Vec<CaseSource> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(candidate_id)
+            .fetch_all(conn)
+            .await)?;
+    if failures.is_empty() {
+        return Err(SkillError::Conflict(String::from(
+            "the candidate has no live verified evidence left to evaluate",
+        )));
+    }
+    let sql = format!(
+        "SELECT e.id, e.title, e.summary, e.resolution FROM experience_record e WHERE e.project_id = $1 AND {eligible} \
+         AND e.id NOT IN (SELECT experience_id FROM skill_candidate_evidence WHERE candidate_id = $2) \
+         ORDER BY e.created_at DESC, e.id DESC LIMIT $3"
+    );
+    let protections: Vec<CaseSource> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(&candidate.project_id)
+            .bind(candidate_id)
+            .bind(MAX_PROTECTION_CASES)
+            .fetch_all(conn)
+            .await)?;
+    let mut cases = Vec::new();
+    for source in &failures {
+        let ordinal = cases.len() as i64;
+        cases.push(case_for_in(tx, source, ordinal, "failure", 2.0).await?);
+    }
+    for source in &protections {
+        let ordinal = cases.len() as i64;
+        cases.push(case_for_in(tx, source, ordinal, "protection", 1.0).await?);
+    }
+    Ok(cases)
+}
+
+/// Stores the next immutable suite version of the candidate. Returns its id and version.
+async fn insert_suite_in(
+    tx: &mut Tx,
+    candidate: &Candidate,
+    cases: &[Case],
+    now: i64,
+) -> Result<(String, i64), SkillError> {
+    let candidate_id = &candidate.id;
+    let version: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT COALESCE(MAX(version), 0) + 1 FROM evaluation_suite WHERE candidate_id = $1"
+    )
+    .bind(candidate_id)
+    .fetch_one(conn)
+    .await)?;
+    let suite_id = crate::ids::new_id("esuite");
+    let digest = crate::learning::manifest::sha256(
+        &serde_json::to_string(&(&candidate.content_digest, cases)).unwrap_or_default(),
+    );
+    crate::on_tx!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO evaluation_suite (id, candidate_id, version, digest, created_at) VALUES ($1, $2, $3, $4, $5)")
+        .bind(&suite_id).bind(candidate_id).bind(version).bind(&digest).bind(now)
+        .execute(conn).await.map(|d| d.rows_affected())
+    })?;
+    for case in cases {
+        crate::on_tx!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO evaluation_case (suite_id, ordinal, kind, weight, experience_id, task, calls, expected) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+            .bind(&suite_id).bind(case.ordinal).bind(&case.kind).bind(case.weight).bind(&case.experience_id)
+            .bind(&case.task).bind(serde_json::to_string(&case.calls).unwrap_or_default()).bind(&case.expected)
+            .execute(conn).await.map(|d| d.rows_affected())
+        })?;
+    }
+    Ok((suite_id, version))
+}
+
 async fn case_for_in(
     tx: &mut Tx,
     experience: &CaseSource,
@@ -323,84 +423,9 @@ impl SkillService {
         let candidate = candidate_in(&mut tx, candidate_id).await?.ok_or_else(|| {
             SkillError::NotFound(format!("skill candidate `{candidate_id}` was not found"))
         })?;
-        if candidate.operation != "apply" {
-            return Err(SkillError::Conflict(String::from(
-                "a revocation is reviewed by applying or rejecting it; it has nothing to evaluate",
-            )));
-        }
-        if !matches!(
-            candidate.state,
-            SkillCandidateState::Pending | SkillCandidateState::Evaluating
-        ) {
-            return Err(SkillError::Conflict(format!(
-                "skill candidate `{candidate_id}` is `{}`; only pending candidates can be reviewed",
-                candidate.state
-            )));
-        }
-        let eligible = super::pattern::ELIGIBLE;
-        let sql = format!(
-            "SELECT e.id, e.title, e.summary, e.resolution FROM experience_record e JOIN skill_candidate_evidence v \
-             ON v.experience_id = e.id WHERE v.candidate_id = $1 AND {eligible} ORDER BY e.created_at, e.id"
-        );
-        let failures: Vec<CaseSource> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(
-            sqlx::AssertSqlSafe(sql.as_str())
-        )
-        .bind(candidate_id)
-        .fetch_all(conn)
-        .await)?;
-        if failures.is_empty() {
-            return Err(SkillError::Conflict(String::from(
-                "the candidate has no live verified evidence left to evaluate",
-            )));
-        }
-        let sql = format!(
-            "SELECT e.id, e.title, e.summary, e.resolution FROM experience_record e WHERE e.project_id = $1 AND {eligible} \
-             AND e.id NOT IN (SELECT experience_id FROM skill_candidate_evidence WHERE candidate_id = $2) \
-             ORDER BY e.created_at DESC, e.id DESC LIMIT $3"
-        );
-        let protections: Vec<CaseSource> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(
-            sqlx::AssertSqlSafe(sql.as_str())
-        )
-        .bind(&candidate.project_id)
-        .bind(candidate_id)
-        .bind(MAX_PROTECTION_CASES)
-        .fetch_all(conn)
-        .await)?;
-        let mut cases = Vec::new();
-        for source in &failures {
-            let ordinal = cases.len() as i64;
-            cases.push(case_for_in(&mut tx, source, ordinal, "failure", 2.0).await?);
-        }
-        for source in &protections {
-            let ordinal = cases.len() as i64;
-            cases.push(case_for_in(&mut tx, source, ordinal, "protection", 1.0).await?);
-        }
-        let version: i64 = crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
-            "SELECT COALESCE(MAX(version), 0) + 1 FROM evaluation_suite WHERE candidate_id = $1"
-        )
-        .bind(candidate_id)
-        .fetch_one(conn)
-        .await)?;
-        let suite_id = crate::ids::new_id("esuite");
-        let digest = crate::learning::manifest::sha256(
-            &serde_json::to_string(&(&candidate.content_digest, &cases)).unwrap_or_default(),
-        );
-        crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "INSERT INTO evaluation_suite (id, candidate_id, version, digest, created_at) VALUES ($1, $2, $3, $4, $5)")
-            .bind(&suite_id).bind(candidate_id).bind(version).bind(&digest).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected())
-        })?;
-        for case in &cases {
-            crate::on_tx!(&mut tx, |conn| {
-                sqlx::query(
-                    "INSERT INTO evaluation_case (suite_id, ordinal, kind, weight, experience_id, task, calls, expected) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
-                .bind(&suite_id).bind(case.ordinal).bind(&case.kind).bind(case.weight).bind(&case.experience_id)
-                .bind(&case.task).bind(serde_json::to_string(&case.calls).unwrap_or_default()).bind(&case.expected)
-                .execute(conn).await.map(|d| d.rows_affected())
-            })?;
-        }
+        check_reviewable(&candidate)?;
+        let cases = suite_cases_in(&mut tx, &candidate).await?;
+        let (suite_id, version) = insert_suite_in(&mut tx, &candidate, &cases, now).await?;
         // Supersede a running review.
         crate::on_tx!(&mut tx, |conn| {
             sqlx::query(

@@ -1,6 +1,6 @@
-//! The slow path of the learning flywheel (spec 002 "Slow path: consolidate repeated evidence",
-//! "Skill candidates and evaluation", "At-most-once file effects"; spec 001 "Turn repeated
-//! evidence into a Skill").
+//! The slow path of the learning flywheel: repeated, verified evidence is consolidated into
+//! patterns, a pattern becomes a Skill candidate, the candidate is evaluated offline, and an
+//! approved one is written into the worktree at most once.
 //!
 //! * [`pattern`]: patterns grouped from repeated verified evidence, their promotion, rejection
 //!   (suppression until new evidence) and the explicit one-evidence `promote`.
@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::db::{Db, StoreError};
 use crate::ledger::{Ledger, LedgerError};
-use crate::memory::projection::ProjectionError;
+use crate::managed_file::ManagedFileError;
 
 /// Where project Skills live, relative to the worktree.
 pub const SKILLS_DIR: [&str; 2] = [".agents", "skills"];
@@ -52,7 +52,7 @@ pub enum SkillError {
     #[error("invalid `{field}`: {reason}")]
     Invalid { field: &'static str, reason: String },
     #[error(transparent)]
-    File(#[from] ProjectionError),
+    File(#[from] ManagedFileError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]

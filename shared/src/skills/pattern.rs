@@ -1,4 +1,4 @@
-//! Patterns: repeated, verified evidence grouped under one rule set (spec 002 "Slow path").
+//! Patterns: repeated, verified evidence grouped under one rule set.
 //!
 //! The durable identity of a pattern is its evidence, not the semantic concept a model chose: a
 //! group is merged into the pattern of this project it shares evidence with. A rejected pattern
@@ -16,7 +16,7 @@ use super::{SkillError, SkillService};
 use crate::db::{StoreError, Tx};
 
 /// Which experiences may be pattern evidence: verified, live, with a current source, and never
-/// an unresolved issue (spec 002: unresolved issues never become pattern evidence).
+/// an unresolved issue (an issue nobody solved teaches no rule).
 pub const ELIGIBLE: &str = "e.status = 'active' AND e.source_state = 'current' \
     AND e.verification = 'verified' AND e.kind <> 'unresolved_issue'";
 
@@ -706,7 +706,7 @@ impl SkillService {
             Some(id) => id,
             None => {
                 let rule = resolution.unwrap_or(summary);
-                crate::memory::validate::check_text("rules", &rule).map_err(|e| {
+                crate::memory::write_check::check_text("rules", &rule).map_err(|e| {
                     SkillError::Invalid {
                         field: "rules",
                         reason: e.to_string(),

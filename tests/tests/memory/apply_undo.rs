@@ -2,10 +2,10 @@
 //! candidate's state together; the projection follows.
 
 use zuno_shared::config::MemoryPromotion;
-use zuno_shared::memory::projection;
+use zuno_shared::memory::markdown;
 use zuno_shared::memory::service::{MemoryError, Origin, Proposal};
 use zuno_shared::memory::store::Scope;
-use zuno_shared::memory::validate::WriteRefusal;
+use zuno_shared::memory::write_check::WriteRefusal;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, add, file_entries, replace, strings};
@@ -57,7 +57,7 @@ async fn approve_then_undo_restores_the_exact_before_snapshot(db: TestDb) {
     assert_eq!(env.entries(Scope::Project).await, after);
     assert_eq!(
         std::fs::read_to_string(env.rules_path()).unwrap(),
-        projection::render("project", 4, &after)
+        markdown::render("project", 4, &after)
     );
 
     let undone = env.memory.undo(&id).await.unwrap();
@@ -72,7 +72,7 @@ async fn approve_then_undo_restores_the_exact_before_snapshot(db: TestDb) {
     );
     assert_eq!(
         std::fs::read_to_string(env.rules_path()).unwrap(),
-        projection::render("project", 5, &before)
+        markdown::render("project", 5, &before)
     );
     let history = env.revisions(Scope::Project).await;
     assert_eq!(

@@ -15,7 +15,7 @@ use zuno_shared::ledger::JobState;
 use zuno_shared::memory::consolidate::{Consolidation, DropReason};
 use zuno_shared::memory::service::Origin;
 use zuno_shared::memory::store::{self, Entry, Scope};
-use zuno_shared::memory::validate::{self, WriteRefusal, document_chars};
+use zuno_shared::memory::write_check::{self, WriteRefusal, document_chars};
 use zuno_shared::transcript::NewSession;
 use zuno_tests::fake_provider::{FakeProvider, Reply, learning_config};
 use zuno_tests::server::TestServer;
@@ -64,7 +64,7 @@ async fn provenance(env: &Env, entry_id: &str) -> BTreeSet<String> {
 
 /// Checks, after every batch, what must hold of a document at its cap.
 async fn assert_healthy(env: &Env, scope: Scope, protected: &[String], context: &str) {
-    let (limit, _) = validate::cap(scope, &env.config.memory);
+    let (limit, _) = write_check::cap(scope, &env.config.memory);
     let entries = contents(&env.document(scope).await);
     assert!(
         document_chars(&entries) <= limit,
@@ -324,7 +324,7 @@ async fn a_document_full_of_user_entries_skips_a_derived_add_and_every_job_compl
     for text in &typed {
         env.apply(add(Scope::Project, text, Origin::User)).await;
     }
-    let (limit, _) = validate::cap(Scope::Project, &env.config.memory);
+    let (limit, _) = write_check::cap(Scope::Project, &env.config.memory);
     assert!(document_chars(&typed) + 20 > limit && document_chars(&typed) <= limit);
     let revision = env.revision(Scope::Project).await;
 

@@ -8,7 +8,7 @@ use zuno_shared::learning::LearningIngestion;
 use zuno_shared::ledger::Ledger;
 use zuno_shared::memory::service::Origin;
 use zuno_shared::memory::store::Scope;
-use zuno_shared::memory::validate::WriteRefusal;
+use zuno_shared::memory::write_check::WriteRefusal;
 use zuno_shared::transcript::TranscriptStore;
 use zuno_tests::{TestDb, on_both_backends};
 

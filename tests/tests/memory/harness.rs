@@ -15,7 +15,7 @@ use zuno_shared::ledger::{Job, JobFilter, JobKind};
 use zuno_shared::memory::maintenance;
 use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Outcome, Proposal};
 use zuno_shared::memory::store::{self, Candidate, DocumentView, Entry, Revision, Scope};
-use zuno_shared::memory::validate::WriteRefusal;
+use zuno_shared::memory::write_check::WriteRefusal;
 use zuno_shared::paths::Paths;
 use zuno_shared::provider::LearningModelClient;
 use zuno_shared::runtime::{RunReport, Runner, RunnerConfig};
@@ -299,7 +299,7 @@ pub fn strings(items: &[&str]) -> Vec<String> {
 pub fn file_entries(path: &Path) -> Vec<String> {
     let content =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    zuno_shared::memory::projection::parse(&content)
+    zuno_shared::memory::markdown::parse(&content)
 }
 
 fn proposal(scope: Scope, action: MemoryAction, origin: Origin) -> Proposal {

@@ -8,10 +8,10 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use zuno_shared::config::MemoryPromotion;
-use zuno_shared::memory::projection;
+use zuno_shared::memory::markdown;
 use zuno_shared::memory::service::{MemoryError, Origin};
 use zuno_shared::memory::store::Scope;
-use zuno_shared::memory::validate::WriteRefusal;
+use zuno_shared::memory::write_check::WriteRefusal;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, PROJECT, add, file_entries, strings};
@@ -91,7 +91,7 @@ async fn projections_are_created_by_the_first_accepted_write_and_never_at_start_
     assert_eq!(file_entries(&env.global_path()), ["Answer in English."]);
     assert_eq!(
         std::fs::read_to_string(env.global_path()).unwrap(),
-        projection::render("global", 1, &strings(&["Answer in English."]))
+        markdown::render("global", 1, &strings(&["Answer in English."]))
     );
 }
 
@@ -378,11 +378,11 @@ async fn a_projection_failure_keeps_committed_entries_and_start_up_restores_it(d
     assert_eq!(restored, expected);
     assert_eq!(
         std::fs::read_to_string(env.rules_path()).unwrap(),
-        projection::render("project", 2, &strings(&["Use pnpm.", "Run cargo nextest."]))
+        markdown::render("project", 2, &strings(&["Use pnpm.", "Run cargo nextest."]))
     );
     assert_eq!(
         std::fs::read_to_string(env.global_path()).unwrap(),
-        projection::render("global", 1, &strings(&["Answer in English."]))
+        markdown::render("global", 1, &strings(&["Answer in English."]))
     );
     assert_eq!(env.revision(Scope::Project).await, 2);
     assert_eq!(env.revisions(Scope::Project).await.len(), 2);

@@ -4,7 +4,7 @@
 
 use zuno_shared::memory::service::{MemoryError, Origin, Proposal};
 use zuno_shared::memory::store::Scope;
-use zuno_shared::memory::validate::WriteRefusal;
+use zuno_shared::memory::write_check::WriteRefusal;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{Env, add, remove, replace, strings};

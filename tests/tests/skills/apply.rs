@@ -181,7 +181,7 @@ async fn a_busy_writer_is_skipped_by_reconciliation(db: TestDb) {
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
-        zuno_shared::memory::projection::with_lock(&target, || {
+        zuno_shared::managed_file::with_lock(&target, || {
             locked_tx.send(()).unwrap();
             release_rx.recv().unwrap();
             Ok(())

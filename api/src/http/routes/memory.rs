@@ -12,7 +12,7 @@ use zuno_shared::learning::recall::query::MatchMode;
 use zuno_shared::learning::retrieval::{self, PromptContext, Receipt, SearchHit};
 use zuno_shared::memory::service::{Inspection, MemoryError, Origin, Outcome, Proposal};
 use zuno_shared::memory::store::{self, Candidate, DocumentView, Revision, Scope};
-use zuno_shared::memory::validate::WriteRefusal;
+use zuno_shared::memory::write_check::WriteRefusal;
 use zuno_shared::tokens::GlobalAccess;
 
 use super::sessions::visible_session;

@@ -104,7 +104,30 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
         pending.push(Pending { line, slot, record });
     })?;
     let abandoned = tree.abandoned(&pending);
-    let chain = ChainEnds {
+    let chain = chain_ends(&tree, &pending);
+    for Pending { line, slot, record } in pending {
+        let off_branch = abandoned.contains(&line);
+        if let Err(reason) = read_record(&mut groups[slot], line, &record, off_branch) {
+            record_issues.push(LineIssue { line, reason });
+        }
+    }
+    issues.append(&mut record_issues);
+    issues.sort_by_key(|issue| issue.line);
+    let sessions = groups.into_iter().map(into_session).collect();
+    Ok(Parsed {
+        sessions,
+        issues,
+        lines,
+        consumed_bytes: consumed,
+        unrecognized: None,
+        chain,
+    })
+}
+
+/// Where this read left the conversation tree, so the next read can tell a continuation from a
+/// new branch.
+fn chain_ends(tree: &Tree, pending: &[Pending]) -> ChainEnds {
+    ChainEnds {
         last: tree.last.clone(),
         outside_parents: pending
             .iter()
@@ -116,73 +139,65 @@ pub fn parse(reader: impl BufRead, start: Position) -> std::io::Result<Parsed> {
                 (!tree.parent.contains_key(parent)).then(|| parent.to_owned())
             })
             .collect(),
-    };
-    for Pending { line, slot, record } in pending {
-        let group = &mut groups[slot];
-        if group.cwd.is_none() {
-            group.cwd = record.get("cwd").and_then(Value::as_str).map(str::to_owned);
-        }
-        let record_key = record
-            .get("uuid")
-            .and_then(Value::as_str)
-            .map_or_else(|| format!("line-{line}"), str::to_owned);
-        let off_branch = abandoned.contains(&line);
-        if off_branch {
-            group.abandoned.insert(record_key.clone());
-        }
-        let at = timestamp_ms(record.get("timestamp"));
-        let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
-        let result = match kind {
-            "user" => user_record(group, &record, &record_key, line, at, off_branch),
-            "assistant" => {
-                let result = assistant_record(group, &record, &record_key, line, at);
-                if off_branch {
-                    // The user went back and continued elsewhere: this turn did not happen.
-                    group.turns.fail_turn();
-                }
-                result
+    }
+}
+
+/// Adds one user, assistant or system record to its session; `off_branch` when the user went
+/// back and continued elsewhere.
+fn read_record(
+    group: &mut Group,
+    line: u64,
+    record: &Value,
+    off_branch: bool,
+) -> Result<(), String> {
+    if group.cwd.is_none() {
+        group.cwd = record.get("cwd").and_then(Value::as_str).map(str::to_owned);
+    }
+    let record_key = record
+        .get("uuid")
+        .and_then(Value::as_str)
+        .map_or_else(|| format!("line-{line}"), str::to_owned);
+    if off_branch {
+        group.abandoned.insert(record_key.clone());
+    }
+    let at = timestamp_ms(record.get("timestamp"));
+    let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
+    match kind {
+        "user" => user_record(group, record, &record_key, line, at, off_branch),
+        "assistant" => {
+            let result = assistant_record(group, record, &record_key, line, at);
+            if off_branch {
+                // The user went back and continued elsewhere: this turn did not happen.
+                group.turns.fail_turn();
             }
-            _ => {
-                system_record(group, &record);
-                Ok(())
-            }
-        };
-        if let Err(reason) = result {
-            record_issues.push(LineIssue { line, reason });
+            result
+        }
+        _ => {
+            system_record(group, record);
+            Ok(())
         }
     }
-    issues.append(&mut record_issues);
-    issues.sort_by_key(|issue| issue.line);
-    let sessions = groups
-        .into_iter()
-        .map(|group| {
-            let (external_ref, parent_ref) = match &group.agent_id {
-                Some(agent) => (
-                    format!("{}/agent-{agent}", group.session_id),
-                    Some(group.session_id.clone()),
-                ),
-                None => (group.session_id.clone(), None),
-            };
-            let mut messages = group.turns.finish();
-            unanswered_abandoned_prompts_are_injected(&mut messages, &group.abandoned);
-            ImportedSession {
-                host: Host::ClaudeCode,
-                external_ref,
-                parent_ref,
-                cwd: group.cwd,
-                title: group.title,
-                messages,
-            }
-        })
-        .collect();
-    Ok(Parsed {
-        sessions,
-        issues,
-        lines,
-        consumed_bytes: consumed,
-        unrecognized: None,
-        chain,
-    })
+}
+
+/// A session (or a subagent's sidechain, named after its parent session) with its messages.
+fn into_session(group: Group) -> ImportedSession {
+    let (external_ref, parent_ref) = match &group.agent_id {
+        Some(agent) => (
+            format!("{}/agent-{agent}", group.session_id),
+            Some(group.session_id.clone()),
+        ),
+        None => (group.session_id.clone(), None),
+    };
+    let mut messages = group.turns.finish();
+    unanswered_abandoned_prompts_are_injected(&mut messages, &group.abandoned);
+    ImportedSession {
+        host: Host::ClaudeCode,
+        external_ref,
+        parent_ref,
+        cwd: group.cwd,
+        title: group.title,
+        messages,
+    }
 }
 
 /// A prompt on an abandoned branch that no abandoned reply follows would otherwise join the next

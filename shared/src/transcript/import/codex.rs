@@ -29,178 +29,18 @@ pub fn parse_with_session(
     session_hint: Option<(String, Option<String>)>,
 ) -> std::io::Result<Parsed> {
     let mut issues: Vec<LineIssue> = Vec::new();
-    let mut record_issues: Vec<LineIssue> = Vec::new();
-    let (mut session_id, mut cwd) = session_hint.unzip();
-    let mut cwd = cwd.take().flatten();
-    let mut title = None;
-    let mut turns = TurnBuilder::default();
-    let (lines, consumed) = for_each_line(reader, start, &mut issues, |line, record| {
-        let at = timestamp_ms(record.get("timestamp"));
-        let key = format!("line-{line}");
-        let payload = record.get("payload").cloned().unwrap_or(Value::Null);
-        let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
-        let detail = payload.get("type").and_then(Value::as_str).unwrap_or("");
-        match (kind, detail) {
-            ("session_meta", _) => {
-                match payload.get("id").and_then(Value::as_str) {
-                    Some(id) => session_id = Some(id.to_owned()),
-                    None => record_issues.push(LineIssue {
-                        line,
-                        reason: String::from("session_meta without payload.id"),
-                    }),
-                }
-                if let Some(dir) = payload.get("cwd").and_then(Value::as_str) {
-                    cwd = Some(dir.to_owned());
-                }
-            }
-            ("event_msg", "user_message") => {
-                let text = payload.get("message").and_then(Value::as_str).unwrap_or("");
-                if text.trim().is_empty() {
-                    return;
-                }
-                let injected = text.trim_start().starts_with("<environment_context>")
-                    || text.trim_start().starts_with("<user_instructions>");
-                if !injected && title.is_none() {
-                    title = title_from(text);
-                }
-                turns.user(&key, line, at, text, injected);
-            }
-            ("event_msg", "turn_aborted") => {
-                turns.fail_turn();
-                turns.close(MessageStatus::Failed);
-            }
-            ("event_msg", "task_complete") => turns.close(MessageStatus::Completed),
-            ("event_msg", "error") => {
-                let text = payload
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("error");
-                turns.assistant_part(
-                    &key,
-                    line,
-                    at,
-                    Part::Error {
-                        text: bounded(text),
-                    },
-                );
-                turns.fail_turn();
-            }
-            ("response_item", "message") => {
-                if payload.get("role").and_then(Value::as_str) != Some("assistant") {
-                    // user items duplicate event_msg/user_message or are injected context;
-                    // developer items are instructions.
-                    return;
-                }
-                let text = content_text(&payload);
-                if !text.trim().is_empty() {
-                    turns.assistant_part(
-                        &key,
-                        line,
-                        at,
-                        Part::Text {
-                            text: bounded(&text),
-                            injected: false,
-                        },
-                    );
-                }
-            }
-            ("response_item", "function_call" | "custom_tool_call" | "local_shell_call") => {
-                let name = payload.get("name").and_then(Value::as_str).unwrap_or(
-                    if detail == "local_shell_call" {
-                        "local_shell"
-                    } else {
-                        "unknown"
-                    },
-                );
-                let arguments = match (payload.get("arguments"), payload.get("input")) {
-                    (Some(Value::String(json)), _) => {
-                        serde_json::from_str(json).unwrap_or_else(|_| Value::String(bounded(json)))
-                    }
-                    (_, Some(Value::String(input))) => {
-                        serde_json::json!({ "input": bounded(input) })
-                    }
-                    _ => payload.get("action").cloned().unwrap_or(Value::Null),
-                };
-                let call_id = payload
-                    .get("call_id")
-                    .or_else(|| payload.get("id"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                turns.assistant_part(
-                    &key,
-                    line,
-                    at,
-                    Part::ToolCall {
-                        tool_name: name.chars().take(256).collect(),
-                        call_id,
-                        arguments,
-                        result: None,
-                        status: ToolStatus::Pending,
-                        external_context: false,
-                        injected: false,
-                    },
-                );
-            }
-            ("response_item", "function_call_output" | "custom_tool_call_output") => {
-                let Some(call_id) = payload.get("call_id").and_then(Value::as_str) else {
-                    record_issues.push(LineIssue {
-                        line,
-                        reason: format!("{detail} without call_id"),
-                    });
-                    return;
-                };
-                let (output, is_error) = tool_output(payload.get("output"));
-                turns.tool_result(call_id, output, is_error, false);
-            }
-            ("response_item", "web_search_call") => {
-                let call_id = payload.get("id").and_then(Value::as_str).map(str::to_owned);
-                let completed = payload.get("status").and_then(Value::as_str) == Some("completed");
-                turns.assistant_part(
-                    &key,
-                    line,
-                    at,
-                    Part::ToolCall {
-                        tool_name: String::from("web_search"),
-                        call_id,
-                        arguments: payload.get("action").cloned().unwrap_or(Value::Null),
-                        result: None,
-                        status: if completed {
-                            ToolStatus::Completed
-                        } else {
-                            ToolStatus::Error
-                        },
-                        // A successful Web result is external context (host metadata).
-                        external_context: completed,
-                        injected: false,
-                    },
-                );
-            }
-            // reasoning, ghost_snapshot, turn_context, token_count, agent_message (duplicates
-            // the assistant response item), agent_reasoning, compacted, …
-            _ => {}
-        }
-    })?;
-    issues.append(&mut record_issues);
-    issues.sort_by_key(|issue| issue.line);
-    let messages = turns.finish();
-    let sessions = match session_id {
-        Some(id) => vec![ImportedSession {
-            host: Host::Codex,
-            external_ref: id,
-            parent_ref: None,
-            cwd,
-            title,
-            messages,
-        }],
-        None if messages.is_empty() => Vec::new(),
-        None => {
-            issues.push(LineIssue {
-                line: start.line + 1,
-                reason: String::from("no session_meta record: the rollout's session is unknown"),
-            });
-            Vec::new()
-        }
+    let (session_id, cwd) = session_hint.unzip();
+    let mut rollout = Rollout {
+        session_id,
+        cwd: cwd.flatten(),
+        ..Rollout::default()
     };
+    let (lines, consumed) = for_each_line(reader, start, &mut issues, |line, record| {
+        rollout.record(line, &record);
+    })?;
+    issues.append(&mut rollout.issues);
+    issues.sort_by_key(|issue| issue.line);
+    let sessions = rollout.into_sessions(start, &mut issues);
     Ok(Parsed {
         sessions,
         issues,
@@ -209,6 +49,207 @@ pub fn parse_with_session(
         unrecognized: None,
         chain: super::ChainEnds::default(),
     })
+}
+
+/// What the records of one rollout file add up to, record by record.
+#[derive(Default)]
+struct Rollout {
+    session_id: Option<String>,
+    cwd: Option<String>,
+    title: Option<String>,
+    turns: TurnBuilder,
+    /// Problems in individual records (a line that is not JSON is reported by the reader).
+    issues: Vec<LineIssue>,
+}
+
+/// Where a record sits in the file and when it was written.
+struct At<'a> {
+    line: u64,
+    key: &'a str,
+    ms: Option<i64>,
+}
+
+impl Rollout {
+    fn record(&mut self, line: u64, record: &Value) {
+        let key = format!("line-{line}");
+        let at = At {
+            line,
+            key: &key,
+            ms: timestamp_ms(record.get("timestamp")),
+        };
+        let payload = record.get("payload").cloned().unwrap_or(Value::Null);
+        let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
+        let detail = payload.get("type").and_then(Value::as_str).unwrap_or("");
+        match (kind, detail) {
+            ("session_meta", _) => self.session_meta(line, &payload),
+            ("event_msg", "user_message") => self.user_message(&at, &payload),
+            ("event_msg", "turn_aborted") => {
+                self.turns.fail_turn();
+                self.turns.close(MessageStatus::Failed);
+            }
+            ("event_msg", "task_complete") => self.turns.close(MessageStatus::Completed),
+            ("event_msg", "error") => {
+                let text = payload
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("error");
+                self.part(
+                    &at,
+                    Part::Error {
+                        text: bounded(text),
+                    },
+                );
+                self.turns.fail_turn();
+            }
+            ("response_item", "message") => self.assistant_message(&at, &payload),
+            ("response_item", "function_call" | "custom_tool_call" | "local_shell_call") => {
+                self.part(&at, tool_call(detail, &payload));
+            }
+            ("response_item", "function_call_output" | "custom_tool_call_output") => {
+                let Some(call_id) = payload.get("call_id").and_then(Value::as_str) else {
+                    self.issues.push(LineIssue {
+                        line,
+                        reason: format!("{detail} without call_id"),
+                    });
+                    return;
+                };
+                let (output, is_error) = tool_output(payload.get("output"));
+                self.turns.tool_result(call_id, output, is_error, false);
+            }
+            ("response_item", "web_search_call") => self.part(&at, web_search(&payload)),
+            // reasoning, ghost_snapshot, turn_context, token_count, agent_message (duplicates
+            // the assistant response item), agent_reasoning, compacted, …
+            _ => {}
+        }
+    }
+
+    fn part(&mut self, at: &At<'_>, part: Part) {
+        self.turns.assistant_part(at.key, at.line, at.ms, part);
+    }
+
+    fn session_meta(&mut self, line: u64, payload: &Value) {
+        match payload.get("id").and_then(Value::as_str) {
+            Some(id) => self.session_id = Some(id.to_owned()),
+            None => self.issues.push(LineIssue {
+                line,
+                reason: String::from("session_meta without payload.id"),
+            }),
+        }
+        if let Some(dir) = payload.get("cwd").and_then(Value::as_str) {
+            self.cwd = Some(dir.to_owned());
+        }
+    }
+
+    fn user_message(&mut self, at: &At<'_>, payload: &Value) {
+        let text = payload.get("message").and_then(Value::as_str).unwrap_or("");
+        if text.trim().is_empty() {
+            return;
+        }
+        let injected = text.trim_start().starts_with("<environment_context>")
+            || text.trim_start().starts_with("<user_instructions>");
+        if !injected && self.title.is_none() {
+            self.title = title_from(text);
+        }
+        self.turns.user(at.key, at.line, at.ms, text, injected);
+    }
+
+    fn assistant_message(&mut self, at: &At<'_>, payload: &Value) {
+        if payload.get("role").and_then(Value::as_str) != Some("assistant") {
+            // user items duplicate event_msg/user_message or are injected context;
+            // developer items are instructions.
+            return;
+        }
+        let text = content_text(payload);
+        if !text.trim().is_empty() {
+            self.part(
+                at,
+                Part::Text {
+                    text: bounded(&text),
+                    injected: false,
+                },
+            );
+        }
+    }
+
+    /// The rollout's one session, or none (with an issue when there were messages but no
+    /// `session_meta` to name them).
+    fn into_sessions(self, start: Position, issues: &mut Vec<LineIssue>) -> Vec<ImportedSession> {
+        let messages = self.turns.finish();
+        match self.session_id {
+            Some(id) => vec![ImportedSession {
+                host: Host::Codex,
+                external_ref: id,
+                parent_ref: None,
+                cwd: self.cwd,
+                title: self.title,
+                messages,
+            }],
+            None if messages.is_empty() => Vec::new(),
+            None => {
+                issues.push(LineIssue {
+                    line: start.line + 1,
+                    reason: String::from(
+                        "no session_meta record: the rollout's session is unknown",
+                    ),
+                });
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// A function, custom-tool or local-shell call, its result still pending.
+fn tool_call(detail: &str, payload: &Value) -> Part {
+    let name =
+        payload
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or(if detail == "local_shell_call" {
+                "local_shell"
+            } else {
+                "unknown"
+            });
+    let arguments = match (payload.get("arguments"), payload.get("input")) {
+        (Some(Value::String(json)), _) => {
+            serde_json::from_str(json).unwrap_or_else(|_| Value::String(bounded(json)))
+        }
+        (_, Some(Value::String(input))) => serde_json::json!({ "input": bounded(input) }),
+        _ => payload.get("action").cloned().unwrap_or(Value::Null),
+    };
+    let call_id = payload
+        .get("call_id")
+        .or_else(|| payload.get("id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Part::ToolCall {
+        tool_name: name.chars().take(256).collect(),
+        call_id,
+        arguments,
+        result: None,
+        status: ToolStatus::Pending,
+        external_context: false,
+        injected: false,
+    }
+}
+
+/// A Web search, complete in one record.
+fn web_search(payload: &Value) -> Part {
+    let call_id = payload.get("id").and_then(Value::as_str).map(str::to_owned);
+    let completed = payload.get("status").and_then(Value::as_str) == Some("completed");
+    Part::ToolCall {
+        tool_name: String::from("web_search"),
+        call_id,
+        arguments: payload.get("action").cloned().unwrap_or(Value::Null),
+        result: None,
+        status: if completed {
+            ToolStatus::Completed
+        } else {
+            ToolStatus::Error
+        },
+        // A successful Web result is external context (host metadata).
+        external_context: completed,
+        injected: false,
+    }
 }
 
 fn content_text(payload: &Value) -> String {

@@ -1,6 +1,5 @@
-//! Write validation for resident Memory (spec 001 "Automatic resident Memory"): well-formed,
-//! unambiguous operations; the character caps; no prompt-injection patterns, credential
-//! literals or unresolvable encodings. The same checks run on every path that writes Memory.
+//! Write validation for resident Memory: well-formed, unambiguous operations; the character caps;
+//! no prompt-injection patterns, credential literals or unresolvable encodings. The same checks run on every path that writes Memory.
 
 use std::sync::LazyLock;
 

@@ -1,13 +1,13 @@
-//! The file layer of resident Memory projections.
+//! Files Zuno manages on disk: path checks, the shared OS lock and atomic publish.
 //!
 //! Resident Memory is authoritative in the database; `$CONFIG/memory/MEMORY.md` (global) and
-//! `<worktree>/.zuno/RULES.md` (project) are readable projections of it (spec 001, "Apply and undo
-//! recovery" and "Where resident Memory lives"). This module only deals with those files; it never
-//! touches the database. Its rules:
+//! `<worktree>/.zuno/RULES.md` (project) are readable projections of it, and skill files in a
+//! worktree are written the same way. This module only deals with the files; it never touches the
+//! database and knows nothing of their format. Its rules:
 //!
 //! * A managed file and its immediate directory must be regular paths: not symbolic links, not
 //!   Windows junctions, not other file types. [`check_regular`] is applied before every read and,
-//!   under the lock, again before a projection is replaced. Files are opened without following a
+//!   under the lock, again before a file is replaced. Files are opened without following a
 //!   final symbolic link, so a link swapped in after the check is refused too.
 //! * Absent is the ordinary state. Reading and checking create nothing; locking creates only the
 //!   lock file, and only inside a directory that already exists. The directory and the file are
@@ -16,7 +16,7 @@
 //!   over the exact bytes Zuno last wrote or adopted (compared by digest).
 //! * Cooperating writers and the reconciler share an operating-system lock
 //!   ([`with_lock`]/[`try_with_lock`]) on `<dir>/.<file-name>.lock` around comparison and atomic
-//!   replacement (spec 002, "At-most-once file effects").
+//!   replacement, so a file effect of a retried job lands at most once.
 //!
 //! Everything here is synchronous file I/O; async callers wrap it in `spawn_blocking`.
 
@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-/// Why a projection could not be checked, read, locked or published. Every message names the path.
+/// Why a managed file could not be checked, read, locked or published. Every message names the path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProjectionError {
+pub enum ManagedFileError {
     /// The file or its immediate directory is a symbolic link (or a Windows junction).
     #[error(
         "memory path {} is a symbolic link or junction; managed memory files and their directory must be regular paths",
@@ -44,7 +44,7 @@ pub enum ProjectionError {
         .path.display()
     )]
     NotRegular { path: PathBuf },
-    /// An existing projection could not be read (permissions, invalid UTF-8, ...).
+    /// An existing managed file could not be read (permissions, invalid UTF-8, ...).
     #[error("cannot read memory projection {}: {reason}", .path.display())]
     Unreadable { path: PathBuf, reason: String },
     /// A filesystem operation failed (create, write, sync, rename, lock).
@@ -55,14 +55,12 @@ pub enum ProjectionError {
     Busy { path: PathBuf },
 }
 
-/// A projection as found on disk.
+/// A managed file as found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileState {
     pub content: String,
     /// [`digest`] of the file's exact bytes.
     pub digest: String,
-    /// [`parse`] of `content`.
-    pub entries: Vec<String>,
 }
 
 /// The outcome of [`publish`].
@@ -77,7 +75,7 @@ pub enum Publish {
     Unchanged { digest: String },
 }
 
-/// Which directories [`publish_with`] may create when the projection's directory is absent.
+/// Which directories [`publish_with`] may create when the file's directory is absent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CreateDir {
     /// Only the immediate directory (`<worktree>/.zuno`): a missing worktree is an error, never
@@ -102,7 +100,7 @@ pub fn digest(bytes: &[u8]) -> String {
 /// are name-surrogate reparse points, as symlinks). Absent is fine: `Ok(false)` when the file (or
 /// its directory) does not exist, `Ok(true)` when it is a regular file in a real directory.
 /// Creates nothing.
-pub fn check_regular(path: &Path) -> Result<bool, ProjectionError> {
+pub fn check_regular(path: &Path) -> Result<bool, ManagedFileError> {
     let dir = parent_dir(path)?;
     if !check_dir(dir)? {
         return Ok(false);
@@ -116,10 +114,10 @@ pub fn check_regular(path: &Path) -> Result<bool, ProjectionError> {
     }
 }
 
-/// Reads the projection after [`check_regular`]. `None` when it is absent. The file is opened
+/// Reads the file after [`check_regular`]. `None` when it is absent. The file is opened
 /// without following a final symbolic link; invalid UTF-8 or an unreadable file is
-/// [`ProjectionError::Unreadable`].
-pub fn read(path: &Path) -> Result<Option<FileState>, ProjectionError> {
+/// [`ManagedFileError::Unreadable`].
+pub fn read(path: &Path) -> Result<Option<FileState>, ManagedFileError> {
     if !check_regular(path)? {
         return Ok(None);
     }
@@ -127,20 +125,16 @@ pub fn read(path: &Path) -> Result<Option<FileState>, ProjectionError> {
         return Ok(None);
     };
     let digest = digest(&existing.bytes);
-    let content = String::from_utf8(existing.bytes).map_err(|err| ProjectionError::Unreadable {
-        path: path.to_path_buf(),
-        reason: format!("not valid UTF-8 ({})", err.utf8_error()),
-    })?;
-    let entries = parse(&content);
-    Ok(Some(FileState {
-        content,
-        digest,
-        entries,
-    }))
+    let content =
+        String::from_utf8(existing.bytes).map_err(|err| ManagedFileError::Unreadable {
+            path: path.to_path_buf(),
+            reason: format!("not valid UTF-8 ({})", err.utf8_error()),
+        })?;
+    Ok(Some(FileState { content, digest }))
 }
 
-/// The directory a projection lives in; `.` for a bare file name.
-fn parent_dir(path: &Path) -> Result<&Path, ProjectionError> {
+/// The directory a managed file lives in; `.` for a bare file name.
+fn parent_dir(path: &Path) -> Result<&Path, ManagedFileError> {
     if path.file_name().is_none() {
         return Err(not_regular(path));
     }
@@ -151,7 +145,7 @@ fn parent_dir(path: &Path) -> Result<&Path, ProjectionError> {
 }
 
 /// `Ok(false)` when absent; the directory must be a real directory, not a link to one.
-fn check_dir(dir: &Path) -> Result<bool, ProjectionError> {
+fn check_dir(dir: &Path) -> Result<bool, ManagedFileError> {
     match fs::symlink_metadata(dir) {
         Ok(meta) if meta.file_type().is_symlink() => Err(symlink(dir)),
         Ok(meta) if meta.is_dir() => Ok(true),
@@ -168,7 +162,7 @@ struct Existing {
 }
 
 /// Opens without following a final link and re-checks the opened handle; `None` when absent.
-fn read_existing(path: &Path) -> Result<Option<Existing>, ProjectionError> {
+fn read_existing(path: &Path) -> Result<Option<Existing>, ManagedFileError> {
     let mut options = OpenOptions::new();
     options.read(true);
     no_follow(&mut options, true);
@@ -231,30 +225,30 @@ fn is_symlink_loop(_err: &io::Error) -> bool {
     false
 }
 
-fn symlink(path: &Path) -> ProjectionError {
-    ProjectionError::Symlink {
+fn symlink(path: &Path) -> ManagedFileError {
+    ManagedFileError::Symlink {
         path: path.to_path_buf(),
     }
 }
 
-fn not_regular(path: &Path) -> ProjectionError {
-    ProjectionError::NotRegular {
+fn not_regular(path: &Path) -> ManagedFileError {
+    ManagedFileError::NotRegular {
         path: path.to_path_buf(),
     }
 }
 
-fn unreadable(path: &Path, err: &io::Error) -> ProjectionError {
-    ProjectionError::Unreadable {
+fn unreadable(path: &Path, err: &io::Error) -> ManagedFileError {
+    ManagedFileError::Unreadable {
         path: path.to_path_buf(),
         reason: err.to_string(),
     }
 }
 
-fn io_error(path: &Path, err: &io::Error) -> ProjectionError {
+fn io_error(path: &Path, err: &io::Error) -> ManagedFileError {
     if is_symlink_loop(err) {
         return symlink(path);
     }
-    ProjectionError::Io {
+    ManagedFileError::Io {
         path: path.to_path_buf(),
         reason: err.to_string(),
     }
@@ -277,8 +271,8 @@ thread_local! {
 /// the same lock. The lock file is created on first use and never removed (removing it would let
 /// two holders lock different files).
 ///
-/// * The immediate directory must be a real directory ([`ProjectionError::Symlink`] /
-///   [`ProjectionError::NotRegular`] otherwise); the file itself is not checked here.
+/// * The immediate directory must be a real directory ([`ManagedFileError::Symlink`] /
+///   [`ManagedFileError::NotRegular`] otherwise); the file itself is not checked here.
 /// * When the directory does not exist there is nothing to protect and nothing is created: `f`
 ///   runs without the lock. Any write `f` makes through [`publish`] creates the directory, takes
 ///   the lock itself and re-checks under it.
@@ -286,18 +280,18 @@ thread_local! {
 ///   path inside `f` reuses the held lock.
 pub fn with_lock<T>(
     path: &Path,
-    f: impl FnOnce() -> Result<T, ProjectionError>,
-) -> Result<T, ProjectionError> {
+    f: impl FnOnce() -> Result<T, ManagedFileError>,
+) -> Result<T, ManagedFileError> {
     lock_and_run(path, Wait::Block, MissingDir::RunUnlocked, f)
 }
 
-/// [`with_lock`], but returns [`ProjectionError::Busy`] at once instead of waiting when another
+/// [`with_lock`], but returns [`ManagedFileError::Busy`] at once instead of waiting when another
 /// holder (another process, or another thread with its own handle) has the lock, so a
 /// reconciler skips a busy writer.
 pub fn try_with_lock<T>(
     path: &Path,
-    f: impl FnOnce() -> Result<T, ProjectionError>,
-) -> Result<T, ProjectionError> {
+    f: impl FnOnce() -> Result<T, ManagedFileError>,
+) -> Result<T, ManagedFileError> {
     lock_and_run(path, Wait::Try, MissingDir::RunUnlocked, f)
 }
 
@@ -327,7 +321,7 @@ impl Drop for HeldLock {
     }
 }
 
-fn lock_file_name(path: &Path) -> Result<OsString, ProjectionError> {
+fn lock_file_name(path: &Path) -> Result<OsString, ManagedFileError> {
     let name = path.file_name().ok_or_else(|| not_regular(path))?;
     let mut lock = OsString::from(".");
     lock.push(name);
@@ -339,13 +333,13 @@ fn lock_and_run<T>(
     path: &Path,
     wait: Wait,
     missing: MissingDir,
-    f: impl FnOnce() -> Result<T, ProjectionError>,
-) -> Result<T, ProjectionError> {
+    f: impl FnOnce() -> Result<T, ManagedFileError>,
+) -> Result<T, ManagedFileError> {
     let dir = parent_dir(path)?;
     if !check_dir(dir)? {
         return match missing {
             MissingDir::RunUnlocked => f(),
-            MissingDir::Fail => Err(ProjectionError::Io {
+            MissingDir::Fail => Err(ManagedFileError::Io {
                 path: dir.to_path_buf(),
                 reason: "the directory disappeared before it could be locked".to_string(),
             }),
@@ -378,7 +372,7 @@ fn lock_and_run<T>(
         Wait::Try => match file.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
-                return Err(ProjectionError::Busy {
+                return Err(ManagedFileError::Busy {
                     path: path.to_path_buf(),
                 });
             }
@@ -389,7 +383,7 @@ fn lock_and_run<T>(
     let _held = HeldLock { key, _file: file };
     // The directory may have been swapped while we waited.
     if !check_dir(dir)? {
-        return Err(ProjectionError::Io {
+        return Err(ManagedFileError::Io {
             path: dir.to_path_buf(),
             reason: "the directory disappeared while it was being locked".to_string(),
         });
@@ -421,7 +415,7 @@ pub fn publish(
     path: &Path,
     content: &str,
     expected_digest: Option<&str>,
-) -> Result<Publish, ProjectionError> {
+) -> Result<Publish, ManagedFileError> {
     publish_with(path, content, expected_digest, CreateDir::Immediate)
 }
 
@@ -431,7 +425,7 @@ pub fn publish_with(
     content: &str,
     expected_digest: Option<&str>,
     create: CreateDir,
-) -> Result<Publish, ProjectionError> {
+) -> Result<Publish, ManagedFileError> {
     // Refuse links before creating anything (directory, lock file) through them.
     check_regular(path)?;
     let dir = parent_dir(path)?;
@@ -456,7 +450,7 @@ fn publish_locked(
     dir: &Path,
     content: &str,
     expected_digest: Option<&str>,
-) -> Result<Publish, ProjectionError> {
+) -> Result<Publish, ManagedFileError> {
     let current = if check_regular(path)? {
         read_existing(path)?
     } else {
@@ -515,7 +509,7 @@ impl Drop for TempFile {
     }
 }
 
-/// `.<file-name>.` — the prefix of this projection's temp files (suffix `.tmp`).
+/// `.<file-name>.` — the prefix of this file's temp files (suffix `.tmp`).
 fn temp_prefix(path: &Path) -> OsString {
     let mut prefix = OsString::from(".");
     prefix.push(path.file_name().unwrap_or_default());
@@ -528,7 +522,7 @@ fn write_temp(
     path: &Path,
     content: &[u8],
     current: Option<&Existing>,
-) -> Result<TempFile, ProjectionError> {
+) -> Result<TempFile, ManagedFileError> {
     let mut name = temp_prefix(path);
     name.push(format!(
         "{}.{:016x}.tmp",
@@ -546,7 +540,7 @@ fn write_temp(
         path: temp_path,
         armed: std::cell::Cell::new(true),
     };
-    // Keep the mode a user gave the projection (e.g. 0600).
+    // Keep the mode a user gave the file (e.g. 0600).
     #[cfg(unix)]
     if let Some(existing) = current {
         file.set_permissions(existing.permissions.clone())
@@ -560,7 +554,7 @@ fn write_temp(
     Ok(temp)
 }
 
-/// Under the lock, every temp file of this projection belongs to a writer that died mid-write.
+/// Under the lock, every temp file of this file belongs to a writer that died mid-write.
 fn remove_stale_temps(dir: &Path, path: &Path) {
     let prefix = temp_prefix(path);
     let prefix = prefix.to_string_lossy();
@@ -580,470 +574,23 @@ fn remove_stale_temps(dir: &Path, path: &Path) {
 }
 
 #[cfg(unix)]
-fn sync_dir(dir: &Path) -> Result<(), ProjectionError> {
+fn sync_dir(dir: &Path) -> Result<(), ManagedFileError> {
     File::open(dir)
         .and_then(|handle| handle.sync_all())
         .map_err(|err| io_error(dir, &err))
 }
 
 #[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> Result<(), ProjectionError> {
+fn sync_dir(_dir: &Path) -> Result<(), ManagedFileError> {
     // std cannot open a directory handle to sync here; the rename's durability is left to the
     // filesystem's metadata journal.
     Ok(())
 }
 
-// ---------------------------------------------------------------------------------------------
-// Markdown
-// ---------------------------------------------------------------------------------------------
-
-/// Renders entries as Markdown: a header comment naming the scope, the revision and how to accept
-/// edits (`zuno learn import-memory <scope>`), a blank line, then one `- entry` per entry with the
-/// continuation lines of a multi-line entry indented by two spaces (blank lines inside an entry
-/// stay blank).
-///
-/// Entries are normalised first ([`normalize_entry`]; empty ones are dropped) and made visible
-/// ([`visible_entry`]: invisible and reordering characters become `[U+XXXX]` markers, as in prompt
-/// sections, so the file shows a person what a model reading it would see), so
-/// `parse(&render(s, r, x)) == visible(normalize(x))`, and `== x` when every entry is already
-/// normalised and visible.
-/// An entry whose first line would turn `- …` into a thematic break (`---`, `- -`) is written
-/// with a `* ` bullet instead, so it still round-trips. `scope` is `global` or `project`; `>` and
-/// control characters are dropped from it so it cannot end the comment.
-pub fn render(scope: &str, revision: i64, entries: &[String]) -> String {
-    let scope: String = scope
-        .chars()
-        .filter(|c| *c != '>' && !c.is_control())
-        .collect();
-    let mut out = format!(
-        "<!--\n\
-         Zuno resident Memory ({scope} scope), revision {revision}.\n\
-         The accepted entries live in Zuno's database; this file is a readable projection of them.\n\
-         Edits made here are kept but not used until you accept them with:\n\
-         \x20 zuno learn import-memory {scope}\n\
-         -->\n"
-    );
-    let mut first_entry = true;
-    for entry in entries
-        .iter()
-        .filter_map(|entry| normalize_entry(entry))
-        .map(|entry| visible_entry(&entry))
-    {
-        if first_entry {
-            out.push('\n');
-            first_entry = false;
-        }
-        let mut lines = entry.split('\n');
-        let first = lines.next().unwrap_or_default();
-        let marker = if is_thematic_break(&format!("- {first}")) {
-            "* "
-        } else {
-            "- "
-        };
-        out.push_str(marker);
-        out.push_str(first);
-        out.push('\n');
-        for line in lines {
-            if !line.is_empty() {
-                out.push_str("  ");
-                out.push_str(line);
-            }
-            out.push('\n');
-        }
-    }
-    out
-}
-
-/// An entry as its projection shows it: every invisible or reordering codepoint (zero-width
-/// characters, bidi controls, tags, variation selectors, …) as a visible `[U+XXXX]` marker, and a
-/// `[U+` already in the text written `&#91;U+`, so every marker in a file was put there by Zuno.
-/// Entries without such characters are unchanged.
-pub fn visible_entry(entry: &str) -> String {
-    use crate::learning::recall::render::is_invisible_or_reordering;
-    let mut out = String::with_capacity(entry.len());
-    let mut chars = entry.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\n' => out.push('\n'),
-            '[' if {
-                let mut rest = chars.clone();
-                matches!(rest.next(), Some('U' | 'u')) && rest.next() == Some('+')
-            } =>
-            {
-                out.push_str("&#91;");
-            }
-            c if is_invisible_or_reordering(c) => {
-                out.push_str(&format!("[U+{:04X}]", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The canonical form of one entry, as [`parse`] produces it: lines split on `\n`/`\r\n`,
-/// trailing whitespace removed from every line, leading and trailing blank lines removed, leading
-/// whitespace removed from the first line (later lines keep their indentation). `None` when
-/// nothing is left.
-pub fn normalize_entry(entry: &str) -> Option<String> {
-    let lines: Vec<&str> = entry.lines().map(str::trim_end).collect();
-    let start = lines.iter().position(|line| !line.is_empty())?;
-    let end = lines.iter().rposition(|line| !line.is_empty())?;
-    let mut out = String::new();
-    for (i, line) in lines[start..=end].iter().enumerate() {
-        if i == 0 {
-            out.push_str(line.trim_start());
-        } else {
-            out.push('\n');
-            out.push_str(line);
-        }
-    }
-    Some(out)
-}
-
-/// Parses entries back from any Markdown a user may have edited.
-///
-/// * `-`, `*` and `+` bullets and ordered items (`1.`, `2)`) are entries. Lines indented to the
-///   item's content column continue it (that indentation is removed; blank lines followed by
-///   such a line stay in the entry); an unindented text line right after it is a lazy
-///   continuation. Nested lists therefore stay inside their parent entry.
-/// * Outside items, each paragraph (lines up to a blank line) is one entry, so a file written
-///   without bullets yields one entry per paragraph.
-/// * HTML comments (the header), blank lines, ATX (`#`) headings, thematic breaks and one-line
-///   setext headings (a line over `===`/`---`) are ignored; a longer paragraph over such an
-///   underline is kept as an entry rather than dropped. Fenced code blocks (```` ``` ````/`~~~`) are kept whole, blank lines and `#`
-///   lines included, in the entry that contains them.
-/// * A leading byte-order mark and `\r\n` line ends are accepted; each entry is
-///   [`normalize_entry`]-ed.
-///
-/// `parse(&render(s, r, x))` returns the normalised `x`.
-pub fn parse(content: &str) -> Vec<String> {
-    let content = content.strip_prefix('\u{feff}').unwrap_or(content);
-    let mut parser = Parser::default();
-    for line in content.lines() {
-        parser.feed(line);
-    }
-    parser.close();
-    parser.entries
-}
-
-#[derive(Default)]
-struct Parser {
-    entries: Vec<String>,
-    block: Block,
-    in_comment: bool,
-}
-
-#[derive(Default)]
-enum Block {
-    #[default]
-    None,
-    Item(Item),
-    Paragraph(Paragraph),
-}
-
-struct Item {
-    lines: Vec<String>,
-    /// The content column: continuation lines are indented at least this far.
-    offset: usize,
-    /// Blank lines seen since the last content line, kept if the item continues.
-    blanks: usize,
-    fence: Option<Fence>,
-}
-
-struct Paragraph {
-    lines: Vec<String>,
-    fence: Option<Fence>,
-}
-
-#[derive(Clone, Copy)]
-struct Fence {
-    ch: char,
-    len: usize,
-}
-
-impl Item {
-    /// Takes `line` into this item, or returns false when the line ends it.
-    fn take(&mut self, line: &str) -> bool {
-        if line.is_empty() {
-            if self.fence.is_some() {
-                self.lines.push(String::new());
-            } else {
-                self.blanks += 1;
-            }
-            return true;
-        }
-        if indent_width(line) >= self.offset {
-            for _ in 0..std::mem::take(&mut self.blanks) {
-                self.lines.push(String::new());
-            }
-            let text = strip_indent(line, self.offset);
-            self.fence = next_fence(self.fence, text);
-            self.lines.push(text.to_string());
-            return true;
-        }
-        let text = line.trim_start_matches([' ', '\t']);
-        let lazy = self.fence.is_none()
-            && self.blanks == 0
-            && self.lines.iter().any(|line| !line.is_empty())
-            && is_plain_text(text);
-        if lazy {
-            self.lines.push(text.to_string());
-        }
-        lazy
-    }
-}
-
-impl Parser {
-    fn feed(&mut self, raw: &str) {
-        let line = raw.trim_end();
-        if self.in_comment {
-            if let Some(end) = line.find("-->") {
-                self.in_comment = false;
-                let rest = &line[end + 3..];
-                if !rest.trim().is_empty() {
-                    self.feed(rest);
-                }
-            }
-            return;
-        }
-        if let Block::Item(item) = &mut self.block {
-            if item.take(line) {
-                return;
-            }
-            self.close();
-        }
-        self.top_level(line);
-    }
-
-    /// A line outside any item.
-    fn top_level(&mut self, line: &str) {
-        if let Block::Paragraph(paragraph) = &mut self.block
-            && let Some(fence) = paragraph.fence
-        {
-            paragraph.lines.push(line.to_string());
-            if closes_fence(fence, line.trim_start_matches([' ', '\t'])) {
-                paragraph.fence = None;
-            }
-            return;
-        }
-        if line.is_empty() {
-            self.close();
-            return;
-        }
-        let indent = indent_width(line);
-        let text = line.trim_start_matches([' ', '\t']);
-        let in_paragraph = matches!(self.block, Block::Paragraph(_));
-        if indent <= 3 {
-            if let Some(rest) = text.strip_prefix("<!--") {
-                self.close();
-                match rest.find("-->") {
-                    Some(end) => {
-                        let after = &rest[end + 3..];
-                        if !after.trim().is_empty() {
-                            self.feed(after);
-                        }
-                    }
-                    None => self.in_comment = true,
-                }
-                return;
-            }
-            if is_setext_underline(text) {
-                // A one-line paragraph over `===`/`---` is a heading. A longer paragraph is kept
-                // (the underline is read as a separator) rather than dropping several lines of
-                // hand-written text.
-                if let Block::Paragraph(paragraph) = &self.block
-                    && paragraph.lines.len() == 1
-                {
-                    self.block = Block::None;
-                    return;
-                }
-                if text.starts_with('=') {
-                    return;
-                }
-            }
-            if is_thematic_break(text) || is_heading(text) {
-                self.close();
-                return;
-            }
-            if let Some(start) = bullet(line)
-                && !(in_paragraph && start.ordered_not_one)
-            {
-                self.close();
-                self.block = Block::Item(Item {
-                    lines: vec![start.content.to_string()],
-                    offset: start.offset,
-                    blanks: 0,
-                    fence: open_fence(start.content),
-                });
-                return;
-            }
-        }
-        let fence = if indent <= 3 { open_fence(text) } else { None };
-        match &mut self.block {
-            Block::Paragraph(paragraph) => {
-                paragraph.lines.push(text.to_string());
-                paragraph.fence = fence;
-            }
-            _ => {
-                self.close();
-                self.block = Block::Paragraph(Paragraph {
-                    lines: vec![text.to_string()],
-                    fence,
-                });
-            }
-        }
-    }
-
-    fn close(&mut self) {
-        let lines = match std::mem::take(&mut self.block) {
-            Block::None => return,
-            Block::Item(item) => item.lines,
-            Block::Paragraph(paragraph) => paragraph.lines,
-        };
-        if let Some(entry) = normalize_entry(&lines.join("\n")) {
-            self.entries.push(entry);
-        }
-    }
-}
-
-struct Bullet<'a> {
-    offset: usize,
-    content: &'a str,
-    /// An ordered item numbered other than 1, which may not interrupt a paragraph.
-    ordered_not_one: bool,
-}
-
-/// A list-item start (`- x`, `* x`, `+ x`, `1. x`, `1) x`) indented at most three columns.
-fn bullet(line: &str) -> Option<Bullet<'_>> {
-    let lead = indent_width(line);
-    if lead > 3 {
-        return None;
-    }
-    let text = line.trim_start_matches([' ', '\t']);
-    let (marker, ordered_not_one) = match text.as_bytes().first()? {
-        b'-' | b'*' | b'+' => (1, false),
-        b'0'..=b'9' => {
-            let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-            if digits > 9 || !matches!(text.as_bytes().get(digits), Some(b'.' | b')')) {
-                return None;
-            }
-            (digits + 1, text[..digits].parse::<u32>().ok() != Some(1))
-        }
-        _ => return None,
-    };
-    let rest = &text[marker..];
-    if rest.is_empty() {
-        return Some(Bullet {
-            offset: lead + marker + 1,
-            content: "",
-            ordered_not_one,
-        });
-    }
-    if !rest.starts_with([' ', '\t']) {
-        return None;
-    }
-    let gap = match indent_width(rest) {
-        gap @ 1..=4 => gap,
-        _ => 1,
-    };
-    Some(Bullet {
-        offset: lead + marker + gap,
-        content: rest.trim_start_matches([' ', '\t']),
-        ordered_not_one,
-    })
-}
-
-/// A line that may lazily continue an item: not the start of any other block.
-fn is_plain_text(text: &str) -> bool {
-    !(text.starts_with("<!--")
-        || is_thematic_break(text)
-        || is_heading(text)
-        || (is_setext_underline(text) && text.starts_with('='))
-        || bullet(text).is_some()
-        || open_fence(text).is_some())
-}
-
-fn is_heading(text: &str) -> bool {
-    let hashes = text.bytes().take_while(|b| *b == b'#').count();
-    (1..=6).contains(&hashes) && matches!(text.as_bytes().get(hashes), None | Some(b' ' | b'\t'))
-}
-
-/// `===` or `---` (no inner spaces) under a paragraph line.
-fn is_setext_underline(text: &str) -> bool {
-    !text.is_empty()
-        && (text.bytes().all(|b| b == b'=') || (text.len() >= 2 && text.bytes().all(|b| b == b'-')))
-}
-
-/// Three or more `-`, `*` or `_` (one kind), optionally separated by spaces.
-fn is_thematic_break(text: &str) -> bool {
-    let mut kind = None;
-    let mut count = 0;
-    for c in text.chars() {
-        match c {
-            ' ' | '\t' => {}
-            '-' | '*' | '_' if *kind.get_or_insert(c) == c => count += 1,
-            _ => return false,
-        }
-    }
-    count >= 3
-}
-
-fn open_fence(text: &str) -> Option<Fence> {
-    let ch = text.chars().next().filter(|c| *c == '`' || *c == '~')?;
-    let len = text.chars().take_while(|c| *c == ch).count();
-    if len < 3 || (ch == '`' && text[len..].contains('`')) {
-        return None;
-    }
-    Some(Fence { ch, len })
-}
-
-fn closes_fence(fence: Fence, text: &str) -> bool {
-    let len = text.chars().take_while(|c| *c == fence.ch).count();
-    len >= fence.len && text[len * fence.ch.len_utf8()..].trim().is_empty()
-}
-
-fn next_fence(current: Option<Fence>, text: &str) -> Option<Fence> {
-    let text = text.trim_start_matches([' ', '\t']);
-    match current {
-        Some(fence) if closes_fence(fence, text) => None,
-        Some(fence) => Some(fence),
-        None => open_fence(text),
-    }
-}
-
-/// Leading columns of spaces and tabs (tab stops every four columns).
-fn indent_width(line: &str) -> usize {
-    let mut col = 0;
-    for c in line.chars() {
-        match c {
-            ' ' => col += 1,
-            '\t' => col += 4 - col % 4,
-            _ => break,
-        }
-    }
-    col
-}
-
-/// `line` without up to `width` columns of leading spaces and tabs.
-fn strip_indent(line: &str, width: usize) -> &str {
-    let mut col = 0;
-    for (i, c) in line.char_indices() {
-        if col >= width {
-            return &line[i..];
-        }
-        match c {
-            ' ' => col += 1,
-            '\t' => col += 4 - col % 4,
-            _ => return &line[i..],
-        }
-    }
-    ""
-}
-
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
+    use crate::memory::markdown::{parse, render};
 
     use std::io::{BufRead, BufReader};
     use std::os::unix::fs::{PermissionsExt, symlink as make_symlink};
@@ -1064,182 +611,6 @@ mod tests {
             .collect();
         names.sort();
         names
-    }
-
-    // ---- Markdown ----------------------------------------------------------------------------
-
-    #[test]
-    fn render_then_parse_round_trips() {
-        let original = entries(&[
-            "Prefer `cargo nextest` over `cargo test`.",
-            "Multi-line rule:\nsecond line\n  indented third line",
-            "提交前运行 `cargo fmt`,不要用 `--all`。",
-            "多行中文条目\n第二行:保持简洁。",
-            "Blank lines inside\n\n\nstay inside",
-            "A code block:\n```sh\n# not a heading\n\ncargo test\n```\nafter the fence",
-            "Unclosed fence\n```\nstill here",
-            "- looks like a bullet\n* and so does this\n1. and this",
-            "# looks like a heading\n<!-- looks like a comment -->\n---\n===",
-            "---",
-            "- - -",
-            "***",
-            "<!-- starts a comment",
-            "Tabs\tinside\n\tand a leading tab",
-            "\u{3000}ideographic space later\nok",
-        ]);
-        let rendered = render("project", 42, &original);
-        let parsed = parse(&rendered);
-        let normalized: Vec<String> = original.iter().filter_map(|e| normalize_entry(e)).collect();
-        assert_eq!(parsed, normalized, "rendered:\n{rendered}");
-        // Only the ideographic-space entry changes under normalisation.
-        assert_eq!(
-            normalized.last().unwrap(),
-            "ideographic space later\nok",
-            "leading whitespace of the first line is not content"
-        );
-        assert_eq!(parsed[..14], original[..14]);
-        // Rendering is stable.
-        assert_eq!(render("project", 42, &parsed), rendered);
-    }
-
-    #[test]
-    fn render_layout() {
-        let rendered = render(
-            "global",
-            7,
-            &entries(&["One", "Two\nlines\n\nand a gap", "  ", ""]),
-        );
-        assert!(rendered.starts_with("<!--\n"));
-        assert!(rendered.contains("global scope"));
-        assert!(rendered.contains("revision 7"));
-        assert!(rendered.contains("zuno learn import-memory global"));
-        assert!(rendered.ends_with("-->\n\n- One\n- Two\n  lines\n\n  and a gap\n"));
-        assert_eq!(
-            parse(&rendered),
-            entries(&["One", "Two\nlines\n\nand a gap"])
-        );
-        // No entries: just the header, which parses to nothing.
-        assert_eq!(parse(&render("project", 0, &[])), Vec::<String>::new());
-        // A hostile scope cannot close the comment early.
-        let rendered = render("x-->- injected", 1, &entries(&["a"]));
-        assert_eq!(parse(&rendered), entries(&["a"]));
-    }
-
-    #[test]
-    fn projections_show_invisible_and_reordering_characters_as_markers() {
-        let hostile = entries(&[
-            "Use pnpm\u{202E}mpn esu\u{202C} always",
-            "zero\u{200B}width and a forged [U+0041] marker",
-            "plain entry",
-        ]);
-        let rendered = render("project", 3, &hostile);
-        assert!(
-            rendered.contains("- Use pnpm[U+202E]mpn esu[U+202C] always\n"),
-            "{rendered}"
-        );
-        assert!(rendered.contains("- zero[U+200B]width and a forged &#91;U+0041] marker\n"));
-        assert!(
-            !rendered
-                .chars()
-                .any(|c| matches!(c as u32, 0x200B | 0x202C | 0x202E)),
-            "no invisible character reaches the file"
-        );
-        let parsed = parse(&rendered);
-        let visible: Vec<String> = hostile.iter().map(|e| visible_entry(e)).collect();
-        assert_eq!(parsed, visible);
-        assert_eq!(parsed[2], "plain entry", "ordinary entries are unchanged");
-    }
-
-    #[test]
-    fn normalizes_messy_entries() {
-        let messy = entries(&[
-            "  padded  ",
-            "\n\nlead\n  keep indent  \n\n",
-            "crlf\r\nline",
-        ]);
-        let parsed = parse(&render("global", 1, &messy));
-        assert_eq!(
-            parsed,
-            entries(&["padded", "lead\n  keep indent", "crlf\nline"])
-        );
-    }
-
-    #[test]
-    fn parses_hand_edited_markdown() {
-        let text = "\u{feff}# Project rules\r\n\
-            \r\n\
-            Intro paragraph written by hand\r\n\
-            that wraps onto a second line.\r\n\
-            \r\n\
-            ## Style\n\
-            \n\
-            * star bullet\n\
-            + plus bullet\n\
-            -   wide bullet\n    with its continuation\n\
-            - lazy bullet\n\
-            continues here\n\
-            \n\
-            Setext heading\n\
-            ==============\n\
-            \n\
-            1. first ordered\n\
-            2) second ordered\n\
-            \n\
-            - outer\n  - nested stays inside\n\
-            \n\
-            * * *\n\
-            <!-- a note to self -->\n\
-            Another paragraph.\n\
-            Second setext\n\
-            ---\n\
-            ```bash\n\
-            # a comment in code, not a heading\n\
-            \n\
-            make test\n\
-            ```\n\
-            \n\n\n\
-            Last paragraph";
-        assert_eq!(
-            parse(text),
-            entries(&[
-                "Intro paragraph written by hand\nthat wraps onto a second line.",
-                "star bullet",
-                "plus bullet",
-                "wide bullet\nwith its continuation",
-                "lazy bullet\ncontinues here",
-                "first ordered",
-                "second ordered",
-                "outer\n- nested stays inside",
-                "Another paragraph.\nSecond setext",
-                "```bash\n# a comment in code, not a heading\n\nmake test\n```",
-                "Last paragraph",
-            ])
-        );
-    }
-
-    #[test]
-    fn parses_paragraph_only_files() {
-        let text = "Always run the linters.\n\n\
-                    Never push to main.\nAsk first.\n\n\n\
-                    用中文写提交说明。\n";
-        assert_eq!(
-            parse(text),
-            entries(&[
-                "Always run the linters.",
-                "Never push to main.\nAsk first.",
-                "用中文写提交说明。"
-            ])
-        );
-        assert_eq!(parse(""), Vec::<String>::new());
-        assert_eq!(
-            parse("\n\n# Only a heading\n\n<!--\nmulti\nline\n-->\n"),
-            Vec::<String>::new()
-        );
-        // Text after a comment on the same line is kept; a year is not an ordered item mid-paragraph.
-        assert_eq!(
-            parse("<!-- note --> kept text\nsince\n2024. still the same paragraph"),
-            entries(&["kept text\nsince\n2024. still the same paragraph"])
-        );
     }
 
     // ---- Regular-path checks -----------------------------------------------------------------
@@ -1283,7 +654,7 @@ mod tests {
         let bad = tmp.path().join("BAD.md");
         fs::write(&bad, [b'o', b'k', 0xff, 0xfe]).unwrap();
         match read(&bad) {
-            Err(ProjectionError::Unreadable { path, reason }) => {
+            Err(ManagedFileError::Unreadable { path, reason }) => {
                 assert_eq!(path, bad);
                 assert!(reason.contains("UTF-8"), "{reason}");
             }
@@ -1415,13 +786,13 @@ mod tests {
         let state = read(&path).unwrap().unwrap();
         assert_eq!(state.content, content);
         assert_eq!(state.digest, digest(content.as_bytes()));
-        assert_eq!(state.entries, entries(&["Use tabs"]));
+        assert_eq!(parse(&state.content), entries(&["Use tabs"]));
 
         // Only the immediate directory is created: a missing worktree is not resurrected.
         let gone = tmp.path().join("deleted-worktree/.zuno/RULES.md");
         assert!(matches!(
             publish(&gone, &content, None),
-            Err(ProjectionError::Io { .. })
+            Err(ManagedFileError::Io { .. })
         ));
         assert!(!tmp.path().join("deleted-worktree").exists());
 
@@ -1490,7 +861,7 @@ mod tests {
         );
         assert_eq!(fs::read_to_string(&path).unwrap(), edited, "edit preserved");
         assert_eq!(
-            read(&path).unwrap().unwrap().entries,
+            parse(&read(&path).unwrap().unwrap().content),
             entries(&["one", "added by hand"])
         );
 
@@ -1608,15 +979,15 @@ mod tests {
         held_rx.recv().unwrap();
         assert_eq!(
             try_with_lock(&path, || Ok(())),
-            Err(ProjectionError::Busy { path: path.clone() })
+            Err(ManagedFileError::Busy { path: path.clone() })
         );
         release_tx.send(()).unwrap();
         holder.join().unwrap().unwrap();
         assert_eq!(try_with_lock(&path, || Ok(())), Ok(()));
     }
 
-    const HOLD_ENV: &str = "ZUNO_TEST_PROJECTION_HOLD_LOCK";
-    const HELD_MARKER: &str = "zuno-projection-lock-held";
+    const HOLD_ENV: &str = "ZUNO_TEST_MANAGED_FILE_HOLD_LOCK";
+    const HELD_MARKER: &str = "zuno-managed-file-lock-held";
 
     /// Child half of `the_lock_excludes_other_processes`: a no-op unless the parent sets
     /// `HOLD_ENV`; then it holds the lock until its stdin closes.
@@ -1645,7 +1016,7 @@ mod tests {
 
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
-                "memory::projection::tests::lock_holder_child",
+                "managed_file::tests::lock_holder_child",
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",
@@ -1684,7 +1055,7 @@ mod tests {
         // A reconciler skips the busy writer...
         assert_eq!(
             try_with_lock(&path, || Ok(())),
-            Err(ProjectionError::Busy { path: path.clone() })
+            Err(ManagedFileError::Busy { path: path.clone() })
         );
         // ...and a cooperating writer waits for it.
         let released = Arc::new(AtomicBool::new(false));
