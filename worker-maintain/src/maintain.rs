@@ -26,7 +26,7 @@ use zuno_shared::ledger::{Job, JobKind};
 use zuno_shared::memory::dedupe::RuleSignature;
 use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal, Staged};
 use zuno_shared::memory::store::{self, Scope};
-use zuno_shared::memory::validate::WriteRefusal;
+use zuno_shared::memory::write_check::WriteRefusal;
 use zuno_shared::provider::{LearningModelClient, LearningRequest, resolve_model};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 

@@ -108,7 +108,7 @@ fn validate_groups(
             return Err(format!("groups[{index}] must have 1 to {max_rules} rules"));
         }
         for rule in &group.rules {
-            zuno_shared::memory::validate::check_text("rules", rule)
+            zuno_shared::memory::write_check::check_text("rules", rule)
                 .map_err(|e| format!("groups[{index}].rules: {e}"))?;
         }
     }

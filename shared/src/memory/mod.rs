@@ -7,8 +7,3 @@ pub mod markdown;
 pub mod service;
 pub mod store;
 pub mod write_check;
-
-/// The module's former name, still imported by worker-maintain and worker-mine; remove once they
-/// import [`write_check`].
-#[doc(hidden)]
-pub use write_check as validate;
