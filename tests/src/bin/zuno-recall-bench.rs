@@ -75,6 +75,7 @@ use zuno_shared::ledger::Ledger;
 use zuno_shared::transcript::{NewProject, NewSession, TranscriptStore};
 use zuno_tests::TestDb;
 
+#[path = "zuno-recall-bench/words.rs"]
 mod words;
 use words::{CJK_PARTICLES, CJK_WORDS, PATH_EXTENSIONS, PATH_ROOTS, STOPWORDS, WORDS};
 
