@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Would pruning the query to its rarest terms make recall fast enough, and what would it lose?
+"""How often does recall put a quoted experience in its top 5, and what did pruning the full-text
+query to its rarest terms cost?
 
 An experiment behind docs/benchmarks.md ("Recall: `context` latency"), not part of the service.
 It reads a database saved by the recall benchmark:
@@ -9,14 +10,26 @@ It reads a database saved by the recall benchmark:
     python3 scripts/recall-pruning-check.py /tmp/recall/recall-100000.db
 
 For 200 prompts built like the benchmark's title prompts ("why does <part of a stored title> fail
-again? <words>"), it runs the project-scoped, bm25-ranked FTS5 query that `context` runs (same
-column weights, first 40) with all terms and with only the K rarest terms (document frequencies
-from an fts5vocab table), and reports how often the experience whose title was quoted is in the
-top 5 and the top 40, with the query's p50/p99 time. Python's sqlite3 module, no other packages.
+again? <words>") it reports how often the experience whose title was quoted is in the top 5 and
+the top 40 of:
+
+- the recall index (`recall::index::top`, what `context` ranks its candidates from), and the top 5
+  after the final ranking (`retrieval::search`: the index's 40 reranked by verification, recency,
+  use and feedback), computed by the benchmark binary in `--rank-cases` mode on the same prompts
+  (ZUNO_RECALL_BENCH names the binary; default target/release/zuno-recall-bench);
+- the project-scoped, bm25-ranked FTS5 query `context` ran before the index (same column
+  weights, first 40), with all terms and with only the K rarest terms (document frequencies from
+  an fts5vocab table): the earlier experiment, kept as the baseline.
+
+Times are each query's p50/p99 in milliseconds (the index's include reading its posting lists
+through the binary's own connection). Python's sqlite3 module, no other packages.
 """
+import json
+import os
 import random
 import re
 import sqlite3
+import subprocess
 import sys
 import time
 
@@ -53,11 +66,11 @@ def main(path: str) -> None:
     while len(cases) < 200:
         project = rng.choice(projects)
         row = db.execute(
-            "SELECT k.num, e.title FROM experience_record e JOIN experience_search_key k ON k.experience_id = e.id "
+            "SELECT k.num, e.id, e.title FROM experience_record e JOIN experience_search_key k ON k.experience_id = e.id "
             "WHERE e.project_id = ? AND e.title NOT GLOB '*[一-龥]*' ORDER BY random() LIMIT 1", (project,)).fetchone()
         if not row:
             continue
-        target, title = row
+        target, target_id, title = row
         words = title.lower().split(" ")
         keep = rng.randint((len(words) + 1) // 2, len(words))
         start = rng.randint(0, len(words) - keep)
@@ -68,14 +81,34 @@ def main(path: str) -> None:
         for t in re.findall(r"[a-z0-9_]+", prompt.lower()):
             if t not in STOP and t not in terms:
                 terms.append(t)
-        cases.append((project, target, terms[:16]))
+        cases.append((project, target, terms[:16], target_id, prompt))
 
-    print("| query terms | target in top 5 | target in top 40 | ranked query p50 ms | p99 ms |")
+    print("| ranking | target in top 5 | target in top 40 | query p50 ms | p99 ms |")
     print("|---|---:|---:|---:|---:|")
+    binary = os.environ.get("ZUNO_RECALL_BENCH", "target/release/zuno-recall-bench")
+    db.close()
+    lines = "".join(json.dumps({"project": c[0], "prompt": c[4]}) + "\n" for c in cases)
+    ranked_by_index = subprocess.run([binary, "--rank-cases", path], input=lines, text=True,
+                                     capture_output=True, check=True).stdout.splitlines()
+    db = sqlite3.connect(path)
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab USING fts5vocab(main, experience_fts, 'row')")
+    index5 = index40 = search5 = 0
+    times = []
+    for case, line in zip(cases, ranked_by_index):
+        answer = json.loads(line)
+        index5 += case[3] in answer["index"][:5]
+        index40 += case[3] in answer["index"]
+        search5 += case[3] in answer["search"][:5]
+        times.append(answer["ms"])
+    times.sort()
+    p50, p99 = times[len(times) // 2], times[int(0.99 * (len(times) - 1))]
+    print("| recall index (what `context` ranks from) | %d / %d | %d / %d | %.2f | %.2f |" % (
+        index5, len(cases), index40, len(cases), p50, p99))
+    print("| recall index, then the final ranking | %d / %d | | | |" % (search5, len(cases)))
     for k in (None, 4, 6, 8):
         in5 = in40 = 0
         times = []
-        for project, target, terms in cases:
+        for project, target, terms, _, _ in cases:
             if k is None:
                 kept = terms
             else:
@@ -86,7 +119,7 @@ def main(path: str) -> None:
             in5 += target in ids[:5]
             in40 += target in ids
         times.sort()
-        label = "all (up to 16)" if k is None else "%d rarest" % k
+        label = "ranked FTS, all terms (up to 16)" if k is None else "ranked FTS, %d rarest terms" % k
         print("| %s | %d / %d | %d / %d | %.2f | %.2f |" % (
             label, in5, len(cases), in40, len(cases), times[len(times) // 2], times[int(0.99 * (len(times) - 1))]))
 

@@ -169,6 +169,13 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         state.ledger.clone(),
         shutdown.clone(),
     ));
+    // The server answers `context`; keeping the recall index caught up here spares its callers
+    // scoring pending records from their text.
+    background.spawn(zuno_shared::learning::recall::index::drain(
+        db.clone(),
+        shutdown.clone(),
+        None,
+    ));
     if args.all_in_one {
         for runner in all_in_one_runners(&settings, &db, args.worker_concurrency)? {
             let shutdown = shutdown.clone();

@@ -2,7 +2,7 @@
 //! feedback loop that moves experiences up or down (the ranking rule and its constants are in
 //! docs/adr/0005-recall-ranking-and-feedback.md).
 //!
-//! Query text only ever reaches the index as bounded quoted terms (`recall::query`). Automatic
+//! Query text only ever reaches the index as bounded quoted terms (`recall::search_terms`). Automatic
 //! retrieval is confined to the session's project, returns at most `retrieval.max_items`
 //! records within `retrieval.max_context_tokens` counted with a real tokenizer on the rendered
 //! section, and persists the exact sections in a prompt receipt before they are returned.
@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use super::experience::{self, EXPERIENCE_COLUMNS, Experience, ExperienceRow};
 use super::recall::floor::Floor;
 use super::recall::index;
-use super::recall::query::{self, MatchMode, QueryTerms};
-use super::recall::{render, tokens};
+use super::recall::search_terms::{self, MatchMode, QueryTerms};
+use super::recall::{render, token_count};
 use super::{events, policy, signals};
 use crate::config::Config;
 use crate::db::{Db, Pool, StoreError, Tx};
@@ -36,7 +36,8 @@ pub mod ranking {
     pub const RECENCY_SHARE: f64 = 0.3;
     /// Each earlier use adds a little (logarithmic) weight.
     pub const USE_WEIGHT: f64 = 0.05;
-    /// spec 003: a reinforced experience gains 0.1, a violated one loses 0.2 ...
+    /// The feedback rule (ADR 0005): a reinforced experience gains 0.1, a violated one loses
+    /// 0.2 ...
     pub const REINFORCE: f64 = 0.1;
     pub const VIOLATE: f64 = 0.2;
     /// ... and is pruned from automatic retrieval once its score falls to this or it was violated
@@ -99,20 +100,61 @@ async fn text_candidates(
 ) -> Result<Vec<(String, f64)>, StoreError> {
     // `any` matching ranks from the recall index (one posting list per key, ADR 0005); `all`
     // matching, and any project whose index is too far behind, from the full-text indexes.
-    if mode == MatchMode::Any {
-        let keys = index::query_keys(terms, bigrams);
-        if let Some(ranked) = index::top(db, project_id, &keys, CANDIDATES as usize).await? {
-            let best = ranked
-                .first()
-                .map_or(f64::MIN_POSITIVE, |(_, score)| score.max(f64::MIN_POSITIVE));
-            return Ok(ranked
-                .into_iter()
-                .map(|(id, score)| (id, (score / best).clamp(0.01, 1.0)))
-                .collect());
+    if mode == MatchMode::Any
+        && let Some(ranked) = index_candidates(db, project_id, terms, bigrams).await?
+    {
+        return Ok(ranked);
+    }
+    let mut found = Candidates::default();
+    match db.pool() {
+        Pool::Sqlite(pool) => {
+            sqlite_fts_candidates(pool, project_id, terms, mode, &mut found).await?;
+            let mut short = terms.short_cjk_terms();
+            short.extend(bigrams.iter().map(String::as_str));
+            if !short.is_empty() {
+                recent_substring_candidates(pool, project_id, &short, &mut found).await?;
+            }
+        }
+        Pool::Postgres(pool) => {
+            postgres_tsvector_candidates(pool, project_id, terms, mode, &mut found).await?;
+            postgres_substring_candidates(pool, project_id, terms, mode, bigrams, &mut found)
+                .await?;
         }
     }
-    let mut found: HashMap<String, f64> = HashMap::new();
-    let mut keep = |rows: Vec<RankRow>, scale: f64| {
+    Ok(found.ranked())
+}
+
+/// The recall index's best [`CANDIDATES`], relevance relative to the best; `None` while the
+/// project's index is too far behind to answer.
+async fn index_candidates(
+    db: &Db,
+    project_id: &str,
+    terms: &QueryTerms,
+    bigrams: &[String],
+) -> Result<Option<Vec<(String, f64)>>, StoreError> {
+    let keys = index::query_keys(terms, bigrams);
+    let Some(ranked) = index::top(db, project_id, &keys, CANDIDATES as usize).await? else {
+        return Ok(None);
+    };
+    let best = ranked
+        .first()
+        .map_or(f64::MIN_POSITIVE, |(_, score)| score.max(f64::MIN_POSITIVE));
+    Ok(Some(
+        ranked
+            .into_iter()
+            .map(|(id, score)| (id, (score / best).clamp(0.01, 1.0)))
+            .collect(),
+    ))
+}
+
+/// Full-text candidates from several queries: each query's relevance is made relative to its
+/// own best match and scaled by how much that query's matches are trusted; a record found by
+/// several keeps its best.
+#[derive(Default)]
+struct Candidates(HashMap<String, f64>);
+
+impl Candidates {
+    fn keep(&mut self, rows: Vec<RankRow>, scale: f64) {
         let best = rows
             .iter()
             .map(|r| r.relevance)
@@ -120,192 +162,249 @@ async fn text_candidates(
             .max(f64::MIN_POSITIVE);
         for row in rows {
             let relevance = (row.relevance / best).clamp(0.01, 1.0) * scale;
-            let entry = found.entry(row.id).or_insert(0.0);
+            let entry = self.0.entry(row.id).or_insert(0.0);
             *entry = entry.max(relevance);
         }
-    };
-    match db.pool() {
-        Pool::Sqlite(pool) => {
-            // The trigram index serves text the unicode61 index cannot split into words (CJK
-            // and other non-ASCII scripts, ADR 0005). A term of ASCII characters only is a word
-            // or phrase of unicode61 tokens, found there; sending it through the trigram index
-            // as well only adds substring hits inside longer words, at many times the cost (a
-            // common trigram's posting list covers most of the table, and bm25 reads the list
-            // of every phrase in the query). `all` keeps every term in both expressions, so each
-            // still requires all of them.
-            let trigram = match mode {
-                MatchMode::Any => QueryTerms {
-                    terms: terms
-                        .terms
-                        .iter()
-                        .filter(|t| !t.text.is_ascii())
-                        .cloned()
-                        .collect(),
-                }
-                .fts5_trigram(mode),
-                MatchMode::All => terms.fts5_trigram(mode),
-            };
-            // Each table's scope column holds one token per project (unicode61: `p<hex id>`;
-            // trigram: three private-use characters, migration 0005), so `scope:"…"` confines the
-            // match to that project's posting list; `{title summary resolution}:` confines the
-            // (quoted) terms to the text columns.
-            let trigram_scope = match trigram {
-                Some(_) => {
-                    sqlx::query_scalar::<_, String>(
-                        "SELECT code FROM experience_search_scope_code WHERE project_id = $1",
-                    )
-                    .bind(project_id)
-                    .fetch_optional(pool)
-                    .await?
-                }
-                None => None,
-            };
-            let unicode_scope = format!("p{}", hex::encode(project_id.as_bytes()));
-            for (table, scope, expression, scale) in [
-                (
-                    "experience_fts",
-                    Some(unicode_scope),
-                    terms.fts5_unicode(mode),
-                    1.0,
-                ),
-                ("experience_trigram", trigram_scope, trigram, 0.8),
-            ] {
-                let (Some(scope), Some(expression)) = (scope, expression) else {
-                    continue;
-                };
-                let matcher = format!(
-                    "scope:\"{scope}\" AND {{title summary resolution keywords}}: ({expression})"
-                );
-                // Best first by bm25 with the ADR's column weights (scope 0, title 5, summary 2,
-                // resolution 1, keywords 1), ties by row; the id lookup only for the rows kept.
-                let sql = format!(
-                    "SELECT k.experience_id AS id, best.relevance AS relevance FROM \
-                       (SELECT rowid AS num, -bm25({table}, 0.0, 5.0, 2.0, 1.0, 1.0) AS relevance FROM {table} \
-                        WHERE {table} MATCH $1 ORDER BY relevance DESC, rowid LIMIT $2) best \
-                     JOIN experience_search_key k ON k.num = best.num \
-                     ORDER BY best.relevance DESC, best.num"
-                );
-                let rows: Vec<RankRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-                    .bind(&matcher)
-                    .bind(CANDIDATES)
-                    .fetch_all(pool)
-                    .await?;
-                keep(rows, scale);
-            }
-            let mut short = terms.short_cjk_terms();
-            short.extend(bigrams.iter().map(String::as_str));
-            if !short.is_empty() {
-                // The bounded fallback reads the project's most recent records once and tests
-                // every short term against them here: per term, the first `CANDIDATES` records
-                // (newest first) containing it, as `LIKE '%term%'` would find them. One pass
-                // instead of one scan per term, and a substring search instead of SQL `LIKE`.
-                let recent: Vec<RecentRow> = sqlx::query_as(
-                    "SELECT id, title, summary, resolution, keywords FROM experience_record \
-                     WHERE project_id = $1 ORDER BY created_at DESC LIMIT $2",
-                )
-                .bind(project_id)
-                .bind(SHORT_TERM_SCAN)
-                .fetch_all(pool)
-                .await?;
-                for term in short {
-                    let rows: Vec<RankRow> = recent
-                        .iter()
-                        .filter(|r| {
-                            like_contains(&r.title, term)
-                                || like_contains(&r.summary, term)
-                                || r.resolution
-                                    .as_deref()
-                                    .is_some_and(|t| like_contains(t, term))
-                                || like_contains(&r.keywords, term)
-                        })
-                        .take(CANDIDATES as usize)
-                        .map(|r| RankRow {
-                            id: r.id.clone(),
-                            relevance: 1.0,
-                        })
-                        .collect();
-                    keep(rows, 0.5);
-                }
-            }
-        }
-        Pool::Postgres(pool) => {
-            let texts = terms.texts();
-            if !texts.is_empty() {
-                // Each term goes through plainto_tsquery, which treats it as plain text.
-                let joiner = match mode {
-                    MatchMode::Any => " || ",
-                    MatchMode::All => " && ",
-                };
-                let prefixes = match mode {
-                    MatchMode::Any => terms.search_prefixes(),
-                    MatchMode::All => Vec::new(),
-                };
-                let mut query_sql: Vec<String> = (0..texts.len())
-                    .map(|i| format!("plainto_tsquery('simple', ${})", i + 3))
-                    .collect();
-                // Inflections through prefix queries; a prefix is lower-case ASCII letters only.
-                query_sql.extend(
-                    (0..prefixes.len())
-                        .map(|i| format!("to_tsquery('simple', ${})", texts.len() + i + 3)),
-                );
-                let sql = format!(
-                    "SELECT id, ts_rank_cd(search_vector, q)::DOUBLE PRECISION AS relevance \
-                     FROM experience_record, (SELECT {}) AS tsq(q) \
-                     WHERE project_id = $1 AND search_vector @@ q ORDER BY relevance DESC LIMIT $2",
-                    query_sql.join(joiner)
-                );
-                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-                    .bind(project_id)
-                    .bind(CANDIDATES);
-                for text in &texts {
-                    query = query.bind(*text);
-                }
-                for prefix in &prefixes {
-                    query = query.bind(format!("{prefix}:*"));
-                }
-                let rows: Vec<RankRow> = query.fetch_all(pool).await?;
-                keep(rows, 1.0);
-                // CJK (and any term the 'simple' parser cannot split) through the trigram index.
-                let cjk: Vec<String> = terms
-                    .terms
-                    .iter()
-                    .filter(|t| t.cjk)
-                    .map(|t| t.text.as_str())
-                    .chain(bigrams.iter().map(String::as_str))
-                    .map(|text| {
-                        format!(
-                            "%{}%",
-                            text.replace('\\', "\\\\")
-                                .replace('%', "\\%")
-                                .replace('_', "\\_")
-                        )
-                    })
-                    .collect();
-                if !cjk.is_empty() {
-                    let conditions: Vec<String> = (0..cjk.len()).map(|i| format!(
-                        "(coalesce(title, '') || ' ' || coalesce(summary, '') || ' ' || coalesce(resolution, '') || ' ' || keywords) ILIKE ${}", i + 3)).collect();
-                    let joined = conditions.join(match mode {
-                        MatchMode::Any => " OR ",
-                        MatchMode::All => " AND ",
-                    });
-                    let sql = format!(
-                        "SELECT id, 1.0::DOUBLE PRECISION AS relevance FROM experience_record WHERE project_id = $1 AND ({joined}) LIMIT $2"
-                    );
-                    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-                        .bind(project_id)
-                        .bind(CANDIDATES);
-                    for pattern in &cjk {
-                        query = query.bind(pattern.as_str());
-                    }
-                    let rows: Vec<RankRow> = query.fetch_all(pool).await?;
-                    keep(rows, 0.7);
-                }
-            }
-        }
     }
-    let mut ranked: Vec<(String, f64)> = found.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    Ok(ranked)
+
+    /// Best first, ties by id.
+    fn ranked(self) -> Vec<(String, f64)> {
+        let mut ranked: Vec<(String, f64)> = self.0.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked
+    }
+}
+
+/// SQLite: the project's matches in the unicode61 index and, for non-ASCII terms, the trigram
+/// index, each ranked by bm25.
+async fn sqlite_fts_candidates(
+    pool: &sqlx::SqlitePool,
+    project_id: &str,
+    terms: &QueryTerms,
+    mode: MatchMode,
+    found: &mut Candidates,
+) -> Result<(), StoreError> {
+    // The trigram index serves text the unicode61 index cannot split into words (CJK and other
+    // non-ASCII scripts, ADR 0005). A term of ASCII characters only is a word or phrase of
+    // unicode61 tokens, found there; sending it through the trigram index as well only adds
+    // substring hits inside longer words, at many times the cost (a common trigram's posting
+    // list covers most of the table, and bm25 reads the list of every phrase in the query).
+    // `all` keeps every term in both expressions, so each still requires all of them.
+    let trigram = match mode {
+        MatchMode::Any => QueryTerms {
+            terms: terms
+                .terms
+                .iter()
+                .filter(|t| !t.text.is_ascii())
+                .cloned()
+                .collect(),
+        }
+        .fts5_trigram(mode),
+        MatchMode::All => terms.fts5_trigram(mode),
+    };
+    // Each table's scope column holds one token per project (unicode61: `p<hex id>`; trigram:
+    // three private-use characters, migration 0005), so `scope:"…"` confines the match to that
+    // project's posting list.
+    let trigram_scope = match trigram {
+        Some(_) => {
+            sqlx::query_scalar::<_, String>(
+                "SELECT code FROM experience_search_scope_code WHERE project_id = $1",
+            )
+            .bind(project_id)
+            .fetch_optional(pool)
+            .await?
+        }
+        None => None,
+    };
+    let unicode_scope = format!("p{}", hex::encode(project_id.as_bytes()));
+    for (table, scope, expression, scale) in [
+        (
+            "experience_fts",
+            Some(unicode_scope),
+            terms.fts5_unicode(mode),
+            1.0,
+        ),
+        ("experience_trigram", trigram_scope, trigram, 0.8),
+    ] {
+        let (Some(scope), Some(expression)) = (scope, expression) else {
+            continue;
+        };
+        found.keep(sqlite_bm25(pool, table, &scope, &expression).await?, scale);
+    }
+    Ok(())
+}
+
+/// The best [`CANDIDATES`] rows of one FTS5 table for a scoped, quoted expression.
+async fn sqlite_bm25(
+    pool: &sqlx::SqlitePool,
+    table: &str,
+    scope: &str,
+    expression: &str,
+) -> Result<Vec<RankRow>, StoreError> {
+    // `{title summary resolution keywords}:` confines the (quoted) terms to the text columns.
+    let matcher =
+        format!("scope:\"{scope}\" AND {{title summary resolution keywords}}: ({expression})");
+    // Best first by bm25 with the ADR's column weights (scope 0, title 5, summary 2, resolution
+    // 1, keywords 1), ties by row; the id lookup only for the rows kept.
+    let sql = format!(
+        "SELECT k.experience_id AS id, best.relevance AS relevance FROM \
+           (SELECT rowid AS num, -bm25({table}, 0.0, 5.0, 2.0, 1.0, 1.0) AS relevance FROM {table} \
+            WHERE {table} MATCH $1 ORDER BY relevance DESC, rowid LIMIT $2) best \
+         JOIN experience_search_key k ON k.num = best.num \
+         ORDER BY best.relevance DESC, best.num"
+    );
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(&matcher)
+        .bind(CANDIDATES)
+        .fetch_all(pool)
+        .await?)
+}
+
+/// SQLite: short CJK terms and prompt bigrams, which neither full-text index can match, as
+/// substrings of the project's most recent records.
+async fn recent_substring_candidates(
+    pool: &sqlx::SqlitePool,
+    project_id: &str,
+    short: &[&str],
+    found: &mut Candidates,
+) -> Result<(), StoreError> {
+    // The project's most recent records are read once and every short term tested against
+    // them here: per term, the first `CANDIDATES` records (newest first) containing it, as
+    // `LIKE '%term%'` would find them. One pass instead of one scan per term, and a substring
+    // search instead of SQL `LIKE`.
+    let recent: Vec<RecentRow> = sqlx::query_as(
+        "SELECT id, title, summary, resolution, keywords FROM experience_record \
+         WHERE project_id = $1 ORDER BY created_at DESC LIMIT $2",
+    )
+    .bind(project_id)
+    .bind(SHORT_TERM_SCAN)
+    .fetch_all(pool)
+    .await?;
+    for term in short {
+        let rows: Vec<RankRow> = recent
+            .iter()
+            .filter(|r| {
+                like_contains(&r.title, term)
+                    || like_contains(&r.summary, term)
+                    || r.resolution
+                        .as_deref()
+                        .is_some_and(|t| like_contains(t, term))
+                    || like_contains(&r.keywords, term)
+            })
+            .take(CANDIDATES as usize)
+            .map(|r| RankRow {
+                id: r.id.clone(),
+                relevance: 1.0,
+            })
+            .collect();
+        found.keep(rows, 0.5);
+    }
+    Ok(())
+}
+
+/// Postgres: the project's `search_vector` matches ranked by `ts_rank_cd`.
+async fn postgres_tsvector_candidates(
+    pool: &sqlx::PgPool,
+    project_id: &str,
+    terms: &QueryTerms,
+    mode: MatchMode,
+    found: &mut Candidates,
+) -> Result<(), StoreError> {
+    let texts = terms.texts();
+    if texts.is_empty() {
+        return Ok(());
+    }
+    // Each term goes through plainto_tsquery, which treats it as plain text.
+    let joiner = match mode {
+        MatchMode::Any => " || ",
+        MatchMode::All => " && ",
+    };
+    let prefixes = match mode {
+        MatchMode::Any => terms.search_prefixes(),
+        MatchMode::All => Vec::new(),
+    };
+    let mut query_sql: Vec<String> = (0..texts.len())
+        .map(|i| format!("plainto_tsquery('simple', ${})", i + 3))
+        .collect();
+    // Inflections through prefix queries; a prefix is lower-case ASCII letters only.
+    query_sql.extend(
+        (0..prefixes.len()).map(|i| format!("to_tsquery('simple', ${})", texts.len() + i + 3)),
+    );
+    let sql = format!(
+        "SELECT id, ts_rank_cd(search_vector, q)::DOUBLE PRECISION AS relevance \
+         FROM experience_record, (SELECT {}) AS tsq(q) \
+         WHERE project_id = $1 AND search_vector @@ q ORDER BY relevance DESC LIMIT $2",
+        query_sql.join(joiner)
+    );
+    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(project_id)
+        .bind(CANDIDATES);
+    for text in &texts {
+        query = query.bind(*text);
+    }
+    for prefix in &prefixes {
+        query = query.bind(format!("{prefix}:*"));
+    }
+    found.keep(query.fetch_all(pool).await?, 1.0);
+    Ok(())
+}
+
+/// Postgres: CJK terms and prompt bigrams (which the 'simple' parser cannot split) as
+/// substrings, through the trigram index.
+async fn postgres_substring_candidates(
+    pool: &sqlx::PgPool,
+    project_id: &str,
+    terms: &QueryTerms,
+    mode: MatchMode,
+    bigrams: &[String],
+    found: &mut Candidates,
+) -> Result<(), StoreError> {
+    if terms.texts().is_empty() {
+        return Ok(());
+    }
+    let patterns: Vec<String> = terms
+        .terms
+        .iter()
+        .filter(|t| t.cjk)
+        .map(|t| t.text.as_str())
+        .chain(bigrams.iter().map(String::as_str))
+        .map(|text| {
+            format!(
+                "%{}%",
+                text.replace('\\', "\\\\")
+                    .replace('%', "\\%")
+                    .replace('_', "\\_")
+            )
+        })
+        .collect();
+    if patterns.is_empty() {
+        return Ok(());
+    }
+    let conditions: Vec<String> = (0..patterns.len())
+        .map(|i| {
+            format!(
+                "(coalesce(title, '') || ' ' || coalesce(summary, '') || ' ' || \
+                 coalesce(resolution, '') || ' ' || keywords) ILIKE ${}",
+                i + 3
+            )
+        })
+        .collect();
+    let joined = conditions.join(match mode {
+        MatchMode::Any => " OR ",
+        MatchMode::All => " AND ",
+    });
+    let sql = format!(
+        "SELECT id, 1.0::DOUBLE PRECISION AS relevance FROM experience_record \
+         WHERE project_id = $1 AND ({joined}) LIMIT $2"
+    );
+    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(project_id)
+        .bind(CANDIDATES);
+    for pattern in &patterns {
+        query = query.bind(pattern.as_str());
+    }
+    found.keep(query.fetch_all(pool).await?, 0.7);
+    Ok(())
 }
 
 pub(crate) fn final_score(relevance: f64, candidate: &CandidateRow, now: i64) -> f64 {
@@ -333,7 +432,16 @@ pub async fn search(
     mode: MatchMode,
     now: i64,
 ) -> Result<Vec<SearchHit>, StoreError> {
-    ranked(db, project_id, &query::parse(text), mode, limit, now, None).await
+    ranked(
+        db,
+        project_id,
+        &search_terms::parse(text),
+        mode,
+        limit,
+        now,
+        None,
+    )
+    .await
 }
 
 async fn ranked(
@@ -345,9 +453,6 @@ async fn ranked(
     now: i64,
     floor: Option<&Floor>,
 ) -> Result<Vec<SearchHit>, StoreError> {
-    // Automatic recall (a prompt, not an explicit search) prunes by feedback and applies the
-    // relevance floor.
-    let automatic = floor.is_some();
     if terms.is_empty() {
         return Ok(Vec::new());
     }
@@ -359,45 +464,12 @@ async fn ranked(
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let placeholders: Vec<String> = (1..=candidates.len()).map(|i| format!("${i}")).collect();
-    // One query for the live candidates with everything ranking and rendering need, evidence
-    // for the kept ones in a second. Rows are looked up by id and the project is checked here:
-    // with `project_id = $1` in the query, SQLite's planner chose the project index and read
-    // every record of the project.
-    let sql = format!(
-        "SELECT {EXPERIENCE_COLUMNS}, feedback_score, violations FROM experience_record \
-         WHERE id IN ({}) AND status = 'active' AND source_state = 'current'",
-        placeholders.join(", ")
-    );
-    let rows: Vec<CandidateRow> = crate::on_db!(db, |pool| {
-        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
-        for (id, _) in &candidates {
-            query = query.bind(id.as_str());
-        }
-        query.fetch_all(pool).await
-    })?;
+    let rows = live_candidates(db, &candidates).await?;
     let relevance: HashMap<&str, f64> =
         candidates.iter().map(|(id, r)| (id.as_str(), *r)).collect();
     let mut scored: Vec<(CandidateRow, f64, f64)> = rows
         .into_iter()
-        .filter(|c| c.record.project_id == project_id)
-        .filter(|c| {
-            !automatic
-                || (c.violations <= ranking::MAX_VIOLATIONS
-                    && c.feedback_score > ranking::PRUNE_SCORE)
-        })
-        .filter(|c| {
-            floor.is_none_or(|floor| {
-                let record = &c.record;
-                let text = format!(
-                    "{}\n{}\n{}",
-                    record.title,
-                    record.summary,
-                    record.resolution.as_deref().unwrap_or("")
-                );
-                floor.admits(&text, &record.keywords)
-            })
-        })
+        .filter(|c| c.record.project_id == project_id && admitted(c, floor))
         .map(|c| {
             let r = relevance.get(c.record.id.as_str()).copied().unwrap_or(0.0);
             let score = final_score(r, &c, now);
@@ -421,6 +493,51 @@ async fn ranked(
         })
         .collect();
     Ok(hits)
+}
+
+/// The candidates that are live (active, sources unchanged) with everything ranking and
+/// rendering need, in one query; evidence for the kept ones follows in a second.
+async fn live_candidates(
+    db: &Db,
+    candidates: &[(String, f64)],
+) -> Result<Vec<CandidateRow>, StoreError> {
+    // Rows are looked up by id and the project is checked by the caller: with `project_id = $1`
+    // in the query, SQLite's planner chose the project index and read every record of the
+    // project.
+    let placeholders: Vec<String> = (1..=candidates.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT {EXPERIENCE_COLUMNS}, feedback_score, violations FROM experience_record \
+         WHERE id IN ({}) AND status = 'active' AND source_state = 'current'",
+        placeholders.join(", ")
+    );
+    Ok(crate::on_db!(db, |pool| {
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
+        for (id, _) in candidates {
+            query = query.bind(id.as_str());
+        }
+        query.fetch_all(pool).await
+    })?)
+}
+
+/// Automatic recall (a prompt, with its relevance `floor`; not an explicit search) leaves out
+/// experiences pruned by feedback and those the floor does not admit.
+fn admitted(candidate: &CandidateRow, floor: Option<&Floor>) -> bool {
+    let Some(floor) = floor else {
+        return true;
+    };
+    if candidate.violations > ranking::MAX_VIOLATIONS
+        || candidate.feedback_score <= ranking::PRUNE_SCORE
+    {
+        return false;
+    }
+    let record = &candidate.record;
+    let text = format!(
+        "{}\n{}\n{}",
+        record.title,
+        record.summary,
+        record.resolution.as_deref().unwrap_or("")
+    );
+    floor.admits(&text, &record.keywords)
 }
 
 /// One prompt section.
@@ -524,7 +641,7 @@ fn render_experiences(selected: &[&Experience]) -> String {
 /// Tokens of the section's frame: the section with no item.
 fn frame_tokens() -> usize {
     static FRAME: LazyLock<usize> =
-        LazyLock::new(|| tokens::count(&render::experiences_section(&[])));
+        LazyLock::new(|| token_count::count(&render::experiences_section(&[])));
     *FRAME
 }
 
@@ -540,7 +657,7 @@ struct Selection<'a> {
 /// The greedy budget rule: in rank order, each experience joins if the section with it still
 /// fits. A section's count is its frame's plus its items' (see [`render::experience_item`]), so
 /// each candidate is rendered and counted once, not once per section it is tried in; one whose
-/// [`tokens::lower_bound`] already rules it out is not counted at all.
+/// [`token_count::lower_bound`] already rules it out is not counted at all.
 fn select(ranked: &[SearchHit], max_items: usize, max_tokens: usize) -> Selection<'_> {
     let mut selected: Vec<&Experience> = Vec::new();
     let mut used = frame_tokens();
@@ -553,13 +670,13 @@ fn select(ranked: &[SearchHit], max_items: usize, max_tokens: usize) -> Selectio
         let item = render::experience_item(&rendered_item(&hit.experience, &label));
         // An item whose token floor already exceeds what is left (or, while nothing fits, the
         // cheapest cost so far) changes nothing and is not counted.
-        let floor = used + tokens::lower_bound(&item);
+        let floor = used + token_count::lower_bound(&item);
         let skip =
             floor > max_tokens && (!selected.is_empty() || cheapest.is_some_and(|c| floor >= c));
         if skip {
             continue;
         }
-        let cost = used + tokens::count(&item);
+        let cost = used + token_count::count(&item);
         if selected.is_empty() {
             cheapest = Some(cheapest.map_or(cost, |c: usize| c.min(cost)));
         }
@@ -570,7 +687,7 @@ fn select(ranked: &[SearchHit], max_items: usize, max_tokens: usize) -> Selectio
     }
     debug_assert_eq!(
         used,
-        tokens::count(&render_experiences(&selected)),
+        token_count::count(&render_experiences(&selected)),
         "section tokens are frame plus items"
     );
     let required = if selected.is_empty() { cheapest } else { None };
@@ -617,151 +734,218 @@ pub async fn assemble(
     let session_policy = policy::effective_in(&mut read, session_id, &config.learning, now).await?;
     read.rollback().await?;
     let use_memories = session_policy.use_memories && config.learning.use_enabled();
-    let terms = query::parse(prompt);
-
-    let mut sections = Vec::new();
-    let mut memory_revisions = serde_json::Map::new();
-    if use_memories {
-        for (name, document) in crate::memory::store::prompt_documents(db, &project_id).await? {
-            memory_revisions.insert(name.to_owned(), serde_json::json!(document.revision));
-            if document.entries.is_empty() {
-                continue;
-            }
-            let entries: Vec<&str> = document
-                .entries
-                .iter()
-                .map(|e| e.content.as_str())
-                .collect();
-            let content = render::memory_section(name, document.revision, &entries);
-            sections.push(Section {
-                name: name.to_owned(),
-                tokens: tokens::count(&content),
-                content,
-                revision: Some(document.revision),
-            });
+    let (mut sections, memory_revisions) = if use_memories {
+        memory_sections(db, &project_id).await?
+    } else {
+        (Vec::new(), serde_json::Map::new())
+    };
+    let retrieved = if use_memories {
+        retrieve(db, config, &project_id, prompt, now).await?
+    } else {
+        Retrieved {
+            snapshot: serde_json::json!({}),
+            ..Retrieved::default()
         }
-    }
-    let retrieval = &config.learning.retrieval;
-    let (mut experience_ids, mut skipped, mut snapshot) = (Vec::new(), None, serde_json::json!({}));
-    if use_memories {
-        let ranked = ranked(
-            db,
-            &project_id,
-            &terms,
-            MatchMode::Any,
-            CANDIDATES as usize,
-            now,
-            Some(&Floor::of(prompt)),
-        )
-        .await?;
-        // The optional semantic layer fuses its vector ranking in (no-op when unconfigured).
-        let (ranked, semantic) = super::recall::semantic::recall_for_context(
-            db,
-            config,
-            &project_id,
-            prompt,
-            ranked,
-            now,
-        )
-        .await?;
-        let Selection {
-            selected,
-            tokens: section_tokens,
-            required,
-        } = select(
-            &ranked,
-            retrieval.max_items as usize,
-            retrieval.max_context_tokens as usize,
-        );
-        snapshot = serde_json::json!({
-            "terms": terms.texts(),
-            "candidates": ranked.iter().map(|h| serde_json::json!({"id": h.experience.id, "relevance": h.relevance, "score": h.score})).collect::<Vec<_>>(),
-            "selected": selected.iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
-            "maxItems": retrieval.max_items,
-            "maxContextTokens": retrieval.max_context_tokens,
-        });
-        if let Some(semantic) = semantic {
-            snapshot["semantic"] = semantic;
-        }
-        if !selected.is_empty() {
-            let content = render_experiences(&selected);
-            sections.push(Section {
-                name: String::from("learning.experiences"),
-                tokens: section_tokens,
-                content,
-                revision: None,
-            });
-            experience_ids = selected.iter().map(|e| e.id.clone()).collect();
-        } else if let Some(required) = required {
-            skipped = Some(RetrievalSkipped {
-                code: String::from("learning.retrieval_skipped"),
-                required_tokens: required,
-                configured_tokens: retrieval.max_context_tokens as usize,
-                first_in_session: false,
-            });
-            snapshot["skipped"] = serde_json::json!({"requiredTokens": required, "configuredTokens": retrieval.max_context_tokens});
-        }
-    }
-
-    let receipt_id = crate::ids::new_id("rcp");
+    };
+    sections.extend(retrieved.section);
+    let mut context = PromptContext {
+        receipt_id: crate::ids::new_id("rcp"),
+        session_id: session_id.to_owned(),
+        project_id,
+        use_memories,
+        sections,
+        experience_ids: retrieved.experience_ids,
+        skipped: retrieved.skipped,
+    };
     let mut tx = db.begin().await?;
     apply_feedback_loop_in(&mut tx, session_id, prompt).await?;
+    write_receipt_in(
+        &mut tx,
+        &mut context,
+        memory_revisions,
+        &retrieved.snapshot,
+        now,
+    )
+    .await?;
+    tx.commit().await?;
+    let metrics = crate::telemetry::metrics::retrieval();
+    metrics.latency(started.elapsed());
+    metrics.selected(context.experience_ids.len() as u64);
+    Ok(Some(context))
+}
+
+/// The resident Memory sections of a project's prompt, with the revisions they show.
+async fn memory_sections(
+    db: &Db,
+    project_id: &str,
+) -> Result<(Vec<Section>, serde_json::Map<String, serde_json::Value>), StoreError> {
+    let mut sections = Vec::new();
+    let mut revisions = serde_json::Map::new();
+    for (name, document) in crate::memory::store::prompt_documents(db, project_id).await? {
+        revisions.insert(name.to_owned(), serde_json::json!(document.revision));
+        if document.entries.is_empty() {
+            continue;
+        }
+        let entries: Vec<&str> = document
+            .entries
+            .iter()
+            .map(|e| e.content.as_str())
+            .collect();
+        let content = render::memory_section(name, document.revision, &entries);
+        sections.push(Section {
+            name: name.to_owned(),
+            tokens: token_count::count(&content),
+            content,
+            revision: Some(document.revision),
+        });
+    }
+    Ok((sections, revisions))
+}
+
+/// What automatic retrieval chose for one prompt.
+#[derive(Default)]
+struct Retrieved {
+    /// The `learning.experiences` section, when anything was selected.
+    section: Option<Section>,
+    experience_ids: Vec<String>,
+    skipped: Option<RetrievalSkipped>,
+    /// The receipt's `retrieval` snapshot: terms, candidates, selection, budget.
+    snapshot: serde_json::Value,
+}
+
+/// Ranks the project's experiences for `prompt` (with the optional semantic layer) and selects
+/// what fits the item limit and token budget.
+async fn retrieve(
+    db: &Db,
+    config: &Config,
+    project_id: &str,
+    prompt: &str,
+    now: i64,
+) -> Result<Retrieved, StoreError> {
+    let retrieval = &config.learning.retrieval;
+    let terms = search_terms::parse(prompt);
+    let floor = Floor::of(prompt);
+    let lexical = ranked(
+        db,
+        project_id,
+        &terms,
+        MatchMode::Any,
+        CANDIDATES as usize,
+        now,
+        Some(&floor),
+    )
+    .await?;
+    // The optional semantic layer fuses its vector ranking in (no-op when unconfigured).
+    let (ranked, semantic) =
+        super::recall::semantic::recall_for_context(db, config, project_id, prompt, lexical, now)
+            .await?;
+    let Selection {
+        selected,
+        tokens: section_tokens,
+        required,
+    } = select(
+        &ranked,
+        retrieval.max_items as usize,
+        retrieval.max_context_tokens as usize,
+    );
+    let mut snapshot = serde_json::json!({
+        "terms": terms.texts(),
+        "candidates": ranked.iter().map(|h| serde_json::json!({"id": h.experience.id, "relevance": h.relevance, "score": h.score})).collect::<Vec<_>>(),
+        "selected": selected.iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
+        "maxItems": retrieval.max_items,
+        "maxContextTokens": retrieval.max_context_tokens,
+    });
+    if let Some(semantic) = semantic {
+        snapshot["semantic"] = semantic;
+    }
+    let mut retrieved = Retrieved::default();
+    if !selected.is_empty() {
+        retrieved.section = Some(Section {
+            name: String::from("learning.experiences"),
+            tokens: section_tokens,
+            content: render_experiences(&selected),
+            revision: None,
+        });
+        retrieved.experience_ids = selected.iter().map(|e| e.id.clone()).collect();
+    } else if let Some(required) = required {
+        retrieved.skipped = Some(RetrievalSkipped {
+            code: String::from("learning.retrieval_skipped"),
+            required_tokens: required,
+            configured_tokens: retrieval.max_context_tokens as usize,
+            first_in_session: false,
+        });
+        snapshot["skipped"] = serde_json::json!({"requiredTokens": required, "configuredTokens": retrieval.max_context_tokens});
+    }
+    retrieved.snapshot = snapshot;
+    Ok(retrieved)
+}
+
+/// Persists `context` as a prompt receipt in the caller's transaction, counts the use of the
+/// experiences it carries, and records the selection (and a first skip notice per session).
+async fn write_receipt_in(
+    tx: &mut Tx,
+    context: &mut PromptContext,
+    memory_revisions: serde_json::Map<String, serde_json::Value>,
+    snapshot: &serde_json::Value,
+    now: i64,
+) -> Result<(), StoreError> {
     let sql = "INSERT INTO prompt_receipt (id, session_id, project_id, sections, memory_revisions, experience_ids, retrieval, created_at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-    crate::on_tx!(&mut tx, |conn| sqlx::query(sql)
-        .bind(&receipt_id)
-        .bind(session_id)
-        .bind(&project_id)
-        .bind(serde_json::to_string(&sections).unwrap_or_default())
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(&context.receipt_id)
+        .bind(&context.session_id)
+        .bind(&context.project_id)
+        .bind(serde_json::to_string(&context.sections).unwrap_or_default())
         .bind(serde_json::Value::Object(memory_revisions).to_string())
-        .bind(serde_json::to_string(&experience_ids).unwrap_or_default())
+        .bind(serde_json::to_string(&context.experience_ids).unwrap_or_default())
         .bind(snapshot.to_string())
         .bind(now)
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;
-    for id in &experience_ids {
-        crate::on_tx!(&mut tx, |conn| {
-            sqlx::query("UPDATE experience_record SET use_count = use_count + 1, last_used_at = $2 WHERE id = $1")
-            .bind(id).bind(now).execute(conn).await.map(|done| done.rows_affected())
+    let ids = &context.experience_ids;
+    if !ids.is_empty() {
+        // One statement for all of them: on SQLite each statement is a round trip to the
+        // connection's thread while the write lock is held.
+        let sql = format!(
+            "UPDATE experience_record SET use_count = use_count + 1, last_used_at = $1 WHERE id IN ({})",
+            (2..ids.len() + 2)
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        crate::on_tx!(tx, |conn| {
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).bind(now);
+            for id in ids {
+                query = query.bind(id.as_str());
+            }
+            query.execute(conn).await.map(|done| done.rows_affected())
         })?;
     }
     let scope = events::EventScope {
-        project_id: Some(&project_id),
-        session_id: Some(session_id),
+        project_id: Some(&context.project_id),
+        session_id: Some(&context.session_id),
         ..Default::default()
     };
-    if let Some(skip) = &mut skipped {
-        let earlier: i64 = crate::on_tx!(&mut tx, |conn| {
+    if let Some(skip) = &mut context.skipped {
+        let earlier: i64 = crate::on_tx!(tx, |conn| {
             sqlx::query_scalar(
                 "SELECT COUNT(*) FROM learning_event WHERE session_id = $1 AND kind = 'learning.retrieval_skipped'")
-            .bind(session_id).fetch_one(conn).await
+            .bind(&context.session_id).fetch_one(conn).await
         })?;
         skip.first_in_session = earlier == 0;
         if skip.first_in_session {
-            events::append_in(&mut tx, "learning.retrieval_skipped", &scope,
-                &serde_json::json!({"receiptId": receipt_id, "requiredTokens": skip.required_tokens, "configuredTokens": skip.configured_tokens}), now).await?;
+            events::append_in(tx, "learning.retrieval_skipped", &scope,
+                &serde_json::json!({"receiptId": context.receipt_id, "requiredTokens": skip.required_tokens, "configuredTokens": skip.configured_tokens}), now).await?;
         }
         crate::telemetry::metrics::retrieval().skipped();
     }
-    events::append_in(&mut tx, "learning.retrieval.selection", &scope,
-        &serde_json::json!({"receiptId": receipt_id, "selected": experience_ids, "skipped": skipped}), now).await?;
-    tx.commit().await?;
-    let metrics = crate::telemetry::metrics::retrieval();
-    metrics.latency(started.elapsed());
-    metrics.selected(experience_ids.len() as u64);
-    Ok(Some(PromptContext {
-        receipt_id,
-        session_id: session_id.to_owned(),
-        project_id,
-        use_memories,
-        sections,
-        experience_ids,
-        skipped,
-    }))
+    events::append_in(tx, "learning.retrieval.selection", &scope,
+        &serde_json::json!({"receiptId": context.receipt_id, "selected": context.experience_ids, "skipped": context.skipped}), now).await?;
+    Ok(())
 }
 
-/// spec 003's loop, with observable signals instead of embeddings: when the user's next prompt
+/// The feedback loop (ADR 0005), with observable signals instead of embeddings: when the user's next prompt
 /// carries an explicit correction, the experiences injected into the previous request are
 /// violated (−0.2); when it carries praise, they are reinforced (+0.1).
 async fn apply_feedback_loop_in(

@@ -214,6 +214,17 @@ where
     // Queue depth is database-wide; a worker publishes it only when its metrics go somewhere.
     let depth = (metrics_server.is_some() || env.settings.config.telemetry.otlp_endpoint.is_some())
         .then(|| tokio::spawn(report_queue_depth(env.ledger.clone(), shutdown.clone())));
+    // The worker that stores experiences also drains what else left the recall index behind.
+    let drain = runner
+        .kinds()
+        .contains(&crate::ledger::JobKind::Extract)
+        .then(|| {
+            tokio::spawn(crate::learning::recall::index::drain(
+                db.clone(),
+                shutdown.clone(),
+                None,
+            ))
+        });
     let report = runner.run(shutdown.clone()).await;
     shutdown.cancel();
     if let Some(listener) = listener {
@@ -221,6 +232,9 @@ where
     }
     if let Some(depth) = depth {
         let _ = depth.await;
+    }
+    if let Some(drain) = drain {
+        let _ = drain.await;
     }
     if let Some(server) = metrics_server {
         server.abort();

@@ -340,7 +340,7 @@ async fn recall_refuses_weak_matches_and_finds_chinese_lessons(db: TestDb) {
         "proj",
         "file",
         10,
-        zuno_shared::learning::recall::query::MatchMode::Any,
+        zuno_shared::learning::recall::search_terms::MatchMode::Any,
         world.ledger.now_ms(),
     )
     .await

@@ -4,7 +4,7 @@
 
 use zuno_shared::config::Config;
 use zuno_shared::learning::experience::{self, ExperienceOrigin};
-use zuno_shared::learning::recall::query::MatchMode;
+use zuno_shared::learning::recall::search_terms::MatchMode;
 use zuno_shared::learning::retrieval::{self, PromptContext};
 use zuno_shared::memory::store::Scope;
 use zuno_shared::transcript::Part;
@@ -207,7 +207,7 @@ async fn the_budget_counts_the_rendered_section(db: TestDb) {
     assert!(!recalled.experience_ids.is_empty());
     assert!(recalled.experience_ids.len() <= config.max_items as usize);
     let rendered = section(&recalled, "learning.experiences").unwrap();
-    let tokens = zuno_shared::learning::recall::tokens::count(rendered);
+    let tokens = zuno_shared::learning::recall::token_count::count(rendered);
     assert!(tokens <= config.max_context_tokens as usize, "{tokens}");
     assert_eq!(
         recalled

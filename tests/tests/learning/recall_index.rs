@@ -8,7 +8,7 @@ use zuno_shared::config::Config;
 use zuno_shared::db::Db;
 use zuno_shared::learning::recall::floor::Floor;
 use zuno_shared::learning::recall::index;
-use zuno_shared::learning::recall::query::{self, MatchMode};
+use zuno_shared::learning::recall::search_terms::{self, MatchMode};
 use zuno_shared::learning::retrieval;
 use zuno_shared::transcript::NewSession;
 use zuno_tests::{TestDb, on_both_backends};
@@ -136,7 +136,7 @@ fn prompts(rng: &mut Rng) -> Vec<String> {
 async fn assert_index_is_exact(db: &Db, project: &str, prompts: &[String], stage: &str) {
     let mut nonempty = 0;
     for prompt in prompts {
-        let terms = query::parse(prompt);
+        let terms = search_terms::parse(prompt);
         let keys = index::query_keys(&terms, Floor::of(prompt).bigrams());
         let fast = index::top(db, project, &keys, 40)
             .await
@@ -198,7 +198,7 @@ async fn the_index_ranks_as_the_stored_text_does_caught_up_or_not(db: TestDb) {
 
     // Far behind: the index refuses to answer and recall still works from the full-text index.
     assert_eq!(pending(&db).await, 800);
-    let keys = index::query_keys(&query::parse("cargo lockfile"), &[]);
+    let keys = index::query_keys(&search_terms::parse("cargo lockfile"), &[]);
     assert!(index::top(&db, "alpha", &keys, 40).await.unwrap().is_none());
     let hits = retrieval::search(&db, "alpha", "cargo lockfile", 5, MatchMode::Any, 0)
         .await
@@ -273,7 +273,69 @@ async fn concurrent_indexers_leave_the_index_exact(db: TestDb) {
     assert_index_is_exact(&db, "alpha", &prompts, "after concurrent indexing").await;
 }
 
+/// The background drain indexes what writers left pending, with no reader involved: a pass when
+/// it starts and another after each wake of the database's wake bus (the test waits for its
+/// reported passes, not for time).
+async fn the_background_drain_indexes_what_writers_left_pending(db: TestDb) {
+    let world = World::new(db, Config::default()).await;
+    let db = world.db.db.clone();
+    let mut rng = Rng(0xD2A1_0017);
+    world.project("alpha", None).await;
+    let session = world
+        .session_with(NewSession {
+            project_id: "alpha".into(),
+            ..NewSession::default()
+        })
+        .await;
+    let ids = seed(&db, "alpha", &session, 0..120, &mut rng).await;
+    assert_eq!(pending(&db).await, 120);
+    let (report, mut passes) = tokio::sync::mpsc::unbounded_channel();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let drain = tokio::spawn(index::drain(db.clone(), shutdown.clone(), Some(report)));
+    assert_eq!(
+        passes.recv().await,
+        Some(120),
+        "the first pass takes everything"
+    );
+    assert_eq!(pending(&db).await, 0);
+
+    // Another writer edits and deletes without indexing, then wakes the bus (as a settled job
+    // or a Postgres notification does).
+    for id in &ids[..3] {
+        zuno_shared::on_db!(db, |pool| sqlx::query(
+            "UPDATE experience_record SET title = 'vacuum checkpoint 缓存' WHERE id = $1"
+        )
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+        .unwrap();
+    }
+    zuno_shared::on_db!(db, |pool| sqlx::query(
+        "DELETE FROM experience_record WHERE id = $1"
+    )
+    .bind(&ids[3])
+    .execute(pool)
+    .await
+    .map(|done| done.rows_affected()))
+    .unwrap();
+    assert_eq!(pending(&db).await, 4);
+    db.wake_bus().wake();
+    // A timed pass may run between the edits; the wake guarantees one after them.
+    let mut taken = 0;
+    while taken < 4 {
+        taken += passes.recv().await.expect("the drain runs until shut down");
+    }
+    assert_eq!(taken, 4, "each change indexed once");
+    assert_eq!(pending(&db).await, 0);
+    let prompts = prompts(&mut rng);
+    assert_index_is_exact(&db, "alpha", &prompts, "drained").await;
+    shutdown.cancel();
+    drain.await.unwrap();
+}
+
 on_both_backends!(
     the_index_ranks_as_the_stored_text_does_caught_up_or_not,
     concurrent_indexers_leave_the_index_exact,
+    the_background_drain_indexes_what_writers_left_pending,
 );

@@ -17,7 +17,7 @@
 
 use std::collections::HashSet;
 
-use super::query;
+use super::search_terms;
 use super::stem::stem;
 
 /// The score an experience needs to be recalled automatically.
@@ -89,7 +89,7 @@ struct Word {
 impl Floor {
     pub fn of(prompt: &str) -> Floor {
         let mut floor = Floor::default();
-        for term in query::parse(prompt).terms {
+        for term in search_terms::parse(prompt).terms {
             if term.cjk {
                 if !GENERIC_CJK.contains(&term.text.as_str()) {
                     floor.cjk_terms.push(term.text);

@@ -2,7 +2,7 @@
 //! automatic recall ranks a prompt by reading one row per key instead of scoring every
 //! full-text match (docs/adr/0005-recall-ranking-and-feedback.md, "Candidates").
 //!
-//! **Keys.** Stored text is split exactly as [`query::parse`] splits a prompt. A plain word is
+//! **Keys.** Stored text is split exactly as [`search_terms::parse`] splits a prompt. A plain word is
 //! keyed by its stem (`tests`, `testing` → `test`), an identifier (`foo.bar`, `src/a/b.rs`,
 //! `snake_case`) by its whole lowercased text, so it meets the same identifier and not every
 //! text that shares its parts; a run of CJK characters by its character bigrams (a single
@@ -28,8 +28,9 @@
 //! full-text indexes until the index catches up.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
-use super::query::{self, MAX_TERM_CHARS, Piece, QueryTerms};
+use super::search_terms::{self, MAX_TERM_CHARS, Piece, QueryTerms};
 use super::stem::stem;
 use crate::db::{Backend, Db, StoreError, Tx};
 
@@ -86,10 +87,10 @@ pub fn document_keys(doc: DocText<'_>) -> Vec<(String, f32)> {
         doc.keywords,
     ];
     for (text, weight) in columns.into_iter().zip(WEIGHTS) {
-        query::pieces(text, |piece| match piece {
+        search_terms::pieces(text, |piece| match piece {
             Piece::Word(word) => {
                 length += 1;
-                if !query::is_stopword(&word) {
+                if !search_terms::is_stopword(&word) {
                     *counts.entry(word_key(&word)).or_default() += weight;
                 }
             }
@@ -184,7 +185,9 @@ fn decode(bytes: &[u8]) -> Result<Vec<(i64, f32)>, StoreError> {
 /// document's sum is added up in the same order whichever path built the lists). Returns the
 /// best `limit` as `(document number, score)`, ties by number.
 fn rank(lists: &[Vec<(i64, f32)>], docs: usize, limit: usize) -> Vec<(i64, f64)> {
-    let mut scores: HashMap<i64, f64> = HashMap::new();
+    let postings = lists.iter().map(Vec::len).sum();
+    let mut scores: HashMap<i64, f64, BuildHasherDefault<NumHasher>> =
+        HashMap::with_capacity_and_hasher(postings, BuildHasherDefault::default());
     for list in lists.iter().filter(|l| !l.is_empty()) {
         let df = list.len() as f64;
         let n = (docs as f64).max(df);
@@ -202,6 +205,27 @@ fn rank(lists: &[Vec<(i64, f32)>], docs: usize, limit: usize) -> Vec<(i64, f64)>
     ranked.truncate(limit);
     ranked.sort_by(order);
     ranked
+}
+
+/// A multiplicative hash for document numbers: the scoring map takes one insert per posting, and
+/// SipHash's resistance to chosen keys buys nothing for numbers the database hands out.
+#[derive(Default)]
+struct NumHasher(u64);
+
+impl Hasher for NumHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i64(&mut self, n: i64) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -248,9 +272,21 @@ pub async fn top(
     if keys.is_empty() || limit == 0 {
         return Ok(Some(Vec::new()));
     }
+    let pending = pending_of(db, project_id).await?;
+    if pending.len() > MAX_PENDING_SCORED {
+        return Ok(None);
+    }
+    let (indexed_docs, stored) = read_lists(db, project_id, keys).await?;
+    let (lists, docs) = merge_pending(project_id, keys, indexed_docs, &stored, &pending)?;
+    let ranked = rank(&lists, docs, limit);
+    experience_ids(db, ranked).await.map(Some)
+}
+
+/// Up to [`MAX_PENDING_SCORED`] + 1 pending records that are, or were indexed, in the project.
+async fn pending_of(db: &Db, project_id: &str) -> Result<Vec<PendingRow>, StoreError> {
     // Pending rows are few; the join must start from them (SQLite: `CROSS JOIN` fixes the order;
     // Postgres: a materialised CTE), or it reads every document of the index.
-    let pending_sql = match db.backend() {
+    let sql = match db.backend() {
         Backend::Sqlite => {
             "SELECT d.num AS num, d.project_id AS indexed_project, e.project_id AS project_id, \
                     e.title AS title, e.summary AS summary, e.resolution AS resolution, e.keywords AS keywords \
@@ -267,35 +303,61 @@ pub async fn top(
              WHERE d.project_id = $1 OR e.project_id = $1 LIMIT $2"
         }
     };
-    let pending: Vec<PendingRow> = crate::on_db!(db, |pool| sqlx::query_as(pending_sql)
+    Ok(crate::on_db!(db, |pool| sqlx::query_as(sql)
         .bind(project_id)
         .bind(MAX_PENDING_SCORED as i64 + 1)
         .fetch_all(pool)
-        .await)?;
-    if pending.len() > MAX_PENDING_SCORED {
-        return Ok(None);
-    }
-    let indexed_docs: Option<i64> = crate::on_db!(db, |pool| sqlx::query_scalar(
-        "SELECT docs FROM recall_project WHERE project_id = $1"
-    )
-    .bind(project_id)
-    .fetch_optional(pool)
-    .await)?;
-    let mut stored: HashMap<String, Vec<u8>> = HashMap::new();
-    for chunk in keys.chunks(CHUNK) {
+        .await)?)
+}
+
+/// The project's indexed document count and the stored posting lists of `keys` (keys without
+/// a list are absent), in one statement: the count rides along as a row with a NULL list.
+async fn read_lists(
+    db: &Db,
+    project_id: &str,
+    keys: &[String],
+) -> Result<(usize, HashMap<String, Vec<u8>>), StoreError> {
+    let mut docs = 0usize;
+    let mut stored: HashMap<String, Vec<u8>> = HashMap::with_capacity(keys.len());
+    for (at, chunk) in keys.chunks(CHUNK).enumerate() {
+        let count = if at == 0 {
+            "SELECT '' AS key, NULL AS postings, docs FROM recall_project WHERE project_id = $1 UNION ALL "
+        } else {
+            ""
+        };
         let sql = format!(
-            "SELECT key, postings FROM recall_list WHERE project_id = $1 AND key IN ({})",
+            "{count}SELECT key, postings, 0 AS docs FROM recall_list WHERE project_id = $1 AND key IN ({})",
             placeholders(2, chunk.len())
         );
-        let rows: Vec<(String, Vec<u8>)> = crate::on_db!(db, |pool| {
+        let rows: Vec<(String, Option<Vec<u8>>, i64)> = crate::on_db!(db, |pool| {
             let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project_id);
             for key in chunk {
                 query = query.bind(key.as_str());
             }
             query.fetch_all(pool).await
         })?;
-        stored.extend(rows);
+        for (key, postings, count) in rows {
+            match postings {
+                Some(postings) => {
+                    stored.insert(key, postings);
+                }
+                None => docs = count.max(0) as usize,
+            }
+        }
     }
+    Ok((docs, stored))
+}
+
+/// The posting list of each key as a caught-up index would hold it: stored postings of pending
+/// records taken out, their current keys (scored from their text) put in. Returns the lists and
+/// the project's document count after the same correction.
+fn merge_pending(
+    project_id: &str,
+    keys: &[String],
+    indexed_docs: usize,
+    stored: &HashMap<String, Vec<u8>>,
+    pending: &[PendingRow],
+) -> Result<(Vec<Vec<(i64, f32)>>, usize), StoreError> {
     let stale: HashSet<i64> = pending
         .iter()
         .filter(|row| row.indexed_project.as_deref() == Some(project_id))
@@ -306,8 +368,7 @@ pub async fn top(
         .filter(|row| row.project_id.as_deref() == Some(project_id))
         .map(|row| (row.num, document_keys(row.text()).into_iter().collect()))
         .collect();
-    let docs =
-        (indexed_docs.unwrap_or(0).max(0) as usize + fresh.len()).saturating_sub(stale.len());
+    let docs = (indexed_docs + fresh.len()).saturating_sub(stale.len());
     let mut lists = Vec::with_capacity(keys.len());
     for key in keys {
         let mut list = match stored.get(key) {
@@ -324,8 +385,7 @@ pub async fn top(
         }
         lists.push(list);
     }
-    let ranked = rank(&lists, docs, limit);
-    experience_ids(db, ranked).await.map(Some)
+    Ok((lists, docs))
 }
 
 /// Maps ranked document numbers to experience ids, keeping the order.
@@ -431,6 +491,35 @@ struct ListChange {
 /// Indexes up to `limit` pending records in the caller's transaction; returns how many were
 /// taken. Idempotent: a record indexed twice ends in the same lists.
 pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
+    let claimed = claim_pending(tx, limit).await?;
+    if claimed.is_empty() {
+        return Ok(0);
+    }
+    let rows = claimed_records(tx, &claimed).await?;
+    let (changes, docs) = plan_changes(&rows);
+    let live_projects = lock_projects(tx, changes.keys()).await?;
+    for (project, lists) in &changes {
+        if live_projects.contains(project) {
+            apply_changes(tx, project, lists).await?;
+        }
+    }
+    record_documents(tx, &docs, &live_projects).await?;
+    for project in &live_projects {
+        crate::on_tx!(tx, |conn| sqlx::query(
+            "UPDATE recall_project SET docs = (SELECT COUNT(*) FROM recall_doc \
+                   WHERE project_id = $1 AND indexed_keys IS NOT NULL) WHERE project_id = $1"
+        )
+        .bind(project)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    }
+    Ok(claimed.len())
+}
+
+/// Takes (deletes) up to `limit` pending marks; on Postgres marks another indexer holds are
+/// skipped, not waited for.
+async fn claim_pending(tx: &mut Tx, limit: i64) -> Result<Vec<String>, StoreError> {
     let claim = match tx.backend() {
         Backend::Sqlite => {
             "DELETE FROM recall_pending WHERE experience_id IN \
@@ -443,13 +532,15 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
              RETURNING experience_id"
         }
     };
-    let claimed: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(claim)
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(claim)
         .bind(limit)
         .fetch_all(conn)
-        .await)?;
-    if claimed.is_empty() {
-        return Ok(0);
-    }
+        .await)?)
+}
+
+/// The claimed records' document numbers, what they were indexed under, and their current
+/// text (NULL columns for a deleted record).
+async fn claimed_records(tx: &mut Tx, claimed: &[String]) -> Result<Vec<IndexRow>, StoreError> {
     let mut rows: Vec<IndexRow> = Vec::with_capacity(claimed.len());
     for chunk in claimed.chunks(CHUNK) {
         let marks = placeholders(1, chunk.len());
@@ -481,11 +572,21 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
         })?;
         rows.extend(found);
     }
-    // (project, key) → change; the BTreeMap keeps projects and keys in one order, which is also
-    // the order Postgres row locks are taken in.
-    let mut changes: BTreeMap<String, BTreeMap<String, ListChange>> = BTreeMap::new();
-    let mut docs: Vec<(i64, Option<(String, String)>)> = Vec::with_capacity(rows.len());
-    for row in &rows {
+    Ok(rows)
+}
+
+/// Project → key → change. The BTreeMaps keep projects and keys in one order, which is also the
+/// order Postgres row locks are taken in.
+type Changes = BTreeMap<String, BTreeMap<String, ListChange>>;
+/// Per document number, its project and newline-joined keys once indexed (`None`: deleted).
+type Documents = Vec<(i64, Option<(String, String)>)>;
+
+/// What indexing `rows` changes: each record leaves the lists it was indexed under and joins
+/// those of its current text.
+fn plan_changes(rows: &[IndexRow]) -> (Changes, Documents) {
+    let mut changes = Changes::new();
+    let mut docs: Documents = Vec::with_capacity(rows.len());
+    for row in rows {
         if let (Some(project), Some(keys)) = (&row.indexed_project, &row.indexed_keys) {
             let lists = changes.entry(project.clone()).or_default();
             for key in keys.split('\n').filter(|k| !k.is_empty()) {
@@ -496,33 +597,40 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
                     .push(row.num);
             }
         }
-        match &row.project_id {
-            Some(project) => {
-                let text = DocText {
-                    title: row.title.as_deref().unwrap_or(""),
-                    summary: row.summary.as_deref().unwrap_or(""),
-                    resolution: row.resolution.as_deref(),
-                    keywords: row.keywords.as_deref().unwrap_or(""),
-                };
-                let keys = document_keys(text);
-                let lists = changes.entry(project.clone()).or_default();
-                for (key, impact) in &keys {
-                    lists
-                        .entry(key.clone())
-                        .or_default()
-                        .insert
-                        .push((row.num, *impact));
-                }
-                let joined: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
-                docs.push((row.num, Some((project.clone(), joined.join("\n")))));
-            }
-            None => docs.push((row.num, None)),
+        let Some(project) = &row.project_id else {
+            docs.push((row.num, None));
+            continue;
+        };
+        let text = DocText {
+            title: row.title.as_deref().unwrap_or(""),
+            summary: row.summary.as_deref().unwrap_or(""),
+            resolution: row.resolution.as_deref(),
+            keywords: row.keywords.as_deref().unwrap_or(""),
+        };
+        let keys = document_keys(text);
+        let lists = changes.entry(project.clone()).or_default();
+        for (key, impact) in &keys {
+            lists
+                .entry(key.clone())
+                .or_default()
+                .insert
+                .push((row.num, *impact));
         }
+        let joined: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+        docs.push((row.num, Some((project.clone(), joined.join("\n")))));
     }
-    let mut live_projects = BTreeSet::new();
-    for project in changes.keys() {
-        // The project's row serialises indexers of one project (their lists are read, changed
-        // and written whole); a deleted project's lists went with it.
+    (changes, docs)
+}
+
+/// Locks the row of each project (creating it), in order; returns the projects that still
+/// exist. The row serialises indexers of one project (their lists are read, changed and
+/// written whole); a deleted project's lists went with it.
+async fn lock_projects(
+    tx: &mut Tx,
+    projects: impl Iterator<Item = &String>,
+) -> Result<BTreeSet<String>, StoreError> {
+    let mut live = BTreeSet::new();
+    for project in projects {
         crate::on_tx!(tx, |conn| {
             sqlx::query(
                 "INSERT INTO recall_project (project_id) SELECT id FROM project WHERE id = $1 ON CONFLICT (project_id) DO NOTHING")
@@ -537,67 +645,81 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
             .fetch_optional(conn)
             .await)?;
         if exists.is_some() {
-            live_projects.insert(project.clone());
+            live.insert(project.clone());
         }
     }
-    for (project, lists) in &changes {
-        if !live_projects.contains(project) {
-            continue;
-        }
-        let keys: Vec<&String> = lists.keys().collect();
-        let mut stored: HashMap<String, Vec<u8>> = HashMap::new();
-        for chunk in keys.chunks(CHUNK) {
-            let sql = format!(
-                "SELECT key, postings FROM recall_list WHERE project_id = $1 AND key IN ({})",
-                placeholders(2, chunk.len())
-            );
-            let found: Vec<(String, Vec<u8>)> = crate::on_tx!(tx, |conn| {
-                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project);
-                for key in chunk {
-                    query = query.bind(key.as_str());
-                }
-                query.fetch_all(conn).await
-            })?;
-            stored.extend(found);
-        }
-        for (key, change) in lists {
-            let mut postings = match stored.get(key) {
-                Some(bytes) => decode(bytes)?,
-                None => Vec::new(),
-            };
-            let touched: HashSet<i64> = change
-                .remove
-                .iter()
-                .chain(change.insert.iter().map(|(num, _)| num))
-                .copied()
-                .collect();
-            postings.retain(|(num, _)| !touched.contains(num));
-            postings.extend(change.insert.iter().copied());
-            postings.sort_by_key(|(num, _)| *num);
-            if postings.is_empty() {
-                crate::on_tx!(tx, |conn| sqlx::query(
-                    "DELETE FROM recall_list WHERE project_id = $1 AND key = $2"
-                )
-                .bind(project)
-                .bind(key)
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
-            } else {
-                crate::on_tx!(tx, |conn| sqlx::query(
-                    "INSERT INTO recall_list (project_id, key, postings) VALUES ($1, $2, $3) \
-                         ON CONFLICT (project_id, key) DO UPDATE SET postings = excluded.postings"
-                )
-                .bind(project)
-                .bind(key)
-                .bind(encode(&postings))
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
+    Ok(live)
+}
+
+/// Rewrites the project's changed lists: each read whole, its changed documents replaced.
+async fn apply_changes(
+    tx: &mut Tx,
+    project: &str,
+    lists: &BTreeMap<String, ListChange>,
+) -> Result<(), StoreError> {
+    let keys: Vec<&String> = lists.keys().collect();
+    let mut stored: HashMap<String, Vec<u8>> = HashMap::new();
+    for chunk in keys.chunks(CHUNK) {
+        let sql = format!(
+            "SELECT key, postings FROM recall_list WHERE project_id = $1 AND key IN ({})",
+            placeholders(2, chunk.len())
+        );
+        let found: Vec<(String, Vec<u8>)> = crate::on_tx!(tx, |conn| {
+            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project);
+            for key in chunk {
+                query = query.bind(key.as_str());
             }
+            query.fetch_all(conn).await
+        })?;
+        stored.extend(found);
+    }
+    for (key, change) in lists {
+        let mut postings = match stored.get(key) {
+            Some(bytes) => decode(bytes)?,
+            None => Vec::new(),
+        };
+        let touched: HashSet<i64> = change
+            .remove
+            .iter()
+            .chain(change.insert.iter().map(|(num, _)| num))
+            .copied()
+            .collect();
+        postings.retain(|(num, _)| !touched.contains(num));
+        postings.extend(change.insert.iter().copied());
+        postings.sort_by_key(|(num, _)| *num);
+        if postings.is_empty() {
+            crate::on_tx!(tx, |conn| sqlx::query(
+                "DELETE FROM recall_list WHERE project_id = $1 AND key = $2"
+            )
+            .bind(project)
+            .bind(key)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
+        } else {
+            crate::on_tx!(tx, |conn| sqlx::query(
+                "INSERT INTO recall_list (project_id, key, postings) VALUES ($1, $2, $3) \
+                     ON CONFLICT (project_id, key) DO UPDATE SET postings = excluded.postings"
+            )
+            .bind(project)
+            .bind(key)
+            .bind(encode(&postings))
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected()))?;
         }
     }
-    for (num, indexed) in &docs {
+    Ok(())
+}
+
+/// Records where each document is indexed now, or forgets a deleted one (and one whose project
+/// is gone).
+async fn record_documents(
+    tx: &mut Tx,
+    docs: &Documents,
+    live_projects: &BTreeSet<String>,
+) -> Result<(), StoreError> {
+    for (num, indexed) in docs {
         match indexed {
             Some((project, keys)) if live_projects.contains(project) => {
                 crate::on_tx!(tx, |conn| sqlx::query(
@@ -621,17 +743,7 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
             }
         }
     }
-    for project in &live_projects {
-        crate::on_tx!(tx, |conn| sqlx::query(
-            "UPDATE recall_project SET docs = (SELECT COUNT(*) FROM recall_doc \
-                   WHERE project_id = $1 AND indexed_keys IS NOT NULL) WHERE project_id = $1"
-        )
-        .bind(project)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
-    }
-    Ok(claimed.len())
+    Ok(())
 }
 
 /// Indexes every pending record, `batch` per transaction; returns how many were taken.
@@ -644,6 +756,52 @@ pub async fn catch_up(db: &Db, batch: i64) -> Result<usize, StoreError> {
         total += taken;
         if taken == 0 {
             return Ok(total);
+        }
+    }
+}
+
+/// Records per transaction of the background drain.
+const DRAIN_BATCH: i64 = 256;
+/// How often the background drain looks for pending records when nothing wakes it: changes made
+/// by another process (an edit, a deletion) reach the index within this interval.
+pub const DRAIN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Keeps the recall index caught up off the request path: a pass at start, then one after every
+/// wake of `db`'s wake bus (a job settled in this process, or a Postgres notification) and at
+/// least every [`DRAIN_INTERVAL`], until `shutdown`. Writers that store experiences index them in
+/// their own transaction; this drains the rest (text edits, deletions, records stored by older
+/// versions), so readers rarely score pending records from their text. Any number of processes
+/// may drain at once ([`catch_up_in`] takes each pending row once). Each pass's count goes to
+/// `passes` when given (tests wait on it instead of on time). A failed pass is logged and
+/// retried at the next wake.
+pub async fn drain(
+    db: Db,
+    shutdown: tokio_util::sync::CancellationToken,
+    passes: Option<tokio::sync::mpsc::UnboundedSender<usize>>,
+) {
+    let mut wake = db.wake_bus().subscribe();
+    loop {
+        // Wakes from here on (including those during the pass) call for another pass.
+        wake.mark_unchanged();
+        match catch_up(&db, DRAIN_BATCH).await {
+            Ok(taken) => {
+                if taken > 0 {
+                    tracing::debug!(indexed = taken, "recall index drained");
+                }
+                if let Some(passes) = &passes {
+                    let _ = passes.send(taken);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "recall index drain failed; retrying later"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = wake.changed() => {
+                if changed.is_err() {
+                    tokio::time::sleep(DRAIN_INTERVAL).await;
+                }
+            }
+            _ = tokio::time::sleep(DRAIN_INTERVAL) => {}
         }
     }
 }
@@ -687,7 +845,7 @@ mod tests {
             !keys.contains(&"src".to_owned()),
             "identifier parts are not keys"
         );
-        let terms = query::parse("testing src/a/b.rs 安装依赖");
+        let terms = search_terms::parse("testing src/a/b.rs 安装依赖");
         assert_eq!(
             query_keys(&terms, &[]),
             ["test", "src/a/b.rs", "安装", "装依", "依赖"]

@@ -1,12 +1,12 @@
-//! Recall: the read side of the learning flywheel (spec 002 "Retrieval and prompt receipts" and
-//! "Untrusted learned text").
+//! Recall: the read side of the learning flywheel — what `context` retrieves, how it is rendered
+//! into the prompt as data rather than instructions, and what its receipt records.
 //!
-//! - [`query`] turns prompt or search text into bounded, quoted terms. It is the only path by
+//! - [`search_terms`] turns prompt or search text into bounded, quoted terms. It is the only path by
 //!   which user or prompt text reaches an FTS `MATCH`, so FTS operators, column selectors and
 //!   unmatched quotes stay data instead of becoming query grammar.
 //! - [`render`] is the injection-safe renderer for the `learning.experiences` and `memory.*`
 //!   prompt sections: escaping, visible `[U+XXXX]` markers, and the data-not-instructions frame.
-//! - [`tokens`] measures rendered sections with a real BPE tokenizer so the retrieval budget is
+//! - [`token_count`] measures rendered sections with a real BPE tokenizer so the retrieval budget is
 //!   charged for what the prompt actually spends.
 //! - [`semantic`] and [`fusion`] are the optional semantic layer: experience vectors from an
 //!   embeddings provider, fused with the lexical ranking by reciprocal rank.
@@ -14,11 +14,11 @@
 pub mod floor;
 pub mod fusion;
 pub mod index;
-pub mod query;
 pub mod render;
+pub mod search_terms;
 pub mod semantic;
 pub mod stem;
-pub mod tokens;
+pub mod token_count;
 
 /// A seeded generator for the recall fuzz tests (SplitMix64): every run tries the same inputs, and
 /// a failure reproduces from the case number it prints.

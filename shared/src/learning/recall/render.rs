@@ -1,5 +1,5 @@
-//! The injection-safe renderer for learned text entering a prompt (spec 002 "Untrusted learned
-//! text", read-time half).
+//! The injection-safe renderer for learned text entering a prompt: the read-time half of treating
+//! learned text as untrusted (the write-time half is validation when it is stored).
 //!
 //! Stored experiences and Memory entries are untrusted model output; the write side refuses only
 //! encodings a person cannot read (Tags block, Variation Selectors Supplement, C0/C1 controls),
@@ -17,7 +17,7 @@
 //! - each section opens by announcing that what follows is data, not instructions.
 //!
 //! Rendering is a pure function of its input: the exact section text is what the prompt receipt
-//! persists and what [`super::tokens::count`] charges against the budget.
+//! persists and what [`super::token_count::count`] charges against the budget.
 
 use std::fmt::Write as _;
 
@@ -457,7 +457,7 @@ mod tests {
     /// The identity [`experience_item`] documents: section tokens = frame + items.
     #[test]
     fn recall_render_section_tokens_are_frame_plus_items() {
-        use super::super::tokens::count;
+        use super::super::token_count::count;
         let frame = count(&experiences_section(&[]));
         let mut texts: Vec<String> = ATTACKS.iter().map(|a| (*a).to_owned()).collect();
         texts.extend([

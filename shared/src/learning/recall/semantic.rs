@@ -391,7 +391,10 @@ async fn embed_prompt(
     prompt: &str,
 ) -> Result<Vec<f32>, crate::provider::ProviderError> {
     // The prompt is embedded as far as recall reads it.
-    let text: String = prompt.chars().take(super::query::MAX_QUERY_CHARS).collect();
+    let text: String = prompt
+        .chars()
+        .take(super::search_terms::MAX_QUERY_CHARS)
+        .collect();
     EmbeddingClient::new(embeddings.clone())
         .embed(&text, Duration::from_millis(embeddings.query_timeout_ms))
         .await

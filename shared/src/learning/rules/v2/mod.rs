@@ -204,7 +204,7 @@ fn situation(
     records: &[SourceRecord],
     correcting: Option<(&SourceRecord, &std::ops::Range<usize>)>,
 ) -> Vec<String> {
-    use crate::learning::recall::query;
+    use crate::learning::recall::search_terms;
     let mut keywords: Vec<String> = Vec::new();
     let mut add = |keyword: String| {
         // Bare numbers and one-letter words describe nothing (list numbering, "a").
@@ -214,7 +214,7 @@ fn situation(
         }
     };
     let request_terms = |text: &str| {
-        query::parse(&prose::own_text(text))
+        search_terms::parse(&prose::own_text(text))
             .terms
             .into_iter()
             .take(REQUEST_TERMS)

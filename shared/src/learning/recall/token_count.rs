@@ -1,6 +1,6 @@
-//! Token counting for prompt budgets (spec 002: "The reported token cost is measured on the
-//! rendered section, after escaping and marker expansion, so it is never lower than what the
-//! prompt actually spends").
+//! Token counting for prompt budgets. A section's reported cost is measured on the rendered
+//! section, after escaping and marker expansion, so it is never lower than what the prompt
+//! actually spends.
 //!
 //! The count is that of a real byte-level BPE, OpenAI's `cl100k_base`, whose merge table ships
 //! inside the `tiktoken-rs` crate: loading it needs no network and no files at run time. No
@@ -20,7 +20,7 @@
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
 
 use regex::Regex;
 
@@ -275,9 +275,34 @@ impl Fast {
     }
 }
 
+/// Texts counted recently, keyed by the whole text (a hit is exact): `context` counts the same
+/// Memory sections and the items of often recalled experiences call after call.
+static RECENT: LazyLock<Mutex<HashMap<String, usize>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Entries kept before the memo starts over.
+const RECENT_ENTRIES: usize = 4096;
+/// Longer texts are counted without being kept.
+const RECENT_MAX_BYTES: usize = 16 * 1024;
+
 /// Number of `cl100k_base` tokens in `text` (ordinary text: special-token spellings such as
 /// `<|endoftext|>` count as the plain characters they are).
 pub fn count(text: &str) -> usize {
+    let memo = text.len() <= RECENT_MAX_BYTES;
+    if memo && let Some(&n) = RECENT.lock().unwrap_or_else(|e| e.into_inner()).get(text) {
+        return n;
+    }
+    let n = count_uncached(text);
+    if memo {
+        let mut recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() >= RECENT_ENTRIES {
+            recent.clear();
+        }
+        recent.insert(text.to_owned(), n);
+    }
+    n
+}
+
+fn count_uncached(text: &str) -> usize {
     let Some(fast) = FAST.as_ref() else {
         return upper_bound(text);
     };

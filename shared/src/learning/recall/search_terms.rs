@@ -1,4 +1,4 @@
-//! Query text → bounded, quoted search terms (spec 002 "Retrieval and prompt receipts").
+//! Query text → bounded, quoted search terms.
 //!
 //! This is the only way foreground prompt text or explicit search text reaches a full-text
 //! `MATCH`. Every term leaves here as data: FTS5 builders emit each one as a double-quoted string
