@@ -348,6 +348,9 @@ async fn read_lists(
     Ok((docs, stored))
 }
 
+/// One key's postings: (document number, impact).
+type PostingList = Vec<(i64, f32)>;
+
 /// The posting list of each key as a caught-up index would hold it: stored postings of pending
 /// records taken out, their current keys (scored from their text) put in. Returns the lists and
 /// the project's document count after the same correction.
@@ -357,7 +360,7 @@ fn merge_pending(
     indexed_docs: usize,
     stored: &HashMap<String, Vec<u8>>,
     pending: &[PendingRow],
-) -> Result<(Vec<Vec<(i64, f32)>>, usize), StoreError> {
+) -> Result<(Vec<PostingList>, usize), StoreError> {
     let stale: HashSet<i64> = pending
         .iter()
         .filter(|row| row.indexed_project.as_deref() == Some(project_id))
