@@ -1,6 +1,6 @@
 //! The extraction prompt. The sources are data, framed and serialized as JSON; the rules that
-//! decide what is worth keeping are fixed here, never taken from the sources (spec 003: the
-//! model does not decide the criteria). The same schema is used natively or in the prompt.
+//! decide what is worth keeping are fixed here, never taken from the sources (the model does
+//! not decide the criteria). The same schema is used natively or in the prompt.
 
 use zuno_shared::learning::extraction::output_schema;
 use zuno_shared::learning::manifest::SourceManifest;

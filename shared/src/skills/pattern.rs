@@ -1,4 +1,4 @@
-//! Patterns: repeated, verified evidence grouped under one rule set (spec 002 "Slow path").
+//! Patterns: repeated, verified evidence grouped under one rule set (the slow path of learning).
 //!
 //! The durable identity of a pattern is its evidence, not the semantic concept a model chose: a
 //! group is merged into the pattern of this project it shares evidence with. A rejected pattern
@@ -16,7 +16,7 @@ use super::{SkillError, SkillService};
 use crate::db::{StoreError, Tx};
 
 /// Which experiences may be pattern evidence: verified, live, with a current source, and never
-/// an unresolved issue (spec 002: unresolved issues never become pattern evidence).
+/// an unresolved issue.
 pub const ELIGIBLE: &str = "e.status = 'active' AND e.source_state = 'current' \
     AND e.verification = 'verified' AND e.kind <> 'unresolved_issue'";
 
@@ -154,6 +154,22 @@ pub async fn patterns_in(
     Ok(out)
 }
 
+/// Every promoted project pattern of every project, by id: what global aggregation groups.
+pub async fn promoted_project_patterns_in(tx: &mut Tx) -> Result<Vec<Pattern>, StoreError> {
+    let sql = format!(
+        "SELECT {PATTERN_COLUMNS} FROM learning_pattern WHERE scope = 'project' AND state = 'promoted' ORDER BY id"
+    );
+    let rows: Vec<PatternRow> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .fetch_all(conn)
+            .await)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push(hydrate_in(tx, row).await?);
+    }
+    Ok(out)
+}
+
 /// SHA-256 over the sorted, de-duplicated ids, one per line: the evidence identity.
 pub fn evidence_digest<S: AsRef<str>>(ids: &[S]) -> String {
     let set: BTreeSet<&str> = ids.iter().map(AsRef::as_ref).collect();
@@ -278,7 +294,9 @@ pub async fn new_inputs_in(
     .fetch_one(conn)
     .await)?;
     let horizon = newest.unwrap_or(0).max(watermark);
-    let new_records: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+    let new_records: i64 =
+        crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
         "SELECT COUNT(*) FROM experience_record e WHERE e.project_id = $1 AND e.status = 'active' \
              AND e.seq > $2 AND e.seq <= $3"
     )
@@ -286,7 +304,8 @@ pub async fn new_inputs_in(
     .bind(watermark)
     .bind(horizon)
     .fetch_one(conn)
-    .await)?;
+    .await
+        })?;
     let sql = format!(
         "SELECT e.id, e.seq, e.kind, e.session_id, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
          WHERE e.project_id = $1 AND {ELIGIBLE} AND e.seq > $2 AND e.seq <= $3 \
