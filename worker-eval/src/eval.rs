@@ -19,10 +19,10 @@ use zuno_shared::ledger::{Job, JobKind};
 use zuno_shared::provider::{LearningModelClient, LearningRequest, ResolvedModel, resolve_model};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 use zuno_shared::skills::SkillService;
-use zuno_shared::skills::candidate::candidate_in;
+use zuno_shared::skills::candidate::{Candidate, candidate_in};
 use zuno_shared::skills::evaluation::{
-    AttemptRecord, Case, CaseOutcome, CassetteDispatcher, Dispatch, Grade, RunEnding, RunState,
-    baseline_skill, cases_in, decide, end_run_in, run_in, settle_verdict_in,
+    AttemptRecord, Case, CaseOutcome, CassetteDispatcher, Dispatch, Grade, Run, RunEnding,
+    RunState, baseline_skill, cases_in, decide, end_run_in, run_in, settle_verdict_in,
 };
 
 pub struct EvaluateHandler {
@@ -263,8 +263,8 @@ impl JobHandler for EvaluateHandler {
     }
 
     async fn run(&self, ctx: JobContext) -> Result<Job, JobError> {
-        let job = ctx.job().clone();
-        let Some(run_id) = job
+        let Some(run_id) = ctx
+            .job()
             .payload
             .get("runId")
             .and_then(Value::as_str)
@@ -272,19 +272,7 @@ impl JobHandler for EvaluateHandler {
         else {
             return Err(JobError::permanent("an evaluation job needs a runId"));
         };
-        let db = ctx.ledger.db().clone();
-        let mut read = db.begin_read().await?;
-        let run = run_in(&mut read, &run_id).await?;
-        let Some(run) = run else {
-            return Err(JobError::permanent(format!(
-                "evaluation run `{run_id}` was not found"
-            )));
-        };
-        let candidate = candidate_in(&mut read, &run.candidate_id)
-            .await?
-            .ok_or_else(|| JobError::permanent("the candidate of this evaluation is gone"))?;
-        let cases = cases_in(&mut read, &run.suite_id).await?;
-        read.rollback().await?;
+        let (run, candidate, cases) = load_run(&ctx, &run_id).await?;
         if run.state != RunState::Running {
             let settlement = ctx.begin_settlement().await?;
             return Ok(settlement
@@ -329,14 +317,37 @@ impl JobHandler for EvaluateHandler {
                 () = ctx.cancel.cancelled() => Ended::Cancelled,
             }
         };
+        self.settle(&ctx, &run, ended).await
+    }
+}
+
+/// The run, its candidate and its suite's cases.
+async fn load_run(ctx: &JobContext, run_id: &str) -> Result<(Run, Candidate, Vec<Case>), JobError> {
+    let mut read = ctx.ledger.db().begin_read().await?;
+    let Some(run) = run_in(&mut read, run_id).await? else {
+        return Err(JobError::permanent(format!(
+            "evaluation run `{run_id}` was not found"
+        )));
+    };
+    let candidate = candidate_in(&mut read, &run.candidate_id)
+        .await?
+        .ok_or_else(|| JobError::permanent("the candidate of this evaluation is gone"))?;
+    let cases = cases_in(&mut read, &run.suite_id).await?;
+    read.rollback().await?;
+    Ok((run, candidate, cases))
+}
+
+impl EvaluateHandler {
+    /// Settles how the run ended: a verdict (unless the run was superseded meanwhile), an
+    /// expired deadline, or a cancellation.
+    async fn settle(&self, ctx: &JobContext, run: &Run, ended: Ended) -> Result<Job, JobError> {
         let now = ctx.ledger.now_ms();
         match ended {
             Ended::Verdict(records, outcomes) => {
                 let verdict = decide(&outcomes);
                 let mut settlement = ctx.begin_settlement().await?;
                 let settled =
-                    settle_verdict_in(settlement.tx().await?, &run, &records, &verdict, now)
-                        .await?;
+                    settle_verdict_in(settlement.tx().await?, run, &records, &verdict, now).await?;
                 let outcome = if !settled {
                     "superseded"
                 } else if verdict.passed {
@@ -356,7 +367,7 @@ impl JobHandler for EvaluateHandler {
                 let mut settlement = ctx.begin_settlement().await?;
                 end_run_in(
                     settlement.tx().await?,
-                    &run,
+                    run,
                     RunEnding::Expired,
                     &diagnostic,
                     now,
@@ -374,7 +385,7 @@ impl JobHandler for EvaluateHandler {
                 let diagnostic =
                     "the evaluation was cancelled (lease lost or shutdown) before a verdict";
                 self.skills
-                    .end_run(&run, RunEnding::Cancelled, diagnostic)
+                    .end_run(run, RunEnding::Cancelled, diagnostic)
                     .await
                     .map_err(|error| JobError::retryable(error.to_string()))?;
                 Err(JobError::LeaseLost)

@@ -1,4 +1,5 @@
-//! Offline cassette evaluation of Skill candidates (spec 002 "Skill candidates and evaluation").
+//! Offline cassette evaluation of Skill candidates: a candidate is applied only after it does at
+//! least as well as the baseline on a recorded suite, without running any tool for real.
 
 pub mod eval;
 

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use zuno_shared::config::EmbeddingsConfig;
+use zuno_shared::learning::experience;
 use zuno_shared::learning::recall::semantic;
 use zuno_shared::ledger::{Job, JobKind};
 use zuno_shared::provider::{EmbeddingClient, ProviderError};
@@ -31,16 +32,6 @@ impl EmbedHandler {
             client: Some(client),
         }
     }
-}
-
-#[derive(sqlx::FromRow)]
-struct Source {
-    project_id: String,
-    title: String,
-    summary: String,
-    resolution: Option<String>,
-    keywords: String,
-    status: String,
 }
 
 #[async_trait::async_trait]
@@ -74,13 +65,7 @@ impl JobHandler for EmbedHandler {
 
         let db = ctx.ledger.db().clone();
         let mut read = db.begin_read().await?;
-        let source: Option<Source> = zuno_shared::on_tx!(&mut read, |conn| sqlx::query_as(
-            "SELECT project_id, title, summary, resolution, keywords, status \
-                 FROM experience_record WHERE id = $1"
-        )
-        .bind(&experience_id)
-        .fetch_optional(conn)
-        .await)?;
+        let source = experience::embedding_source_in(&mut read, &experience_id).await?;
         let stored = semantic::stored_digest_in(&mut read, &experience_id, &model).await?;
         read.rollback().await?;
         let Some(source) = source.filter(|s| s.status == "active") else {

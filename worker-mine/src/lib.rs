@@ -1,5 +1,5 @@
-//! The slow path: project and cross-project pattern mining (spec 002 "Slow path: consolidate
-//! repeated evidence").
+//! The slow path: project and cross-project pattern mining, which consolidates repeated evidence
+//! into patterns and, past their gates, Skill candidates.
 
 pub mod mine;
 

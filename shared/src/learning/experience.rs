@@ -755,3 +755,135 @@ pub async fn hints_for_job(db: &Db, job_id: &str) -> Result<Vec<MemoryHint>, Sto
         .fetch_all(pool)
         .await)?)
 }
+
+// Memory maintenance inputs: what the maintenance job plans from.
+
+/// A validated experience memory maintenance may plan from.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct MaintenanceInput {
+    pub id: String,
+    pub kind: String,
+    /// `remember` for an explicit user record.
+    pub origin: String,
+    pub title: String,
+    pub summary: String,
+    pub resolution: Option<String>,
+    pub created_at: i64,
+}
+
+/// Up to `limit` experiences of `project_id` past the watermark `after` (`(created_at, id)`,
+/// exclusive), oldest first, that maintenance may plan from: verified, live, never unresolved
+/// issues, and backed by a user statement, user feedback or a successful tool result (or an
+/// explicit `remember` record).
+pub async fn maintenance_inputs_in(
+    tx: &mut Tx,
+    project_id: &str,
+    after: (i64, &str),
+    limit: i64,
+) -> Result<Vec<MaintenanceInput>, StoreError> {
+    let sql = "SELECT e.id, e.kind, e.origin, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
+         WHERE e.project_id = $1 AND e.status = 'active' AND e.source_state = 'current' AND e.verification = 'verified' \
+           AND e.kind <> 'unresolved_issue' \
+           AND (e.created_at > $2 OR (e.created_at = $2 AND e.id > $3)) \
+           AND (e.origin = 'remember' OR EXISTS (SELECT 1 FROM experience_evidence v JOIN learning_source_record s \
+                ON s.job_id = COALESCE(v.job_id, e.job_id) AND s.source_id = v.source_id \
+                WHERE v.experience_id = e.id AND v.verified = TRUE \
+                  AND s.verification IN ('user_statement', 'user_feedback', 'tool_succeeded'))) \
+         ORDER BY e.created_at, e.id LIMIT $4";
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(project_id)
+        .bind(after.0)
+        .bind(after.1)
+        .bind(limit)
+        .fetch_all(conn)
+        .await)?)
+}
+
+/// The experiences among `ids` with explicit user evidence: a verified citation of a user
+/// statement or user feedback, or an explicit `remember` record. One statement for all ids.
+pub async fn user_backed_in(
+    tx: &mut Tx,
+    ids: &[String],
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let sql = format!(
+        "SELECT DISTINCT v.experience_id FROM experience_evidence v JOIN experience_record e ON e.id = v.experience_id \
+         LEFT JOIN learning_source_record s ON s.job_id = COALESCE(v.job_id, e.job_id) AND s.source_id = v.source_id \
+         WHERE v.experience_id IN ({}) AND v.verified = TRUE \
+           AND (e.origin = 'remember' OR s.verification IN ('user_statement', 'user_feedback'))",
+        placeholders(ids.len())
+    );
+    let backed: Vec<String> = crate::on_tx!(tx, |conn| {
+        let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()));
+        for id in ids {
+            query = query.bind(id.as_str());
+        }
+        query.fetch_all(conn).await
+    })?;
+    Ok(backed.into_iter().collect())
+}
+
+/// The raw memory hints of the experiences `ids`, grouped in the order of `ids` and by ordinal
+/// within one experience. One statement for all ids.
+pub async fn hints_of_in(tx: &mut Tx, ids: &[String]) -> Result<Vec<MemoryHint>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT job_id, ordinal, experience_id, project_id, target, action, content, old_text, reason, confidence, created_at \
+         FROM memory_hint WHERE experience_id IN ({}) ORDER BY experience_id, ordinal",
+        placeholders(ids.len())
+    );
+    let mut hints: Vec<MemoryHint> = crate::on_tx!(tx, |conn| {
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
+        for id in ids {
+            query = query.bind(id.as_str());
+        }
+        query.fetch_all(conn).await
+    })?;
+    let position: std::collections::HashMap<&str, usize> = ids
+        .iter()
+        .enumerate()
+        .map(|(index, id)| (id.as_str(), index))
+        .collect();
+    // A stable sort keeps the ordinal order inside each experience.
+    hints.sort_by_key(|hint| position.get(hint.experience_id.as_str()).copied());
+    Ok(hints)
+}
+
+// Semantic recall input: the text an `embed` job computes a vector from.
+
+/// The fields of an experience its embedding text is made from.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct EmbeddingSource {
+    pub project_id: String,
+    pub title: String,
+    pub summary: String,
+    pub resolution: Option<String>,
+    pub keywords: String,
+    /// `active` or `forgotten`.
+    pub status: String,
+}
+
+/// The embedding source of experience `id`, if it exists (forgotten or not).
+pub async fn embedding_source_in(
+    tx: &mut Tx,
+    id: &str,
+) -> Result<Option<EmbeddingSource>, StoreError> {
+    let sql = "SELECT project_id, title, summary, resolution, keywords, status \
+               FROM experience_record WHERE id = $1";
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(id)
+        .fetch_optional(conn)
+        .await)?)
+}
+
+/// `$1, $2, …` for `n` parameters.
+fn placeholders(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

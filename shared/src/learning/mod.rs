@@ -1,6 +1,7 @@
 //! The learning flywheel's host-side policy: which turns are learning sources, the source
 //! snapshots jobs are bound to, and admission.
 
+pub mod changes;
 pub mod eligibility;
 pub mod events;
 pub mod experience;

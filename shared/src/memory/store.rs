@@ -1152,3 +1152,62 @@ pub async fn record_rejected_in(
     .map(|done| done.rows_affected()))?;
     Ok(())
 }
+
+// Maintenance reads and writes: the maintenance job's watermark and its stale-plan check.
+
+/// The maintenance watermark of `project_id`: the `(created_at, experience id)` of the newest
+/// input a completed maintenance job has considered.
+pub async fn maintenance_watermark_in(
+    tx: &mut Tx,
+    project_id: &str,
+) -> Result<Option<(i64, String)>, StoreError> {
+    let sql = "SELECT watermark_at, watermark_id FROM memory_maintenance WHERE project_id = $1";
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(project_id)
+        .fetch_optional(conn)
+        .await)?)
+}
+
+/// Moves the maintenance watermark of `project_id` to `(at, experience_id)`, in the caller's
+/// transaction (the job's settlement, so it advances only with the plan it belongs to).
+pub async fn advance_maintenance_watermark_in(
+    tx: &mut Tx,
+    project_id: &str,
+    (at, experience_id): (i64, &str),
+    now: i64,
+) -> Result<(), StoreError> {
+    let sql = "INSERT INTO memory_maintenance (project_id, watermark_at, watermark_id, updated_at) VALUES ($1, $2, $3, $4) \
+               ON CONFLICT (project_id) DO UPDATE SET watermark_at = excluded.watermark_at, \
+               watermark_id = excluded.watermark_id, updated_at = excluded.updated_at";
+    crate::on_tx!(tx, |conn| sqlx::query(sql)
+        .bind(project_id)
+        .bind(at)
+        .bind(experience_id)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// The current revisions of the global document and of `project_id`'s document, 0 for a
+/// document that does not exist yet. One statement for both.
+pub async fn revisions_in(
+    tx: &mut Tx,
+    project_id: &str,
+) -> Result<HashMap<Scope, i64>, StoreError> {
+    let sql = "SELECT scope, revision FROM memory_document \
+               WHERE (scope = 'global' AND COALESCE(project_id, '') = '') \
+                  OR (scope = 'project' AND COALESCE(project_id, '') = $1)";
+    let rows: Vec<(String, i64)> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(project_id)
+        .fetch_all(conn)
+        .await)?;
+    let mut revisions = HashMap::from([(Scope::Global, 0), (Scope::Project, 0)]);
+    for (scope, revision) in rows {
+        let scope = Scope::parse(&scope)
+            .ok_or_else(|| StoreError::Corrupt(format!("memory_document scope `{scope}`")))?;
+        revisions.insert(scope, revision);
+    }
+    Ok(revisions)
+}

@@ -154,6 +154,22 @@ pub async fn patterns_in(
     Ok(out)
 }
 
+/// Every promoted project pattern of every project, by id: what global aggregation groups.
+pub async fn promoted_project_patterns_in(tx: &mut Tx) -> Result<Vec<Pattern>, StoreError> {
+    let sql = format!(
+        "SELECT {PATTERN_COLUMNS} FROM learning_pattern WHERE scope = 'project' AND state = 'promoted' ORDER BY id"
+    );
+    let rows: Vec<PatternRow> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .fetch_all(conn)
+            .await)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push(hydrate_in(tx, row).await?);
+    }
+    Ok(out)
+}
+
 /// SHA-256 over the sorted, de-duplicated ids, one per line: the evidence identity.
 pub fn evidence_digest<S: AsRef<str>>(ids: &[S]) -> String {
     let set: BTreeSet<&str> = ids.iter().map(AsRef::as_ref).collect();

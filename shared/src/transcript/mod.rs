@@ -5,4 +5,7 @@ mod model;
 mod store;
 
 pub use model::{Message, MessageStatus, Part, Project, Role, Session, StoredPart, ToolStatus};
-pub use store::{NewMessage, NewProject, NewSession, TranscriptError, TranscriptStore};
+pub use store::{
+    NewMessage, NewProject, NewSession, TranscriptError, TranscriptStore, session_model_in,
+    session_project_in,
+};

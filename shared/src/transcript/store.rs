@@ -809,3 +809,29 @@ fn not_found(what: &'static str, id: &str) -> TranscriptError {
         id: id.to_owned(),
     }
 }
+
+// Session reads for jobs, inside the job's own transaction.
+
+/// The model a session's host reported, if the session exists and named one.
+pub async fn session_model_in(tx: &mut Tx, session_id: &str) -> Result<Option<String>, StoreError> {
+    let model: Option<Option<String>> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT model FROM session WHERE id = $1"
+    )
+    .bind(session_id)
+    .fetch_optional(conn)
+    .await)?;
+    Ok(model.flatten())
+}
+
+/// The project of a session, if the session exists.
+pub async fn session_project_in(
+    tx: &mut Tx,
+    session_id: &str,
+) -> Result<Option<String>, StoreError> {
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT project_id FROM session WHERE id = $1"
+    )
+    .bind(session_id)
+    .fetch_optional(conn)
+    .await)?)
+}

@@ -30,7 +30,8 @@ use futures::Stream;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
-use zuno_shared::db::{Db, StoreError};
+use zuno_shared::db::Db;
+use zuno_shared::learning::changes::{self, ChangeListener, SessionMarker};
 use zuno_shared::learning::projection::{self, SessionLearning};
 
 use super::sessions::visible_session;
@@ -146,46 +147,15 @@ impl LiveHub {
     }
 }
 
-/// Database-wide counters and update times of everything a projection is built from.
-async fn global_marker(db: &Db) -> Result<Vec<i64>, StoreError> {
-    let sql = "SELECT \
-        (SELECT COUNT(*) FROM learning_job), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM learning_job), \
-        (SELECT COUNT(*) FROM experience_record), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM experience_record), \
-        (SELECT COUNT(*) FROM learning_event), \
-        (SELECT COALESCE(MAX(at), 0) FROM learning_event), \
-        (SELECT COUNT(*) FROM message_feedback), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM message_feedback), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM session_memory_policy)";
-    let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64) =
-        zuno_shared::on_db!(db, |pool| sqlx::query_as(sql).fetch_one(pool).await)?;
-    Ok(vec![
-        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
-    ])
-}
-
 /// The process's poller: broadcasts a new version whenever the global marker moves; stops when
 /// the last stream has gone.
 async fn poll_changes(hub: Arc<HubInner>) {
-    let mut listener = match hub.db.as_postgres() {
-        Some(pool) => match sqlx::postgres::PgListener::connect_with(pool).await {
-            Ok(mut listener) => match listener
-                .listen(zuno_shared::runtime::wake::PG_CHANNEL)
-                .await
-            {
-                Ok(()) => Some(listener),
-                Err(error) => {
-                    tracing::warn!(%error, "learning streams: cannot LISTEN; polling only");
-                    None
-                }
-            },
-            Err(error) => {
-                tracing::warn!(%error, "learning streams: cannot LISTEN; polling only");
-                None
-            }
-        },
-        None => None,
+    let mut listener = match ChangeListener::connect(&hub.db).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(%error, "learning streams: cannot LISTEN; polling only");
+            None
+        }
     };
     let mut ticker = tokio::time::interval(POLL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -217,7 +187,7 @@ async fn poll_changes(hub: Arc<HubInner>) {
                 ticker.tick().await;
             }
         }
-        match global_marker(&hub.db).await {
+        match changes::global_marker(&hub.db).await {
             Ok(marker) => {
                 if last.as_ref() != Some(&marker) {
                     last = Some(marker);
@@ -298,39 +268,6 @@ pub async fn session_learning_events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
-/// Cheap summary of everything the projection is built from; equal markers mean (almost
-/// certainly) an equal projection.
-#[derive(Debug, PartialEq, Eq)]
-struct Marker {
-    jobs: Vec<(String, String, i64)>,
-    counters: (i64, i64, i64, i64, i64, i64, i64),
-}
-
-async fn change_marker(db: &Db, session_id: &str, project_id: &str) -> Result<Marker, StoreError> {
-    let jobs_sql = "SELECT id, state, updated_at FROM learning_job WHERE session_id = $1 \
-                    ORDER BY updated_at DESC, id DESC LIMIT 200";
-    let counters_sql = "SELECT \
-        (SELECT COUNT(*) FROM experience_record WHERE project_id = $2), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM experience_record WHERE project_id = $2), \
-        (SELECT COUNT(*) FROM learning_event WHERE session_id = $1), \
-        (SELECT COALESCE(MAX(at), 0) FROM learning_event WHERE session_id = $1), \
-        (SELECT COUNT(*) FROM message_feedback WHERE session_id = $1), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM message_feedback WHERE session_id = $1), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM session_memory_policy WHERE session_id = $1)";
-    let jobs: Vec<(String, String, i64)> =
-        zuno_shared::on_db!(db, |pool| sqlx::query_as(jobs_sql)
-            .bind(session_id)
-            .fetch_all(pool)
-            .await)?;
-    let counters: (i64, i64, i64, i64, i64, i64, i64) =
-        zuno_shared::on_db!(db, |pool| sqlx::query_as(counters_sql)
-            .bind(session_id)
-            .bind(project_id)
-            .fetch_one(pool)
-            .await)?;
-    Ok(Marker { jobs, counters })
-}
-
 /// The content revision of a projection: what a client has seen.
 fn revision(view: &SessionLearning) -> String {
     let mut stable = view.clone();
@@ -354,11 +291,11 @@ async fn publish(
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick completes at once: the current state is evaluated before any wait.
     refresh.tick().await;
-    let mut last_marker: Option<Marker> = None;
+    let mut last_marker: Option<SessionMarker> = None;
     let mut forced = true;
     loop {
         if !forced {
-            match change_marker(&state.db, &session_id, &project_id).await {
+            match changes::session_marker(&state.db, &session_id, &project_id).await {
                 Ok(marker) => {
                     if last_marker.as_ref() == Some(&marker) {
                         tokio::select! {
