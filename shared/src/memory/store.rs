@@ -93,8 +93,8 @@ pub async fn document_in(
         .bind(project_id)
         .fetch_optional(conn)
         .await)?;
-    let (id, revision) = match found {
-        Some(found) => found,
+    let id = match found {
+        Some((id, _)) => id,
         None => {
             let id = crate::ids::new_id("mdoc");
             let sql = "INSERT INTO memory_document (id, scope, project_id, revision, updated_at) VALUES ($1, $2, $3, 0, $4) ON CONFLICT DO NOTHING";
@@ -106,14 +106,15 @@ pub async fn document_in(
                 .execute(conn)
                 .await
                 .map(|done| done.rows_affected()))?;
-            crate::on_tx!(tx, |conn| sqlx::query_as(find)
+            let (id, _): (String, i64) = crate::on_tx!(tx, |conn| sqlx::query_as(find)
                 .bind(scope.as_str())
                 .bind(project_id)
                 .fetch_one(conn)
-                .await)?
+                .await)?;
+            id
         }
     };
-    let entries = entries_in(tx, &id).await?;
+    let (revision, entries) = snapshot_in(tx, &id).await?;
     Ok(Document {
         id,
         scope,
@@ -121,6 +122,51 @@ pub async fn document_in(
         revision,
         entries,
     })
+}
+
+/// A document's revision and its current entries, read by ONE statement. On Postgres (read
+/// committed) two statements can straddle another writer's commit and pair revision 1 with the
+/// entries of revision 2; a writer planning a change against that pair would then be refused for
+/// a missing entry instead of being told its revision is stale.
+pub async fn snapshot_in(tx: &mut Tx, document_id: &str) -> Result<(i64, Vec<Entry>), StoreError> {
+    type Row = (
+        i64,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<bool>,
+        Option<i64>,
+        Option<i64>,
+    );
+    let sql = "SELECT d.revision, e.id, e.content, e.owner, e.derived, e.position, e.created_revision \
+               FROM memory_document d LEFT JOIN memory_entry e \
+                 ON e.document_id = d.id AND e.retracted_revision IS NULL \
+               WHERE d.id = $1 ORDER BY e.position, e.id";
+    let rows: Vec<Row> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(document_id)
+        .fetch_all(conn)
+        .await)?;
+    let Some(revision) = rows.first().map(|row| row.0) else {
+        return Err(StoreError::Corrupt(format!(
+            "memory document `{document_id}` vanished inside its transaction"
+        )));
+    };
+    let entries = rows
+        .into_iter()
+        .filter_map(
+            |(_, id, content, owner, derived, position, created_revision)| {
+                Some(Entry {
+                    id: id?,
+                    content: content?,
+                    owner: owner?,
+                    derived: derived?,
+                    position: position?,
+                    created_revision: created_revision?,
+                })
+            },
+        )
+        .collect();
+    Ok((revision, entries))
 }
 
 pub async fn entries_in(tx: &mut Tx, document_id: &str) -> Result<Vec<Entry>, StoreError> {
@@ -180,10 +226,10 @@ pub async fn view_in(
             "SELECT id, revision FROM memory_document WHERE scope = $1 AND COALESCE(project_id, '') = COALESCE($2, '')")
         .bind(scope.as_str()).bind(project_id).fetch_optional(conn).await
     })?;
-    let Some((id, revision)) = found else {
+    let Some((id, _)) = found else {
         return Ok(None);
     };
-    let entries = entries_in(tx, &id).await?;
+    let (revision, entries) = snapshot_in(tx, &id).await?;
     let unsupported = unsupported_in(tx, &entries).await?;
     let withheld = unsupported.len();
     let entries = entries
@@ -753,16 +799,16 @@ pub async fn document_by_id_in(
     tx: &mut Tx,
     document_id: &str,
 ) -> Result<Option<Document>, StoreError> {
-    let row: Option<(String, Option<String>, i64)> = crate::on_tx!(tx, |conn| sqlx::query_as(
-        "SELECT scope, project_id, revision FROM memory_document WHERE id = $1"
+    let row: Option<(String, Option<String>)> = crate::on_tx!(tx, |conn| sqlx::query_as(
+        "SELECT scope, project_id FROM memory_document WHERE id = $1"
     )
     .bind(document_id)
     .fetch_optional(conn)
     .await)?;
-    let Some((scope, project_id, revision)) = row else {
+    let Some((scope, project_id)) = row else {
         return Ok(None);
     };
-    let entries = entries_in(tx, document_id).await?;
+    let (revision, entries) = snapshot_in(tx, document_id).await?;
     Ok(Some(Document {
         id: document_id.to_owned(),
         scope: Scope::parse(&scope)
