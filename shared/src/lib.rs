@@ -12,6 +12,7 @@ pub mod runtime;
 pub mod skills;
 pub mod states;
 pub mod telemetry;
+pub mod text;
 pub mod tokens;
 pub mod transcript;
 

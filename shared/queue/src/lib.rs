@@ -9,7 +9,8 @@
 //!   the database clock.
 //! - [`runtime`]: the [`runtime::JobHandler`] trait and the [`runtime::Runner`] that wakes,
 //!   claims, heartbeats, settles and drains on shutdown.
-//! - [`clock`], [`ids`], [`metrics`], [`trace_context`]: what those need from the process.
+//! - [`clock`], [`ids`], [`trace_context`]: what those need from the process; the ledger's
+//!   metric instruments live in [`ledger::metrics`].
 //!
 //! The queue knows job kinds and states but nothing of what a job does: handlers live in the
 //! worker crates and in `zuno-shared`, which re-exports these modules under the same names.
@@ -18,6 +19,5 @@ pub mod clock;
 pub mod db;
 pub mod ids;
 pub mod ledger;
-pub mod metrics;
 pub mod runtime;
 pub mod trace_context;

@@ -75,7 +75,7 @@ impl ChangeListener {
             return Ok(None);
         };
         let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
-        listener.listen(crate::runtime::wake::PG_CHANNEL).await?;
+        listener.listen(crate::ledger::PG_CHANNEL).await?;
         Ok(Some(ChangeListener { listener }))
     }
 

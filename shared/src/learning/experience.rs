@@ -431,7 +431,7 @@ pub async fn insert_manual_in(
             reason: String::from("must be 1–4000 characters"),
         }));
     }
-    if let Some(c) = super::validate::unresolvable_codepoint(text) {
+    if let Some(c) = crate::text::codepoints::unresolvable_codepoint(text) {
         return Ok(Err(ExperienceError::Invalid {
             field: "text",
             reason: format!(
@@ -681,7 +681,7 @@ pub async fn solve_in(
     let resolution = resolution.trim();
     if resolution.is_empty()
         || resolution.chars().count() > 4000
-        || super::validate::unresolvable_codepoint(resolution).is_some()
+        || crate::text::codepoints::unresolvable_codepoint(resolution).is_some()
     {
         return Ok(Err(ExperienceError::Invalid {
             field: "resolution",

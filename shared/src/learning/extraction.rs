@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::memory::MemoryAction;
+
 /// What an experience records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -82,24 +84,6 @@ impl MemoryTarget {
         match self {
             MemoryTarget::Global => "global",
             MemoryTarget::Project => "project",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum MemoryAction {
-    Add,
-    Replace,
-    Remove,
-}
-
-impl MemoryAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemoryAction::Add => "add",
-            MemoryAction::Replace => "replace",
-            MemoryAction::Remove => "remove",
         }
     }
 }

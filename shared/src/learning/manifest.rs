@@ -10,7 +10,8 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::redact::redact;
+use crate::text::redact::redact;
+use crate::text::sha256;
 use super::signals;
 use crate::transcript::{Message, Part, Role, ToolStatus};
 
@@ -414,10 +415,6 @@ pub async fn load_persisted(
             .unwrap_or(u64::MAX)
     });
     Ok(records)
-}
-
-pub fn sha256(text: &str) -> String {
-    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 /// Splits the byte budget over the records: short records keep everything, long ones share what

@@ -12,7 +12,6 @@ pub mod manifest;
 pub mod policy;
 pub mod projection;
 pub mod recall;
-pub mod redact;
 pub mod retrieval;
 pub mod rules;
 pub mod signals;

@@ -109,18 +109,8 @@ pub enum WholeJobFailure {
     NotAProbability { field: String, value: String },
 }
 
-/// The first codepoint a model would read differently from a person, if any.
-pub fn unresolvable_codepoint(text: &str) -> Option<char> {
-    text.chars().find(|&c| {
-        let code = c as u32;
-        (0xE0000..=0xE007F).contains(&code)
-            || (0xE0100..=0xE01EF).contains(&code)
-            || (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
-    })
-}
-
 fn encoding_problem(text: &str) -> Option<String> {
-    unresolvable_codepoint(text).map(|c| {
+    crate::text::codepoints::unresolvable_codepoint(text).map(|c| {
         format!(
             "contains U+{:04X}, an encoding the model reads differently from a person",
             c as u32

@@ -32,7 +32,7 @@ use std::collections::BTreeSet;
 
 use unicode_normalization::UnicodeNormalization;
 
-use crate::learning::recall::stem::stem;
+use crate::text::stem::stem;
 
 /// Whether `a` and `b` state the same rule in other words (see the module documentation).
 pub fn same_rule(a: &str, b: &str) -> bool {

@@ -64,7 +64,7 @@ pub fn render(scope: &str, revision: i64, entries: &[String]) -> String {
 /// `[U+` already in the text written `&#91;U+`, so every marker in a file was put there by Zuno.
 /// Entries without such characters are unchanged.
 pub fn visible_entry(entry: &str) -> String {
-    use crate::learning::recall::render::is_invisible_or_reordering;
+    use crate::text::codepoints::is_invisible_or_reordering;
     let mut out = String::with_capacity(entry.len());
     let mut chars = entry.chars().peekable();
     while let Some(c) = chars.next() {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::consolidate::{Consolidation, EntryValue};
 use crate::db::{Db, StoreError, Tx};
-use crate::learning::manifest::sha256;
+use crate::text::sha256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]

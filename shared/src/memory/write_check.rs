@@ -7,7 +7,7 @@ use regex::Regex;
 
 use super::store::{Entry, Scope};
 use crate::config::MemoryConfig;
-use crate::learning::extraction::MemoryAction;
+use crate::memory::MemoryAction;
 
 /// Why a Memory write was refused. Every variant says what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,7 +70,7 @@ static INJECTION: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
 
 /// Checks one text field of a write.
 pub fn check_text(field: &'static str, text: &str) -> Result<(), WriteRefusal> {
-    if let Some(c) = crate::learning::validate::unresolvable_codepoint(text) {
+    if let Some(c) = crate::text::codepoints::unresolvable_codepoint(text) {
         return Err(WriteRefusal::Encoding {
             field,
             code: c as u32,
@@ -82,7 +82,7 @@ pub fn check_text(field: &'static str, text: &str) -> Result<(), WriteRefusal> {
             pattern: (*name).to_owned(),
         });
     }
-    let redacted = crate::learning::redact::redact(text);
+    let redacted = crate::text::redact::redact(text);
     if let Some(family) = redacted.families.first() {
         return Err(WriteRefusal::Credential {
             field,

@@ -494,7 +494,7 @@ pub(crate) fn clean_message(message: &str, secrets: &[String]) -> String {
         text = text.replace(secret.as_str(), "[REDACTED:credential]");
     }
     clip(
-        &crate::learning::redact::redact(&text).text,
+        &crate::text::redact::redact(&text).text,
         MAX_MESSAGE_CHARS,
     )
 }

@@ -349,7 +349,7 @@ async fn insert_suite_in(
     .fetch_one(conn)
     .await)?;
     let suite_id = crate::ids::new_id("esuite");
-    let digest = crate::learning::manifest::sha256(
+    let digest = crate::text::sha256(
         &serde_json::to_string(&(&candidate.content_digest, cases)).unwrap_or_default(),
     );
     crate::on_tx!(tx, |conn| {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter};
 
-pub use zuno_queue::metrics::{LedgerMetrics, ledger};
+pub use zuno_queue::ledger::metrics::{LedgerMetrics, ledger};
 
 // Bucket boundaries in seconds (the SDK's defaults suit milliseconds).
 const PROVIDER_LATENCY_BUCKETS: [f64; 14] = [

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
-use zuno_shared::learning::extraction::MemoryAction;
+use zuno_shared::memory::MemoryAction;
 use zuno_shared::learning::recall::search_terms::MatchMode;
 use zuno_shared::learning::retrieval::{self, PromptContext, Receipt, SearchHit};
 use zuno_shared::memory::service::{Inspection, MemoryError, Origin, Outcome, Proposal};

@@ -111,7 +111,7 @@ impl Ledger {
                 let sql = format!(
                     "WITH inserted AS ({}) SELECT inserted.*, pg_notify('{}', inserted.kind) AS notified FROM inserted",
                     insert_sql(Backend::Postgres),
-                    crate::runtime::wake::PG_CHANNEL
+                    crate::ledger::PG_CHANNEL
                 );
                 bind_new_job!(
                     sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
@@ -142,7 +142,7 @@ impl Ledger {
         match inserted {
             Some(row) => {
                 self.db.wake_bus().wake();
-                crate::metrics::ledger().admitted(job.identity.kind, "queued");
+                crate::ledger::metrics::ledger().admitted(job.identity.kind, "queued");
                 Ok(Admission::Queued(Job::try_from(row)?))
             }
             None => {
@@ -154,7 +154,7 @@ impl Ledger {
                 .bind(&job.identity.key)
                 .fetch_one(pool)
                 .await)?;
-                crate::metrics::ledger().admitted(job.identity.kind, "existing");
+                crate::ledger::metrics::ledger().admitted(job.identity.kind, "existing");
                 Ok(Admission::Existing(Job::try_from(existing)?))
             }
         }
@@ -199,14 +199,14 @@ impl Ledger {
         if let Some(row) = inserted {
             if tx.backend() == Backend::Postgres {
                 crate::on_tx!(tx, |conn| sqlx::query("SELECT pg_notify($1, $2)")
-                    .bind(crate::runtime::wake::PG_CHANNEL)
+                    .bind(crate::ledger::PG_CHANNEL)
                     .bind(kind.as_str())
                     .execute(conn)
                     .await
                     .map(|done| done.rows_affected()))?;
             }
             tx.wake_after_commit();
-            crate::metrics::ledger().admitted(kind, "queued");
+            crate::ledger::metrics::ledger().admitted(kind, "queued");
             return Ok(Admission::Queued(Job::try_from(row)?));
         }
         let select = format!("SELECT {JOB_COLUMNS} FROM learning_job {SELECT_EXISTING}");
@@ -217,7 +217,7 @@ impl Ledger {
         .bind(&job.identity.key)
         .fetch_one(conn)
         .await)?;
-        crate::metrics::ledger().admitted(kind, "existing");
+        crate::ledger::metrics::ledger().admitted(kind, "existing");
         Ok(Admission::Existing(Job::try_from(existing)?))
     }
 }

@@ -163,7 +163,7 @@ impl Ledger {
                 .store(local_now, std::sync::atomic::Ordering::Relaxed);
         }
 
-        let metrics = crate::metrics::ledger();
+        let metrics = crate::ledger::metrics::ledger();
         metrics.claim_latency(started.elapsed());
         for claimed in &batch.claimed {
             metrics.claimed(claimed.job.kind, claimed.lease.attempt);

@@ -7,6 +7,7 @@
 
 mod admit;
 mod claim;
+pub mod metrics;
 mod model;
 mod query;
 mod row;
@@ -25,6 +26,10 @@ pub use model::{
 };
 pub use query::{JobEvent, JobFilter, QueueCount};
 pub use settle::{HeartbeatOutcome, MAX_RETURNED_RELEASES, Settlement, retry_backoff_ms};
+
+/// The Postgres notification channel the ledger publishes on when a job becomes claimable
+/// (admitted, retried, released or rescued); workers `LISTEN` on it (`runtime::wake`).
+pub const PG_CHANNEL: &str = "zuno_jobs";
 
 /// Errors from ledger operations.
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +155,7 @@ pub(crate) async fn insert_event(
 pub(crate) async fn notify_in(tx: &mut Tx, reason: &str) -> Result<(), StoreError> {
     if tx.backend() == Backend::Postgres {
         crate::on_tx!(tx, |conn| sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(crate::runtime::wake::PG_CHANNEL)
+            .bind(crate::ledger::PG_CHANNEL)
             .bind(reason)
             .execute(conn)
             .await

@@ -199,7 +199,7 @@ impl Ledger {
             notify_in(&mut tx, "released").await?;
         }
         tx.commit().await?;
-        crate::metrics::ledger().released(job.kind, job.state.as_str());
+        crate::ledger::metrics::ledger().released(job.kind, job.state.as_str());
         Ok(Some(job))
     }
 
@@ -253,7 +253,7 @@ impl Ledger {
             &format!("{what} refused for attempt {}", lease.attempt),
         )
         .await?;
-        crate::metrics::ledger().fenced(lease.kind, what);
+        crate::ledger::metrics::ledger().fenced(lease.kind, what);
         Ok(())
     }
 }
@@ -451,7 +451,7 @@ impl Settlement<'_> {
                         .is_some_and(|job| job.state == JobState::Queued)
                 {
                     sqlx::query("SELECT pg_notify($1, $2)")
-                        .bind(crate::runtime::wake::PG_CHANNEL)
+                        .bind(crate::ledger::PG_CHANNEL)
                         .bind("retry")
                         .execute(pool)
                         .await?;
@@ -476,7 +476,7 @@ impl Settlement<'_> {
                 }
             }
         }
-        crate::metrics::ledger().settled(job.kind, job.state.as_str());
+        crate::ledger::metrics::ledger().settled(job.kind, job.state.as_str());
         Ok(job)
     }
 }

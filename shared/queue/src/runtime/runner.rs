@@ -178,7 +178,7 @@ impl Runner {
         let mut running: JoinSet<AttemptOutcome> = JoinSet::new();
         let mut in_flight: HashMap<tokio::task::Id, Running> = HashMap::new();
         let mut backoff = PollBackoff::new(config);
-        crate::metrics::ledger().export_from_zero(&kinds);
+        crate::ledger::metrics::ledger().export_from_zero(&kinds);
         tracing::info!(worker.id = %config.worker_id, kinds = ?kinds, "worker started");
 
         while !shutdown.is_cancelled() {
@@ -596,7 +596,7 @@ impl Attempt {
             AttemptOutcome::Released => "released",
             AttemptOutcome::Abandoned => "abandoned",
         };
-        crate::metrics::ledger().job_duration(kind, label, started.elapsed());
+        crate::ledger::metrics::ledger().job_duration(kind, label, started.elapsed());
         outcome
     }
 
@@ -618,7 +618,7 @@ impl Attempt {
                 _ => return Err(JobError::Database(error)),
             };
             reruns += 1;
-            crate::metrics::ledger().attempt_db_retry(self.ctx.claimed.job.kind);
+            crate::ledger::metrics::ledger().attempt_db_retry(self.ctx.claimed.job.kind);
             tracing::warn!(%error, rerun = reruns, retry_in_ms = delay.as_millis() as u64,
                 "database error inside the attempt; running the job again");
             tokio::time::sleep(delay).await;

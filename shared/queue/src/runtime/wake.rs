@@ -7,9 +7,7 @@ use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::db::Db;
-
-/// The Postgres notification channel admissions publish on.
-pub const PG_CHANNEL: &str = "zuno_jobs";
+use crate::ledger::PG_CHANNEL;
 
 /// Forwards Postgres notifications to the database handle's wake bus until cancelled.
 ///

@@ -13,9 +13,9 @@ use serde::Serialize;
 
 use super::{LearningIngestion, TurnOutcome};
 use crate::db::Tx;
-use crate::learning::manifest::sha256;
+use crate::text::sha256;
 use crate::learning::policy;
-use crate::learning::redact::redact;
+use crate::text::redact::redact;
 use crate::ledger::{Admission, JobIdentity, JobOrigin};
 use crate::transcript::{MessageStatus, Part, TranscriptError};
 

@@ -18,7 +18,7 @@
 use std::collections::HashSet;
 
 use super::search_terms;
-use super::stem::stem;
+use crate::text::stem::stem;
 
 /// The score an experience needs to be recalled automatically.
 pub const FLOOR: f64 = 1.0;

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::search_terms::{self, MAX_TERM_CHARS, Piece, QueryTerms};
-use super::stem::stem;
+use crate::text::stem::stem;
 use crate::db::{Backend, Db, StoreError, Tx};
 
 /// Column weights (ADR 0005): title, summary, resolution, keywords.

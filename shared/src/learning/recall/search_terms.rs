@@ -10,7 +10,7 @@
 //! Parsing, in order:
 //! 1. Only the first [`MAX_QUERY_CHARS`] characters are read. Full-width ASCII (`ｐｎｐｍ`, `：`)
 //!    folds to ASCII. Invisible and reordering codepoints (zero-width joiners, bidi overrides,
-//!    Tags, variation selectors — see [`super::render::is_invisible_or_reordering`]) are deleted,
+//!    Tags, variation selectors — see [`crate::text::codepoints::is_invisible_or_reordering`]) are deleted,
 //!    so `pn\u{200B}pm` is the word a person sees; control characters separate terms.
 //! 2. Candidates split on whitespace, controls, brackets, double quotes, backticks, `,` `;` `|`
 //!    and CJK punctuation. Other punctuation inside a candidate stays, so `foo.bar`,
@@ -43,7 +43,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::render::is_invisible_or_reordering;
+use crate::text::codepoints::is_invisible_or_reordering;
 
 /// At most this many terms reach a query, so a long prompt cannot build an expensive one.
 pub const MAX_TERMS: usize = 16;
@@ -147,7 +147,7 @@ impl QueryTerms {
     pub fn search_prefixes(&self) -> Vec<String> {
         let mut prefixes: Vec<String> = Vec::new();
         for term in self.terms.iter().filter(|t| !t.cjk) {
-            if let Some(prefix) = super::stem::search_prefix(&term.text)
+            if let Some(prefix) = crate::text::stem::search_prefix(&term.text)
                 && !prefixes.contains(&prefix)
             {
                 prefixes.push(prefix);

@@ -3,7 +3,7 @@
 
 use crate::config::MemoryPromotion;
 use crate::db::Tx;
-use crate::learning::extraction::MemoryAction;
+use crate::memory::MemoryAction;
 use crate::memory::consolidate::{self, Consolidation, Standing};
 use crate::memory::store::{self, Candidate, Document, MemoryCandidateState, Scope};
 use crate::memory::write_check::{self, WriteRefusal};

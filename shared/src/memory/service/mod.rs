@@ -15,7 +15,7 @@ use super::write_check::WriteRefusal;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::{Db, StoreError};
-use crate::learning::extraction::MemoryAction;
+use crate::memory::MemoryAction;
 use crate::managed_file::ManagedFileError;
 use crate::paths::Paths;
 

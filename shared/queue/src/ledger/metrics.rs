@@ -9,7 +9,7 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 
-use crate::ledger::JobKind;
+use super::JobKind;
 
 // Bucket boundaries in seconds. The SDK's default boundaries (0, 5, 10, 25, … 10000) suit
 // milliseconds: in seconds they would put every claim and most job runs in the first bucket and
@@ -128,8 +128,8 @@ impl LedgerMetrics {
                     .add(0, &[kind_label.clone(), KeyValue::new("outcome", outcome)]);
             }
             self.claimed.add(0, std::slice::from_ref(&kind_label));
-            for state in crate::ledger::JobState::ALL {
-                if state.is_terminal() || state == crate::ledger::JobState::Queued {
+            for state in super::JobState::ALL {
+                if state.is_terminal() || state == super::JobState::Queued {
                     self.settled.add(
                         0,
                         &[kind_label.clone(), KeyValue::new("state", state.as_str())],
