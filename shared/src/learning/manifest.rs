@@ -10,9 +10,9 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::signals;
 use crate::text::redact::redact;
 use crate::text::sha256;
-use super::signals;
 use crate::transcript::{Message, Part, Role, ToolStatus};
 
 /// What kind of evidence a record is.

@@ -493,10 +493,7 @@ pub(crate) fn clean_message(message: &str, secrets: &[String]) -> String {
     for secret in secrets.iter().filter(|s| s.len() >= 4) {
         text = text.replace(secret.as_str(), "[REDACTED:credential]");
     }
-    clip(
-        &crate::text::redact::redact(&text).text,
-        MAX_MESSAGE_CHARS,
-    )
+    clip(&crate::text::redact::redact(&text).text, MAX_MESSAGE_CHARS)
 }
 
 /// At most `max` characters, marking the cut.

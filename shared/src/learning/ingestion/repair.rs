@@ -13,10 +13,10 @@ use serde::Serialize;
 
 use super::{LearningIngestion, TurnOutcome};
 use crate::db::Tx;
-use crate::text::sha256;
 use crate::learning::policy;
-use crate::text::redact::redact;
 use crate::ledger::{Admission, JobIdentity, JobOrigin};
+use crate::text::redact::redact;
+use crate::text::sha256;
 use crate::transcript::{MessageStatus, Part, TranscriptError};
 
 /// At most this many legacy jobs per repair invocation.

@@ -31,8 +31,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::search_terms::{self, MAX_TERM_CHARS, Piece, QueryTerms};
-use crate::text::stem::stem;
 use crate::db::{Backend, Db, StoreError, Tx};
+use crate::text::stem::stem;
 
 /// Column weights (ADR 0005): title, summary, resolution, keywords.
 const WEIGHTS: [f64; 4] = [5.0, 2.0, 1.0, 1.0];

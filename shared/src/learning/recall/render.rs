@@ -19,8 +19,8 @@
 //! Rendering is a pure function of its input: the exact section text is what the prompt receipt
 //! persists and what [`super::token_count::count`] charges against the budget.
 
-use std::fmt::Write as _;
 use crate::text::codepoints::is_invisible_or_reordering;
+use std::fmt::Write as _;
 
 /// One retrieved experience as it enters the `learning.experiences` section. Every field is
 /// treated as untrusted and escaped, including the identifiers.

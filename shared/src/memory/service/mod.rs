@@ -15,8 +15,8 @@ use super::write_check::WriteRefusal;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::{Db, StoreError};
-use crate::memory::MemoryAction;
 use crate::managed_file::ManagedFileError;
+use crate::memory::MemoryAction;
 use crate::paths::Paths;
 
 mod candidates;
