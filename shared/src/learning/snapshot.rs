@@ -257,6 +257,18 @@ impl ClaimGate for SourceGate {
             }
             return self.reserve_tokens(tx, job).await;
         }
+        if matches!(
+            job.kind,
+            JobKind::AggregateProject | JobKind::AggregateGlobal
+        ) && crate::ledger::earlier_run_in(tx, job).await?
+        {
+            // Without this wait a follow-up admitted during a run would run beside it and
+            // repeat its model call over the same inputs.
+            return Ok(GateDecision::Defer {
+                until: self.clock.now_ms() + FOLLOW_UP_WAIT_MS,
+                reason: String::from("the aggregation run it follows is still running"),
+            });
+        }
         if job.kind != JobKind::Extract {
             return self.reserve_tokens(tx, job).await;
         }
@@ -287,6 +299,9 @@ impl ClaimGate for SourceGate {
         self.reserve_tokens(tx, job).await
     }
 }
+
+/// How often a deferred follow-up aggregation looks again whether the run before it ended.
+const FOLLOW_UP_WAIT_MS: i64 = 5_000;
 
 /// How long a job waits when calls in flight hold the rest of today's cap: about when they
 /// record their actual spend, which usually leaves room.

@@ -1,6 +1,8 @@
 //! Mining: the count gates, semantic grouping with validated citations, rejection suppression and
 //! reopening, promotion, and one job per bucket and evidence identity.
 
+use std::sync::Arc;
+
 use serde_json::json;
 use zuno_shared::ledger::{AllowAll, ClaimRequest, JobKind, JobState};
 use zuno_shared::skills::SkillError;
@@ -624,6 +626,108 @@ async fn one_bucket_queues_one_check_and_one_follow_up_during_a_run(db: TestDb) 
     assert_eq!(world.jobs(JobKind::AggregateProject).await.len(), 2);
 }
 
+/// A follow-up admitted while its run goes waits at the claim gate until that run has settled,
+/// without spending an attempt: two runs of one project never hold leases at once.
+async fn a_follow_up_waits_for_the_run_it_follows(db: TestDb) {
+    let clock = Arc::new(zuno_shared::clock::ManualClock::starting_at(
+        1_800_000_000_000,
+    ));
+    let shared: zuno_shared::clock::SharedClock = clock.clone();
+    let world = World::with_clock(db, zuno_shared::config::Config::default(), shared.clone()).await;
+    let gate = zuno_shared::learning::SourceGate::new(world.config.clone(), shared);
+    let kinds = [JobKind::AggregateProject];
+    let request = ClaimRequest {
+        worker_id: "mine-1",
+        kinds: &kinds,
+        limit: 2,
+        lease_ms: 60_000,
+        scopes: None,
+    };
+    let session = world.session().await;
+    world
+        .experience(&session, "Use pnpm, not npm", "Use pnpm, not npm")
+        .await;
+    let first = world.skills.admit_project_check(PROJECT).await.unwrap();
+    let claimed = world.ledger.claim(&request, &gate).await.unwrap().claimed;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].job.id, first.job().id);
+    let session = world.session().await;
+    world
+        .experience(&session, "Install with pnpm", "Install with pnpm")
+        .await;
+    let follow_up = world.skills.admit_project_check(PROJECT).await.unwrap();
+    assert!(follow_up.is_new());
+
+    let waiting = world.ledger.claim(&request, &gate).await.unwrap();
+    assert!(waiting.claimed.is_empty(), "{:?}", waiting.claimed);
+    assert_eq!(waiting.deferred, 1);
+    let deferred = world.ledger.get(&follow_up.job().id).await.unwrap();
+    assert_eq!(deferred.state, JobState::Queued);
+    assert_eq!(deferred.attempts, 0, "waiting spends no attempt");
+    // Still waiting when it is due again while the run goes on.
+    clock.advance(5_000);
+    assert!(
+        world
+            .ledger
+            .claim(&request, &gate)
+            .await
+            .unwrap()
+            .claimed
+            .is_empty()
+    );
+
+    world
+        .ledger
+        .begin_settlement(&claimed[0].lease)
+        .await
+        .unwrap()
+        .complete(serde_json::json!({}))
+        .await
+        .unwrap();
+    clock.advance(5_000);
+    let next = world.ledger.claim(&request, &gate).await.unwrap().claimed;
+    assert_eq!(next.len(), 1, "the follow-up runs once its run settled");
+    assert_eq!(next[0].job.id, follow_up.job().id);
+    assert_eq!(next[0].job.attempts, 1);
+}
+
+/// Two queued runs of one project claimed in one batch: the earlier runs, the later waits.
+async fn of_two_runs_claimed_together_only_the_earlier_proceeds(db: TestDb) {
+    let clock = Arc::new(zuno_shared::clock::ManualClock::starting_at(
+        1_800_000_000_000,
+    ));
+    let shared: zuno_shared::clock::SharedClock = clock.clone();
+    let world = World::with_clock(db, zuno_shared::config::Config::default(), shared.clone()).await;
+    let gate = zuno_shared::learning::SourceGate::new(world.config.clone(), shared);
+    let kinds = [JobKind::AggregateProject];
+    let request = ClaimRequest {
+        worker_id: "mine-1",
+        kinds: &kinds,
+        limit: 2,
+        lease_ms: 60_000,
+        scopes: None,
+    };
+    // Two buckets of one project, both queued.
+    let session = world.session().await;
+    world
+        .experience(&session, "Use pnpm, not npm", "Use pnpm, not npm")
+        .await;
+    let earlier = world.skills.admit_project_check(PROJECT).await.unwrap();
+    clock.advance(i64::try_from(world.config.learning.aggregation.interval_ms).unwrap());
+    let session = world.session().await;
+    world
+        .experience(&session, "Install with pnpm", "Install with pnpm")
+        .await;
+    let later = world.skills.admit_project_check(PROJECT).await.unwrap();
+    assert!(later.is_new());
+    assert_ne!(earlier.job().id, later.job().id);
+
+    let batch = world.ledger.claim(&request, &gate).await.unwrap();
+    let ids: Vec<_> = batch.claimed.iter().map(|c| c.job.id.clone()).collect();
+    assert_eq!(ids, [earlier.job().id.clone()]);
+    assert_eq!(batch.deferred, 1);
+}
+
 on_both_backends!(
     fewer_than_three_new_experiences_skip_without_a_model_request,
     three_sessions_are_needed_for_an_automatic_candidate,
@@ -636,6 +740,8 @@ on_both_backends!(
     experiences_written_during_a_slow_aggregation_are_mined_next_time,
     an_experience_stamped_by_a_slow_host_clock_is_still_mined,
     one_bucket_queues_one_check_and_one_follow_up_during_a_run,
+    a_follow_up_waits_for_the_run_it_follows,
+    of_two_runs_claimed_together_only_the_earlier_proceeds,
 );
 
 /// On Postgres, transactions commit in any order; the experience sequence must not. A second

@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::model::{Job, JobKind, JobState};
 use super::row::{JOB_COLUMNS, JobRow};
 use super::{Ledger, LedgerError};
+use crate::db::StoreError;
 
 /// Filters for [`Ledger::list`]. Results are newest first.
 #[derive(Debug, Clone)]
@@ -49,6 +50,23 @@ pub struct JobEvent {
     pub worker_id: Option<String>,
     pub detail: Option<String>,
     pub at: i64,
+}
+
+/// Whether a job of `job`'s kind and project that was admitted before it (ids are time-ordered)
+/// is running. Kinds whose runs of one scope must not overlap (aggregation: a follow-up reads
+/// what the run before it leaves) wait for it at the claim gate. Run inside the claim's
+/// transaction, it also sees jobs claimed in the same batch.
+pub async fn earlier_run_in(tx: &mut crate::db::Tx, job: &Job) -> Result<bool, StoreError> {
+    let running: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM learning_job WHERE kind = $1 AND state = 'running' \
+           AND COALESCE(project_id, '') = COALESCE($2, '') AND id < $3"
+    )
+    .bind(job.kind.as_str())
+    .bind(job.project_id.as_deref())
+    .bind(&job.id)
+    .fetch_one(conn)
+    .await)?;
+    Ok(running > 0)
 }
 
 impl Ledger {
