@@ -102,6 +102,7 @@ struct Plan {
     /// adding a copy.
     reinforcements: Vec<Change>,
     /// The newest input, where a successful commit moves the watermark.
+    /// `(seq, experience id)`.
     watermark: Option<(i64, String)>,
 }
 
@@ -117,16 +118,9 @@ struct Outcome {
 /// watermark, their hints and user backing, and both documents' prompt views.
 async fn read_inputs(db: &Db, project_id: &str) -> Result<PlanInputs, StoreError> {
     let mut read = db.begin_read().await?;
-    let (mark_at, mark_id) = store::maintenance_watermark_in(&mut read, project_id)
-        .await?
-        .unwrap_or((i64::MIN, String::new()));
-    let experiences = experience::maintenance_inputs_in(
-        &mut read,
-        project_id,
-        (mark_at, &mark_id),
-        MAX_EXPERIENCES,
-    )
-    .await?;
+    let mark = store::maintenance_watermark_in(&mut read, project_id).await?;
+    let experiences =
+        experience::maintenance_inputs_in(&mut read, project_id, mark, MAX_EXPERIENCES).await?;
     let ids: Vec<String> = experiences.iter().map(|input| input.id.clone()).collect();
     let user_backed = experience::user_backed_in(&mut read, &ids).await?;
     let hints = experience::hints_of_in(&mut read, &ids).await?;
@@ -225,7 +219,7 @@ impl MaintainHandler {
             model_mode,
             changes,
             reinforcements,
-            watermark: experiences.last().map(|i| (i.created_at, i.id.clone())),
+            watermark: experiences.last().map(|i| (i.seq, i.id.clone())),
         })
     }
 
@@ -326,10 +320,15 @@ impl MaintainHandler {
         plan: &Plan,
         outcome: Outcome,
     ) -> Result<Job, JobError> {
-        if let Some((at, id)) = &plan.watermark {
+        if let Some((seq, id)) = &plan.watermark {
             let tx = settlement.tx().await?;
-            store::advance_maintenance_watermark_in(tx, project_id, (*at, id), ctx.ledger.now_ms())
-                .await?;
+            store::advance_maintenance_watermark_in(
+                tx,
+                project_id,
+                (*seq, id),
+                ctx.ledger.now_ms(),
+            )
+            .await?;
         }
         let settled = settlement.complete(result_json(plan, &outcome)).await?;
         let mut published = HashSet::new();
@@ -418,7 +417,7 @@ fn result_json(plan: &Plan, outcome: &Outcome) -> serde_json::Value {
         "skipped": outcome.committed.skipped,
         "noOp": staged.is_empty(),
         "repaired": outcome.repaired,
-        "watermark": plan.watermark.as_ref().map(|(at, id)| serde_json::json!({"at": at, "experienceId": id})),
+        "watermark": plan.watermark.as_ref().map(|(seq, id)| serde_json::json!({"seq": seq, "experienceId": id})),
     })
 }
 

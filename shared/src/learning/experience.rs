@@ -769,31 +769,32 @@ pub struct MaintenanceInput {
     pub summary: String,
     pub resolution: Option<String>,
     pub created_at: i64,
+    /// The project's commit-order number (what the maintenance watermark counts).
+    pub seq: i64,
 }
 
-/// Up to `limit` experiences of `project_id` past the watermark `after` (`(created_at, id)`,
-/// exclusive), oldest first, that maintenance may plan from: verified, live, never unresolved
+/// Up to `limit` experiences of `project_id` past the watermark `after_seq` (exclusive), in
+/// commit order, that maintenance may plan from: verified, live, never unresolved
 /// issues, and backed by a user statement, user feedback or a successful tool result (or an
 /// explicit `remember` record).
 pub async fn maintenance_inputs_in(
     tx: &mut Tx,
     project_id: &str,
-    after: (i64, &str),
+    after_seq: i64,
     limit: i64,
 ) -> Result<Vec<MaintenanceInput>, StoreError> {
-    let sql = "SELECT e.id, e.kind, e.origin, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
+    let sql = "SELECT e.id, e.kind, e.origin, e.title, e.summary, e.resolution, e.created_at, e.seq FROM experience_record e \
          WHERE e.project_id = $1 AND e.status = 'active' AND e.source_state = 'current' AND e.verification = 'verified' \
            AND e.kind <> 'unresolved_issue' \
-           AND (e.created_at > $2 OR (e.created_at = $2 AND e.id > $3)) \
+           AND e.seq > $2 \
            AND (e.origin = 'remember' OR EXISTS (SELECT 1 FROM experience_evidence v JOIN learning_source_record s \
                 ON s.job_id = COALESCE(v.job_id, e.job_id) AND s.source_id = v.source_id \
                 WHERE v.experience_id = e.id AND v.verified = TRUE \
                   AND s.verification IN ('user_statement', 'user_feedback', 'tool_succeeded'))) \
-         ORDER BY e.created_at, e.id LIMIT $4";
+         ORDER BY e.seq LIMIT $3";
     Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
         .bind(project_id)
-        .bind(after.0)
-        .bind(after.1)
+        .bind(after_seq)
         .bind(limit)
         .fetch_all(conn)
         .await)?)

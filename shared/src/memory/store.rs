@@ -1201,33 +1201,37 @@ pub async fn record_rejected_in(
 
 // Maintenance reads and writes: the maintenance job's watermark and its stale-plan check.
 
-/// The maintenance watermark of `project_id`: the `(created_at, experience id)` of the newest
-/// input a completed maintenance job has considered.
-pub async fn maintenance_watermark_in(
-    tx: &mut Tx,
-    project_id: &str,
-) -> Result<Option<(i64, String)>, StoreError> {
-    let sql = "SELECT watermark_at, watermark_id FROM memory_maintenance WHERE project_id = $1";
-    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+/// The maintenance watermark of `project_id`: the `seq` of the newest input a completed
+/// maintenance job has considered (0: none yet). `seq` follows commit order, so every input
+/// past it is new whatever the writing host's clock said.
+pub async fn maintenance_watermark_in(tx: &mut Tx, project_id: &str) -> Result<i64, StoreError> {
+    let sql = "SELECT watermark_seq FROM memory_maintenance WHERE project_id = $1";
+    let mark: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(sql)
         .bind(project_id)
         .fetch_optional(conn)
-        .await)?)
+        .await)?;
+    Ok(mark.unwrap_or(0))
 }
 
-/// Moves the maintenance watermark of `project_id` to `(at, experience_id)`, in the caller's
-/// transaction (the job's settlement, so it advances only with the plan it belongs to).
+/// Moves the maintenance watermark of `project_id` forward to `(seq, experience_id)` in the
+/// caller's transaction (the job's settlement, so it advances only with the plan it belongs
+/// to); never back, so a job that planned from fewer inputs and settles later keeps the mark.
 pub async fn advance_maintenance_watermark_in(
     tx: &mut Tx,
     project_id: &str,
-    (at, experience_id): (i64, &str),
+    (seq, experience_id): (i64, &str),
     now: i64,
 ) -> Result<(), StoreError> {
-    let sql = "INSERT INTO memory_maintenance (project_id, watermark_at, watermark_id, updated_at) VALUES ($1, $2, $3, $4) \
-               ON CONFLICT (project_id) DO UPDATE SET watermark_at = excluded.watermark_at, \
-               watermark_id = excluded.watermark_id, updated_at = excluded.updated_at";
+    let sql = "INSERT INTO memory_maintenance (project_id, watermark_seq, watermark_id, updated_at) VALUES ($1, $2, $3, $4) \
+               ON CONFLICT (project_id) DO UPDATE SET \
+                 watermark_seq = CASE WHEN excluded.watermark_seq > memory_maintenance.watermark_seq \
+                   THEN excluded.watermark_seq ELSE memory_maintenance.watermark_seq END, \
+                 watermark_id = CASE WHEN excluded.watermark_seq > memory_maintenance.watermark_seq \
+                   THEN excluded.watermark_id ELSE memory_maintenance.watermark_id END, \
+                 updated_at = excluded.updated_at";
     crate::on_tx!(tx, |conn| sqlx::query(sql)
         .bind(project_id)
-        .bind(at)
+        .bind(seq)
         .bind(experience_id)
         .bind(now)
         .execute(conn)

@@ -462,9 +462,61 @@ async fn a_job_runs_only_for_its_bound_memory_path(db: TestDb) {
     assert!(!moved.path().join(".zuno").exists());
 }
 
+/// An experience written by a host whose clock runs an hour behind (an older `created_at` than
+/// the watermark's input) is still maintained: the watermark counts commit order, not clocks.
+async fn an_experience_stamped_by_a_slow_host_clock_is_still_maintained(db: TestDb) {
+    let provider = FakeProvider::start().await;
+    let (world, _worktree, first) = remembered(db, &provider).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    provider.push([plan(json!([add("Install packages with pnpm.", &first)]))]);
+    assert_eq!(world.run_maintain(&memory).await.completed, 1);
+
+    let late = world
+        .ingestion
+        .record(
+            "web",
+            None,
+            ExperienceOrigin::Remember,
+            "Run the linter with make lint before committing",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let behind = zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+        "UPDATE experience_record SET created_at = created_at - 3600000 WHERE id = $1"
+    )
+    .bind(&late.id)
+    .execute(pool)
+    .await
+    .map(|done| done.rows_affected()))
+    .unwrap();
+    assert_eq!(behind, 1);
+    provider.push([plan(json!([add(
+        "Run make lint before committing.",
+        &late.id
+    )]))]);
+    let report = world.run_maintain(&memory).await;
+    assert!(report.completed >= 1, "{report:?}");
+    assert_eq!(
+        provider.request_count(),
+        2,
+        "the late experience is planned from"
+    );
+    assert!(provider.requests()[1].body.to_string().contains(&late.id));
+    let watermark: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT watermark_id FROM memory_maintenance WHERE project_id = 'web'"
+    )
+    .fetch_one(pool)
+    .await)
+    .unwrap();
+    assert_eq!(watermark, late.id);
+}
+
 on_both_backends!(
     a_job_runs_only_for_its_bound_memory_path,
     a_model_plan_commits_with_journal_provenance_and_watermark,
+    an_experience_stamped_by_a_slow_host_clock_is_still_maintained,
     an_invalid_answer_is_repaired_once_then_fails_without_committing,
     a_refused_change_rolls_back_the_attempt_and_one_repair_commits_the_rest,
     a_plan_over_a_moved_revision_commits_nothing,
