@@ -79,28 +79,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         .clone()
         .unwrap_or_else(|| settings.config.server.bind.clone());
     settings.config.server.bind.clone_from(&bind);
-    let server_token = match (operator_token()?, args.insecure_no_auth) {
-        (Some(_), true) => {
-            return Err(CliError::new(
-                CliError::BAD_INPUT,
-                "--insecure-no-auth contradicts ZUNO_API_TOKEN: unset one of them",
-            ));
-        }
-        (Some(token), false) => ServerToken::Operator(token),
-        (None, _) if !is_loopback(&bind) => {
-            return Err(CliError::new(
-                CliError::BAD_INPUT,
-                format!(
-                    "refusing to listen on {bind} without ZUNO_API_TOKEN: set a token or bind a loopback address"
-                ),
-            ));
-        }
-        (None, true) => ServerToken::None,
-        (None, false) => ServerToken::Local(
-            zuno_shared::tokens::local::load_or_create(&settings.paths)
-                .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?,
-        ),
-    };
+    let server_token = ServerToken::decide(&bind, args.insecure_no_auth, &settings)?;
     let telemetry = init_telemetry("zuno-api", &settings.config)?;
     let shutdown = zuno_shared::runtime::shutdown::on_signal();
     let options = settings.connect_options();
@@ -109,16 +88,12 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         _ = shutdown.cancelled() => return Ok(()),
     };
     let config = Arc::new(settings.config.clone());
-    let token = match &server_token {
-        ServerToken::Operator(token) | ServerToken::Local(token) => Some(token.as_str()),
-        ServerToken::None => None,
-    };
     let state = AppState::new(
         config,
         db.clone(),
         system_clock(),
         settings.paths.clone(),
-        token,
+        server_token.secret(),
         Some(telemetry.registry().clone()),
     );
     let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
@@ -131,6 +106,76 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         .local_addr()
         .map_err(|e| CliError::new(CliError::FAILURE, e.to_string()))?;
 
+    start_up_repairs(&state).await;
+    let mut background = spawn_background(&state, &db, &settings, &args, &shutdown)?;
+    announce(&address, &args, &db, &server_token, &settings, &state);
+    let server_shutdown = shutdown.clone();
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
+        .await
+        .map_err(|e| CliError::new(CliError::FAILURE, format!("server failed: {e}")))?;
+    shutdown.cancel();
+    while background.join_next().await.is_some() {}
+    db.close().await;
+    Ok(())
+}
+
+impl ServerToken {
+    /// Refuses the combinations that would serve a non-loopback address without a token, or
+    /// that leave it unclear whether a token is wanted.
+    fn decide(
+        bind: &str,
+        insecure_no_auth: bool,
+        settings: &Settings,
+    ) -> Result<ServerToken, CliError> {
+        Ok(match (operator_token()?, insecure_no_auth) {
+            (Some(_), true) => {
+                return Err(CliError::new(
+                    CliError::BAD_INPUT,
+                    "--insecure-no-auth contradicts ZUNO_API_TOKEN: unset one of them",
+                ));
+            }
+            (Some(token), false) => ServerToken::Operator(token),
+            (None, _) if !is_loopback(bind) => {
+                return Err(CliError::new(
+                    CliError::BAD_INPUT,
+                    format!(
+                        "refusing to listen on {bind} without ZUNO_API_TOKEN: set a token or bind a loopback address"
+                    ),
+                ));
+            }
+            (None, true) => ServerToken::None,
+            (None, false) => ServerToken::Local(
+                zuno_shared::tokens::local::load_or_create(&settings.paths)
+                    .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?,
+            ),
+        })
+    }
+
+    /// The token requests must bear, if any.
+    fn secret(&self) -> Option<&str> {
+        match self {
+            ServerToken::Operator(token) | ServerToken::Local(token) => Some(token.as_str()),
+            ServerToken::None => None,
+        }
+    }
+
+    /// How the start-up line names the authentication in force.
+    fn describe(&self, settings: &Settings) -> String {
+        match self {
+            ServerToken::Operator(_) => String::from("on: ZUNO_API_TOKEN"),
+            ServerToken::Local(_) => format!(
+                "on: local token in {}",
+                zuno_shared::tokens::local::path(&settings.paths).display()
+            ),
+            ServerToken::None => String::from("OFF (--insecure-no-auth)"),
+        }
+    }
+}
+
+/// Puts right what a previous run (or no run) left undone. Each is logged, and none of their
+/// failures keeps the API from serving.
+async fn start_up_repairs(state: &AppState) {
     // Start-up reconciliation of resident Memory: historical applying/undoing candidates are
     // classified (never replayed) and missing projections restored from their revision.
     match state.memory.reconcile().await {
@@ -164,6 +209,16 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, "start-up embedding backfill failed"),
     }
+}
+
+/// The tasks that run beside the server until `shutdown`: with `--all-in-one`, the workers too.
+fn spawn_background(
+    state: &AppState,
+    db: &Db,
+    settings: &Settings,
+    args: &ServeArgs,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<tokio::task::JoinSet<()>, CliError> {
     let mut background = tokio::task::JoinSet::new();
     background.spawn(zuno_shared::telemetry::report_queue_depth(
         state.ledger.clone(),
@@ -177,14 +232,26 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         None,
     ));
     if args.all_in_one {
-        for runner in all_in_one_runners(&settings, &db, args.worker_concurrency)? {
+        for runner in all_in_one_runners(settings, db, args.worker_concurrency)? {
             let shutdown = shutdown.clone();
             background.spawn(async move {
                 runner.run(shutdown).await;
             });
         }
     }
-    // Stdout's first line is one a supervisor or test can wait for.
+    Ok(background)
+}
+
+/// Stdout's first line is one a supervisor or test can wait for; a server without
+/// authentication says so on stderr too, where a person watching will see it.
+fn announce(
+    address: &SocketAddr,
+    args: &ServeArgs,
+    db: &Db,
+    server_token: &ServerToken,
+    settings: &Settings,
+    state: &AppState,
+) {
     println!(
         "zuno listening on http://{address} ({} database{}, auth {})",
         db.backend().as_str(),
@@ -193,16 +260,9 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         } else {
             ""
         },
-        match &server_token {
-            ServerToken::Operator(_) => String::from("on: ZUNO_API_TOKEN"),
-            ServerToken::Local(_) => format!(
-                "on: local token in {}",
-                zuno_shared::tokens::local::path(&settings.paths).display()
-            ),
-            ServerToken::None => String::from("OFF (--insecure-no-auth)"),
-        },
+        server_token.describe(settings),
     );
-    match &server_token {
+    match server_token {
         ServerToken::Local(_) => {
             if let Some(code) = state.dashboard.new_code() {
                 println!("dashboard (one-time sign-in link): http://{address}/ui#code={code}");
@@ -220,15 +280,6 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         ServerToken::Operator(_) => {}
     }
     tracing::info!(%address, all_in_one = args.all_in_one, "server started");
-    let server_shutdown = shutdown.clone();
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
-        .await
-        .map_err(|e| CliError::new(CliError::FAILURE, format!("server failed: {e}")))?;
-    shutdown.cancel();
-    while background.join_next().await.is_some() {}
-    db.close().await;
-    Ok(())
 }
 
 /// One runner per worker stage, sharing the server's database handle.

@@ -356,36 +356,9 @@ pub async fn import(
     notes: Vec<Note>,
     dry_run: bool,
 ) -> Result<MemoryImportReport, CliError> {
-    let cwd = dir.to_string_lossy();
-    let project = match project {
-        Some(project) => {
-            super::client::ensure_project(client, project, project, None).await?;
-            project.to_owned()
-        }
-        None => {
-            let (id, name) = project_for_cwd(&cwd);
-            super::client::ensure_project(client, &id, &name, local_worktree(&cwd).as_deref())
-                .await?;
-            id
-        }
-    };
+    let project = ensure_import_project(client, dir, project).await?;
     let memory_path = format!("/api/projects/{}/memory", encode(&project));
-    let mut known: Vec<(&'static str, String)> = Vec::new();
-    for target in ["global", "project"] {
-        if !notes.iter().any(|note| note.target == target) {
-            continue;
-        }
-        let read = client
-            .get(&format!("{memory_path}?target={target}"))
-            .await?;
-        for document in read["documents"].as_array().into_iter().flatten() {
-            for entry in document["entries"].as_array().into_iter().flatten() {
-                if let Some(content) = entry["content"].as_str() {
-                    known.push((target, content.to_owned()));
-                }
-            }
-        }
-    }
+    let mut known = known_entries(client, &memory_path, &notes).await?;
     let mut report = MemoryImportReport {
         project: project.clone(),
         files,
@@ -414,56 +387,115 @@ pub async fn import(
             });
             continue;
         }
-        let body = json!({
-            "target": note.target,
-            "action": "add",
-            "content": note.content,
-            "reason": format!("imported from Claude Code memory: {}:{}", note.file, note.line),
-            "confidence": 1.0,
-            "origin": "user",
-        });
-        match client.post(&memory_path, &body).await {
-            Ok(outcome) => {
-                known.push((note.target, note.content.clone()));
-                let applied = outcome["applied"].as_bool() == Some(true);
-                if applied {
-                    report.added += 1;
-                } else {
-                    report.skipped += 1;
-                }
-                report.notes.push(NoteOutcome {
-                    note,
-                    outcome: if applied { "added" } else { "skipped" },
-                    detail: (!applied).then(|| String::from("left pending for review")),
-                });
-            }
-            Err(ClientError::Problem { status: 403, .. }) => {
-                return Err(CliError::new(
-                    CliError::BAD_INPUT,
-                    "importing Claude Code memory adds the user's own entries: it needs the user's token (the local token, or one created with `zuno tokens create --user`)",
-                ));
-            }
-            Err(ClientError::Problem {
-                status: 400 | 409 | 413,
-                detail,
-                body,
-                ..
-            }) => {
-                // One entry Memory refuses (over the cap, a credential, an injection) does not
-                // stop the import.
-                let field = body
-                    .get("field")
-                    .and_then(Value::as_str)
-                    .unwrap_or("content");
-                report.skipped += 1;
-                report.notes.push(NoteOutcome {
-                    note,
-                    outcome: "skipped",
-                    detail: Some(format!("{detail} ({field})")),
-                });
-            }
-            Err(error) => return Err(error.into()),
-        }
+        add_note(client, &memory_path, note, &mut known, &mut report).await?;
     }
     Ok(report)
+}
+
+/// The project to import into (`--project`, else the one of `dir`), created when missing.
+async fn ensure_import_project(
+    client: &ApiClient,
+    dir: &Path,
+    project: Option<&str>,
+) -> Result<String, CliError> {
+    let cwd = dir.to_string_lossy();
+    Ok(match project {
+        Some(project) => {
+            super::client::ensure_project(client, project, project, None).await?;
+            project.to_owned()
+        }
+        None => {
+            let (id, name) = project_for_cwd(&cwd);
+            super::client::ensure_project(client, &id, &name, local_worktree(&cwd).as_deref())
+                .await?;
+            id
+        }
+    })
+}
+
+/// The entries Memory already holds, per target, so a note that restates one is not sent
+/// again. Only the targets some note goes to are read.
+async fn known_entries(
+    client: &ApiClient,
+    memory_path: &str,
+    notes: &[Note],
+) -> Result<Vec<(&'static str, String)>, CliError> {
+    let mut known: Vec<(&'static str, String)> = Vec::new();
+    for target in ["global", "project"] {
+        if !notes.iter().any(|note| note.target == target) {
+            continue;
+        }
+        let read = client
+            .get(&format!("{memory_path}?target={target}"))
+            .await?;
+        for document in read["documents"].as_array().into_iter().flatten() {
+            for entry in document["entries"].as_array().into_iter().flatten() {
+                if let Some(content) = entry["content"].as_str() {
+                    known.push((target, content.to_owned()));
+                }
+            }
+        }
+    }
+    Ok(known)
+}
+
+/// Adds one note as the user's own entry, and reports what became of it.
+async fn add_note(
+    client: &ApiClient,
+    memory_path: &str,
+    note: Note,
+    known: &mut Vec<(&'static str, String)>,
+    report: &mut MemoryImportReport,
+) -> Result<(), CliError> {
+    let body = json!({
+        "target": note.target,
+        "action": "add",
+        "content": note.content,
+        "reason": format!("imported from Claude Code memory: {}:{}", note.file, note.line),
+        "confidence": 1.0,
+        "origin": "user",
+    });
+    match client.post(memory_path, &body).await {
+        Ok(outcome) => {
+            known.push((note.target, note.content.clone()));
+            let applied = outcome["applied"].as_bool() == Some(true);
+            if applied {
+                report.added += 1;
+            } else {
+                report.skipped += 1;
+            }
+            report.notes.push(NoteOutcome {
+                note,
+                outcome: if applied { "added" } else { "skipped" },
+                detail: (!applied).then(|| String::from("left pending for review")),
+            });
+        }
+        Err(ClientError::Problem { status: 403, .. }) => {
+            return Err(CliError::new(
+                CliError::BAD_INPUT,
+                "importing Claude Code memory adds the user's own entries: it needs the user's token (the local token, or one created with `zuno tokens create --user`)",
+            ));
+        }
+        Err(ClientError::Problem {
+            status: 400 | 409 | 413,
+            detail,
+            body,
+            ..
+        }) => {
+            // One entry Memory refuses (over the cap, a credential, an injection) does not
+            // stop the import.
+            let field = body
+                .get("field")
+                .and_then(Value::as_str)
+                .unwrap_or("content");
+            report.skipped += 1;
+            report.notes.push(NoteOutcome {
+                note,
+                outcome: "skipped",
+                detail: Some(format!("{detail} ({field})")),
+            });
+        }
+        Err(error) => return Err(error.into()),
+    }
+    Ok(())
 }

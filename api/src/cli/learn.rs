@@ -235,164 +235,123 @@ pub async fn learn(
     }
     let client = ApiClient::connect(global, &common.server).await?;
     let p = encode(&project(&common)?);
-    let answer = match action {
-        LearnAction::Eval(_) => unreachable!("handled above"),
-        LearnAction::Status => client.get(&format!("/api/projects/{p}/learn/status")).await,
-        LearnAction::List { offset } => {
-            client
-                .get(&format!(
-                    "/api/projects/{p}/learn/experiences?offset={offset}"
-                ))
-                .await
-        }
+    let answer = match route(action, &p) {
+        Route::Get(path) => client.get(&path).await,
+        Route::Post(path, body) => client.post(&path, &body).await,
+    }?;
+    print(&answer, common.json);
+    Ok(())
+}
+
+/// The API call a `learn` action maps to: a GET of a path, or a POST of a JSON body.
+enum Route {
+    Get(String),
+    Post(String, Value),
+}
+
+/// Which route each action calls, for the project `p` (already URL-encoded).
+fn route(action: LearnAction, p: &str) -> Route {
+    match action {
+        LearnAction::Eval(_) => unreachable!("learn runs eval before routing"),
+        LearnAction::Status => Route::Get(format!("/api/projects/{p}/learn/status")),
+        LearnAction::List { offset } => Route::Get(format!(
+            "/api/projects/{p}/learn/experiences?offset={offset}"
+        )),
         LearnAction::Get { experience_id } => {
-            client
-                .get(&format!("/api/experiences/{}", encode(&experience_id)))
-                .await
+            Route::Get(format!("/api/experiences/{}", encode(&experience_id)))
         }
         LearnAction::Reprocess {
             assistant_message_id,
-        } => {
-            client
-                .post(
-                    &format!("/api/projects/{p}/learn/reprocess"),
-                    &json!({ "assistantMessageId": assistant_message_id }),
-                )
-                .await
-        }
-        LearnAction::RepairHistory { dry_run } => {
-            client
-                .post(
-                    &format!("/api/projects/{p}/learn/repair-history"),
-                    &json!({ "dryRun": dry_run }),
-                )
-                .await
-        }
+        } => Route::Post(
+            format!("/api/projects/{p}/learn/reprocess"),
+            json!({ "assistantMessageId": assistant_message_id }),
+        ),
+        LearnAction::RepairHistory { dry_run } => Route::Post(
+            format!("/api/projects/{p}/learn/repair-history"),
+            json!({ "dryRun": dry_run }),
+        ),
         LearnAction::EmbedBackfill => {
-            client
-                .post(
-                    &format!("/api/projects/{p}/learn/embed-backfill"),
-                    &json!({}),
-                )
-                .await
+            Route::Post(format!("/api/projects/{p}/learn/embed-backfill"), json!({}))
         }
-        LearnAction::InspectMemory { target } => {
-            client
-                .get(&format!(
-                    "/api/projects/{p}/memory/inspect?target={}",
-                    target.as_str()
-                ))
-                .await
-        }
-        LearnAction::ImportMemory { target } => {
-            client
-                .post(
-                    &format!("/api/projects/{p}/memory/import"),
-                    &json!({ "target": target.as_str() }),
-                )
-                .await
-        }
-        LearnAction::Remember { text, session } => {
-            client
-                .post(
-                    &format!("/api/projects/{p}/learn/remember"),
-                    &json!({ "text": joined(&text), "sessionId": session }),
-                )
-                .await
-        }
-        LearnAction::Issue { text, session } => {
-            client
-                .post(
-                    &format!("/api/projects/{p}/learn/issue"),
-                    &json!({ "text": joined(&text), "sessionId": session }),
-                )
-                .await
-        }
+        LearnAction::InspectMemory { target } => Route::Get(format!(
+            "/api/projects/{p}/memory/inspect?target={}",
+            target.as_str()
+        )),
+        LearnAction::ImportMemory { target } => Route::Post(
+            format!("/api/projects/{p}/memory/import"),
+            json!({ "target": target.as_str() }),
+        ),
+        LearnAction::Remember { text, session } => Route::Post(
+            format!("/api/projects/{p}/learn/remember"),
+            json!({ "text": joined(&text), "sessionId": session }),
+        ),
+        LearnAction::Issue { text, session } => Route::Post(
+            format!("/api/projects/{p}/learn/issue"),
+            json!({ "text": joined(&text), "sessionId": session }),
+        ),
         LearnAction::Solved {
             experience_id,
             resolution,
-        } => {
-            client
-                .post(
-                    &format!("/api/experiences/{}/solved", encode(&experience_id)),
-                    &json!({ "resolution": joined(&resolution) }),
-                )
-                .await
-        }
-        LearnAction::Forget { experience_id } => {
-            client
-                .post(
-                    &format!("/api/experiences/{}/forget", encode(&experience_id)),
-                    &json!({}),
-                )
-                .await
-        }
-        LearnAction::Promote { experience_id } => {
-            client
-                .post(
-                    &format!("/api/projects/{p}/learn/promote"),
-                    &json!({ "experienceId": experience_id }),
-                )
-                .await
-        }
+        } => Route::Post(
+            format!("/api/experiences/{}/solved", encode(&experience_id)),
+            json!({ "resolution": joined(&resolution) }),
+        ),
+        LearnAction::Forget { experience_id } => Route::Post(
+            format!("/api/experiences/{}/forget", encode(&experience_id)),
+            json!({}),
+        ),
+        LearnAction::Promote { experience_id } => Route::Post(
+            format!("/api/projects/{p}/learn/promote"),
+            json!({ "experienceId": experience_id }),
+        ),
         LearnAction::Feedback {
             session_id,
             message_id,
             value,
             note,
             expected_revision,
-        } => {
-            let value = match value {
-                FeedbackArg::Positive => "positive",
-                FeedbackArg::Negative => "negative",
-            };
-            client
-                .post(
-                    &format!(
-                        "/api/session/{}/messages/{}/feedback",
-                        encode(&session_id),
-                        encode(&message_id)
-                    ),
-                    &json!({ "value": value, "note": note, "expectedRevision": expected_revision }),
-                )
-                .await
-        }
-        LearnAction::PatternPromote { pattern_id } => {
-            client
-                .post(
-                    &format!("/api/patterns/{}/promote", encode(&pattern_id)),
-                    &json!({}),
-                )
-                .await
-        }
-        LearnAction::PatternReject { pattern_id } => {
-            client
-                .post(
-                    &format!("/api/patterns/{}/reject", encode(&pattern_id)),
-                    &json!({}),
-                )
-                .await
-        }
-        LearnAction::SkillReview { candidate_id } => skill(&client, &candidate_id, "review").await,
-        LearnAction::SkillApply { candidate_id } => skill(&client, &candidate_id, "apply").await,
-        LearnAction::SkillReject { candidate_id } => skill(&client, &candidate_id, "reject").await,
-        LearnAction::SkillUndo { candidate_id } => skill(&client, &candidate_id, "undo").await,
-    }?;
-    print(&answer, common.json);
-    Ok(())
+        } => feedback(&session_id, &message_id, value, note, expected_revision),
+        LearnAction::PatternPromote { pattern_id } => Route::Post(
+            format!("/api/patterns/{}/promote", encode(&pattern_id)),
+            json!({}),
+        ),
+        LearnAction::PatternReject { pattern_id } => Route::Post(
+            format!("/api/patterns/{}/reject", encode(&pattern_id)),
+            json!({}),
+        ),
+        LearnAction::SkillReview { candidate_id } => skill(&candidate_id, "review"),
+        LearnAction::SkillApply { candidate_id } => skill(&candidate_id, "apply"),
+        LearnAction::SkillReject { candidate_id } => skill(&candidate_id, "reject"),
+        LearnAction::SkillUndo { candidate_id } => skill(&candidate_id, "undo"),
+    }
 }
 
-async fn skill(
-    client: &ApiClient,
-    candidate: &str,
-    action: &str,
-) -> Result<Value, super::client::ClientError> {
-    client
-        .post(
-            &format!("/api/skills/{}/{action}", encode(candidate)),
-            &json!({}),
-        )
-        .await
+fn feedback(
+    session_id: &str,
+    message_id: &str,
+    value: FeedbackArg,
+    note: Option<String>,
+    expected_revision: i64,
+) -> Route {
+    let value = match value {
+        FeedbackArg::Positive => "positive",
+        FeedbackArg::Negative => "negative",
+    };
+    Route::Post(
+        format!(
+            "/api/session/{}/messages/{}/feedback",
+            encode(session_id),
+            encode(message_id)
+        ),
+        json!({ "value": value, "note": note, "expectedRevision": expected_revision }),
+    )
+}
+
+fn skill(candidate: &str, action: &str) -> Route {
+    Route::Post(
+        format!("/api/skills/{}/{action}", encode(candidate)),
+        json!({}),
+    )
 }
 
 pub async fn memory(

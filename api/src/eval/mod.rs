@@ -145,19 +145,8 @@ async fn evaluate(
     home: &Path,
     store: &FreshStore,
 ) -> Result<FileReport, EvalError> {
-    let mut config = options.config.clone();
-    config.database.url = Some(store.url.clone());
-    // The projects' worktrees live in this run's temporary home and nowhere else.
-    config.server.worktree_roots = vec![home.display().to_string()];
-    let _cassettes = match &options.cassettes {
-        Some(mode) => {
-            let (cassettes, providers) =
-                cassette::Cassettes::start(mode.clone(), &config.providers).await?;
-            config.providers = providers;
-            Some(cassettes)
-        }
-        None => None,
-    };
+    // The cassettes answer for the providers until the end of the run.
+    let (config, _cassettes) = run_config(options, store, home).await?;
     let config = Arc::new(config);
     let paths = Paths::resolve(Some(home));
     let clock = system_clock();
@@ -173,7 +162,62 @@ async fn evaluate(
 
     let project = labels.project.clone();
     let other = format!("{project}-other");
-    for id in [&project, &other] {
+    create_projects(&client, home, &[project.as_str(), other.as_str()]).await?;
+    let loaded = transcript::load(&client, labels.format, transcript, &project).await?;
+
+    let env = WorkerEnv {
+        settings: Settings {
+            paths,
+            config: (*config).clone(),
+        },
+        ledger: Ledger::new(store.db.clone(), clock),
+    };
+    drain(&env).await?;
+    let jobs = job_counts(&env.ledger).await?;
+
+    let (experiences, _) = zuno_shared::learning::experience::list(&store.db, &project, 0, 100_000)
+        .await
+        .map_err(EvalError::store)?;
+    let memory = zuno_shared::memory::store::supported_entries(&store.db, &project)
+        .await
+        .map_err(EvalError::store)?;
+    let lexical_only = lexical_only_client(&config, store, home);
+    let probes =
+        score::Probes::ask(&client, lexical_only.as_ref(), labels, &project, &other).await?;
+    let mut report = score::score(labels, &loaded, &experiences, &memory, &probes, &project);
+    report.labels = labels_path.display().to_string();
+    report.transcript = transcript.display().to_string();
+    report.jobs = jobs;
+    report.extractor = zuno_shared::learning::extractor_version(&config).to_owned();
+    Ok(report)
+}
+
+/// The configuration to run with, on the fresh store, and the cassettes that stand in for its
+/// providers when recording or replaying.
+async fn run_config(
+    options: &EvalOptions,
+    store: &FreshStore,
+    home: &Path,
+) -> Result<(Config, Option<cassette::Cassettes>), EvalError> {
+    let mut config = options.config.clone();
+    config.database.url = Some(store.url.clone());
+    // The projects' worktrees live in this run's temporary home and nowhere else.
+    config.server.worktree_roots = vec![home.display().to_string()];
+    let cassettes = match &options.cassettes {
+        Some(mode) => {
+            let (cassettes, providers) =
+                cassette::Cassettes::start(mode.clone(), &config.providers).await?;
+            config.providers = providers;
+            Some(cassettes)
+        }
+        None => None,
+    };
+    Ok((config, cassettes))
+}
+
+/// Creates each project with a worktree of its own under `home`.
+async fn create_projects(client: &ApiClient, home: &Path, ids: &[&str]) -> Result<(), EvalError> {
+    for &id in ids {
         let worktree = home.join("worktrees").join(transcript::safe_id(id));
         std::fs::create_dir_all(&worktree).map_err(|source| EvalError::Read {
             path: worktree.clone(),
@@ -187,18 +231,12 @@ async fn evaluate(
             .await
             .map_err(|e| EvalError::cli(e.into()))?;
     }
-    let loaded = transcript::load(&client, labels.format, transcript, &project).await?;
+    Ok(())
+}
 
-    let env = WorkerEnv {
-        settings: Settings {
-            paths,
-            config: (*config).clone(),
-        },
-        ledger: Ledger::new(store.db.clone(), clock),
-    };
-    drain(&env).await?;
-    let jobs = env
-        .ledger
+/// Jobs per `kind:state`.
+async fn job_counts(ledger: &Ledger) -> Result<std::collections::BTreeMap<String, i64>, EvalError> {
+    Ok(ledger
         .counts()
         .await
         .map_err(EvalError::store)?
@@ -209,19 +247,15 @@ async fn evaluate(
                 count.count,
             )
         })
-        .collect();
+        .collect())
+}
 
-    let (experiences, _) = zuno_shared::learning::experience::list(&store.db, &project, 0, 100_000)
-        .await
-        .map_err(EvalError::store)?;
-    let memory = zuno_shared::memory::store::supported_entries(&store.db, &project)
-        .await
-        .map_err(EvalError::store)?;
-    // With the semantic layer configured, the follow-ups are also asked without it (same store,
-    // same experiences, embeddings off) so the report can put recall@5 with and without side by
-    // side.
-    let lexical_only = config.embeddings.as_ref().map(|_| {
-        let mut lexical = (*config).clone();
+/// With the semantic layer configured, the follow-ups are also asked without it (same store,
+/// same experiences, embeddings off) so the report can put recall@5 with and without side by
+/// side.
+fn lexical_only_client(config: &Config, store: &FreshStore, home: &Path) -> Option<ApiClient> {
+    config.embeddings.as_ref().map(|_| {
+        let mut lexical = config.clone();
         lexical.embeddings = None;
         let state = crate::http::AppState::new(
             Arc::new(lexical),
@@ -232,15 +266,7 @@ async fn evaluate(
             None,
         );
         ApiClient::in_process(crate::http::router(state))
-    });
-    let probes =
-        score::Probes::ask(&client, lexical_only.as_ref(), labels, &project, &other).await?;
-    let mut report = score::score(labels, &loaded, &experiences, &memory, &probes, &project);
-    report.labels = labels_path.display().to_string();
-    report.transcript = transcript.display().to_string();
-    report.jobs = jobs;
-    report.extractor = zuno_shared::learning::extractor_version(&config).to_owned();
-    Ok(report)
+    })
 }
 
 /// Runs the extract and maintain stages until the queue has nothing due for them.

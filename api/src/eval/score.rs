@@ -315,9 +315,44 @@ pub fn score(
     };
     report.label_problems = check_labels(labels, loaded);
 
-    // Experiences and the label of their first citation.
-    let mut group_of: HashMap<String, String> = HashMap::new();
-    let mut label_of: HashMap<String, &Label> = HashMap::new();
+    let citations = score_experiences(experiences, loaded, &by_source, &mut report);
+    let found = score_lesson_groups(labels, &citations.group_of, &mut report);
+    let reach = Reach {
+        group_of: &citations.group_of,
+        memory_groups: score_memory(memory, &citations.label_of, &mut report),
+    };
+    let scoring = Scoring {
+        labels,
+        experiences,
+        reach: &reach,
+        found: &found,
+    };
+    scoring.follow_ups(&probes.follow_ups, &mut report);
+    scoring.lexical_only(&probes.lexical_only, &mut report);
+    scoring.negatives(&probes.negatives, &mut report);
+    scoring.cross_project(&probes.cross, &mut report);
+    report.unlabelled = unlabelled_prompts(labels, loaded);
+    report
+}
+
+/// The labels the experiences cite first, keyed by experience id.
+struct Citations<'a> {
+    /// Only experiences whose first citation is a lesson have a group.
+    group_of: HashMap<String, String>,
+    label_of: HashMap<String, &'a Label>,
+}
+
+/// Adds one [`ExperienceLine`] per experience, with the label of its first citation.
+fn score_experiences<'a>(
+    experiences: &[Experience],
+    loaded: &Loaded,
+    by_source: &HashMap<(Source, u64), &'a Label>,
+    report: &mut FileReport,
+) -> Citations<'a> {
+    let mut citations = Citations {
+        group_of: HashMap::new(),
+        label_of: HashMap::new(),
+    };
     let mut summaries: HashMap<String, usize> = HashMap::new();
     for experience in experiences {
         let primary = experience.evidence.iter().min_by_key(|e| e.ordinal);
@@ -326,15 +361,17 @@ pub fn score(
                 evidence.address.as_deref(),
                 evidence.message_id.as_deref(),
                 loaded,
-                &by_source,
+                by_source,
             ),
             None => (String::from("uncited"), None),
         };
         let precise = label.is_some_and(|l| l.is_lesson());
         if let Some(label) = label {
-            label_of.insert(experience.id.clone(), label);
+            citations.label_of.insert(experience.id.clone(), label);
             if label.is_lesson() {
-                group_of.insert(experience.id.clone(), label.group());
+                citations
+                    .group_of
+                    .insert(experience.id.clone(), label.group());
             }
         }
         *summaries
@@ -354,8 +391,16 @@ pub fn score(
         });
     }
     report.figures.duplicates = summaries.values().map(|n| n - 1).sum();
+    citations
+}
 
-    // Lesson groups.
+/// Counts the lesson groups and names those no experience cites; returns the groups found.
+fn score_lesson_groups<'g>(
+    labels: &LabelFile,
+    group_of: &'g HashMap<String, String>,
+    report: &mut FileReport,
+) -> HashSet<&'g String> {
+    // A list, not a set: missed groups are reported in label order, the same every run.
     let groups: Vec<String> = {
         let mut seen = Vec::new();
         for label in labels.prompts.iter().filter(|l| l.is_lesson()) {
@@ -374,8 +419,15 @@ pub fn score(
         .filter(|g| !found.contains(g))
         .cloned()
         .collect();
+    found
+}
 
-    // Memory entries and the labels behind them.
+/// Adds one [`MemoryLine`] per entry; returns the lesson groups behind each entry's scope.
+fn score_memory(
+    memory: &[SupportedEntry],
+    label_of: &HashMap<String, &Label>,
+    report: &mut FileReport,
+) -> Vec<(MemoryScope, HashSet<String>)> {
     let mut memory_groups: Vec<(MemoryScope, HashSet<String>)> = Vec::new();
     for supported in memory {
         let labels_behind: Vec<&Label> = supported
@@ -403,8 +455,20 @@ pub fn score(
             junk,
         });
     }
-    let in_memory = |group: &str, scope: Option<MemoryScope>, recalled: &Recalled| {
-        memory_groups.iter().any(|(entry_scope, groups)| {
+    memory_groups
+}
+
+/// How a recalled context can reach a lesson group: by an experience extracted from it, or by
+/// a Memory entry resting on it.
+struct Reach<'a> {
+    group_of: &'a HashMap<String, String>,
+    memory_groups: Vec<(MemoryScope, HashSet<String>)>,
+}
+
+impl Reach<'_> {
+    /// A Memory entry (of `scope`, or any) resting on `group` whose section was recalled.
+    fn in_memory(&self, group: &str, scope: Option<MemoryScope>, recalled: &Recalled) -> bool {
+        self.memory_groups.iter().any(|(entry_scope, groups)| {
             groups.contains(group)
                 && scope.is_none_or(|s| s == *entry_scope)
                 && recalled
@@ -412,81 +476,115 @@ pub fn score(
                     .iter()
                     .any(|name| name == entry_scope.section())
         })
-    };
-    let experiences_of = |group: &str, recalled: &Recalled| -> bool {
+    }
+
+    /// A recalled experience extracted from `group`.
+    fn by_retrieval(&self, group: &str, recalled: &Recalled) -> bool {
         recalled
             .experience_ids
             .iter()
-            .any(|id| group_of.get(id).is_some_and(|g| g == group))
-    };
+            .any(|id| self.group_of.get(id).is_some_and(|g| g == group))
+    }
+}
 
-    for (index, prompt, recalled) in &probes.follow_ups {
-        let label = &labels.prompts[*index];
-        let group = label.group();
-        let by_retrieval = experiences_of(&group, recalled);
-        let by_memory = in_memory(&group, None, recalled);
-        let hit = by_retrieval || by_memory;
-        report.figures.follow_ups += 1;
-        report.figures.follow_up_hits += usize::from(hit);
-        report.figures.memory_hits += usize::from(by_memory && !by_retrieval);
-        if found.contains(&group) {
-            report.figures.follow_ups_extracted += 1;
-            report.figures.follow_up_hits_extracted += usize::from(hit);
-            if !hit {
-                report
-                    .missed_follow_ups
-                    .push(miss(label, prompt, recalled, experiences));
+/// What the probes' answers are scored against.
+struct Scoring<'a> {
+    labels: &'a LabelFile,
+    experiences: &'a [Experience],
+    reach: &'a Reach<'a>,
+    /// Lesson groups some experience cites.
+    found: &'a HashSet<&'a String>,
+}
+
+impl Scoring<'_> {
+    fn follow_ups(&self, answers: &[(usize, String, Recalled)], report: &mut FileReport) {
+        for (index, prompt, recalled) in answers {
+            let label = &self.labels.prompts[*index];
+            let group = label.group();
+            let by_retrieval = self.reach.by_retrieval(&group, recalled);
+            let by_memory = self.reach.in_memory(&group, None, recalled);
+            let hit = by_retrieval || by_memory;
+            report.figures.follow_ups += 1;
+            report.figures.follow_up_hits += usize::from(hit);
+            report.figures.memory_hits += usize::from(by_memory && !by_retrieval);
+            if self.found.contains(&group) {
+                report.figures.follow_ups_extracted += 1;
+                report.figures.follow_up_hits_extracted += usize::from(hit);
+                if !hit {
+                    report
+                        .missed_follow_ups
+                        .push(miss(label, prompt, recalled, self.experiences));
+                }
             }
         }
     }
-    for (index, _, recalled) in &probes.lexical_only {
-        let group = labels.prompts[*index].group();
-        let hit = experiences_of(&group, recalled) || in_memory(&group, None, recalled);
-        report.figures.lexical_only_follow_ups += 1;
-        report.figures.lexical_only_hits += usize::from(hit);
-        if found.contains(&group) {
-            report.figures.lexical_only_hits_extracted += usize::from(hit);
-        }
-    }
-    for (index, prompt, recalled) in &probes.negatives {
-        let label = &labels.prompts[*index];
-        report.figures.negatives += 1;
-        if experiences_of(&label.group(), recalled) {
-            report.figures.false_recalls += 1;
-            report
-                .false_recalls
-                .push(miss(label, prompt, recalled, experiences));
-        }
-    }
-    let mut user_wide_reached: HashSet<String> = HashSet::new();
-    for (index, _, recalled) in &probes.cross {
-        let label = &labels.prompts[*index];
-        let group = label.group();
-        // Experiences never cross projects; a project lesson in global Memory does.
-        let leaked = recalled
-            .experience_ids
-            .iter()
-            .filter(|id| group_of.contains_key(*id))
-            .count();
-        let project_lesson_in_global = label.scope != Some(Scope::User)
-            && in_memory(&group, Some(MemoryScope::Global), recalled);
-        report.figures.cross_project_items += leaked + usize::from(project_lesson_in_global);
-        if label.scope == Some(Scope::User)
-            && in_memory(&group, Some(MemoryScope::Global), recalled)
-        {
-            user_wide_reached.insert(group);
-        }
-    }
-    let user_groups: HashSet<String> = labels
-        .prompts
-        .iter()
-        .filter(|l| l.is_lesson() && l.scope == Some(Scope::User))
-        .map(Label::group)
-        .collect();
-    report.figures.user_wide_lessons = user_groups.len();
-    report.figures.user_wide_reached = user_wide_reached.len();
 
-    // Human prompts no label covers.
+    fn lexical_only(&self, answers: &[(usize, String, Recalled)], report: &mut FileReport) {
+        for (index, _, recalled) in answers {
+            let group = self.labels.prompts[*index].group();
+            let hit = self.reach.by_retrieval(&group, recalled)
+                || self.reach.in_memory(&group, None, recalled);
+            report.figures.lexical_only_follow_ups += 1;
+            report.figures.lexical_only_hits += usize::from(hit);
+            if self.found.contains(&group) {
+                report.figures.lexical_only_hits_extracted += usize::from(hit);
+            }
+        }
+    }
+
+    fn negatives(&self, answers: &[(usize, String, Recalled)], report: &mut FileReport) {
+        for (index, prompt, recalled) in answers {
+            let label = &self.labels.prompts[*index];
+            report.figures.negatives += 1;
+            if self.reach.by_retrieval(&label.group(), recalled) {
+                report.figures.false_recalls += 1;
+                report
+                    .false_recalls
+                    .push(miss(label, prompt, recalled, self.experiences));
+            }
+        }
+    }
+
+    /// The follow-ups asked in the other project: what leaked there, and which user-wide
+    /// lessons reached it.
+    fn cross_project(&self, answers: &[(usize, String, Recalled)], report: &mut FileReport) {
+        let mut user_wide_reached: HashSet<String> = HashSet::new();
+        for (index, _, recalled) in answers {
+            let label = &self.labels.prompts[*index];
+            let group = label.group();
+            // Experiences never cross projects; a project lesson in global Memory does.
+            let leaked = recalled
+                .experience_ids
+                .iter()
+                .filter(|id| self.reach.group_of.contains_key(*id))
+                .count();
+            let project_lesson_in_global = label.scope != Some(Scope::User)
+                && self
+                    .reach
+                    .in_memory(&group, Some(MemoryScope::Global), recalled);
+            report.figures.cross_project_items += leaked + usize::from(project_lesson_in_global);
+            if label.scope == Some(Scope::User)
+                && self
+                    .reach
+                    .in_memory(&group, Some(MemoryScope::Global), recalled)
+            {
+                user_wide_reached.insert(group);
+            }
+        }
+        let user_groups: HashSet<String> = self
+            .labels
+            .prompts
+            .iter()
+            .filter(|l| l.is_lesson() && l.scope == Some(Scope::User))
+            .map(Label::group)
+            .collect();
+        report.figures.user_wide_lessons = user_groups.len();
+        report.figures.user_wide_reached = user_wide_reached.len();
+    }
+}
+
+/// Human prompts no label covers, by line.
+fn unlabelled_prompts(labels: &LabelFile, loaded: &Loaded) -> Vec<u64> {
     let labelled: HashSet<u64> = labels
         .prompts
         .iter()
@@ -504,8 +602,7 @@ pub fn score(
         .collect();
     unlabelled.sort_unstable();
     unlabelled.dedup();
-    report.unlabelled = unlabelled;
-    report
+    unlabelled
 }
 
 /// Where a citation points, as `prompt:<line>` / `tool:<line>` / `feedback:<line>`, and its label.

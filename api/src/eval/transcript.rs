@@ -92,71 +92,123 @@ async fn load_zuno(client: &ApiClient, path: &Path, project: &str) -> Result<Loa
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut loaded = Loaded::default();
-    let mut sessions: HashMap<String, String> = HashMap::new();
-    let mut last_assistant: HashMap<String, String> = HashMap::new();
-    let mut feedback_revisions: HashMap<String, i64> = HashMap::new();
+    let mut loader = ZunoLoader {
+        client,
+        path,
+        project,
+        stem,
+        loaded: Loaded::default(),
+        sessions: HashMap::new(),
+        last_assistant: HashMap::new(),
+        feedback_revisions: HashMap::new(),
+    };
     for (index, raw) in text.lines().enumerate() {
         let line = index as u64 + 1;
         let trimmed = raw.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        let bad = |detail: String| EvalError::Transcript {
-            path: path.to_path_buf(),
-            line,
-            detail,
-        };
-        let record: Value = serde_json::from_str(trimmed).map_err(|e| bad(e.to_string()))?;
+        loader.record(line, trimmed).await?;
+    }
+    Ok(loader.loaded)
+}
+
+/// What loading a synthetic transcript keeps from one line to the next.
+struct ZunoLoader<'a> {
+    client: &'a ApiClient,
+    path: &'a Path,
+    project: &'a str,
+    /// The file's name without extension: message ids are made from it and the line.
+    stem: String,
+    loaded: Loaded,
+    /// The transcript's session key → the stored session's id.
+    sessions: HashMap<String, String>,
+    /// Session id → its latest assistant message, the one a `feedback` line is about.
+    last_assistant: HashMap<String, String>,
+    /// Message id → the revision its next feedback replaces (feedback is compare-and-set).
+    feedback_revisions: HashMap<String, i64>,
+}
+
+impl ZunoLoader<'_> {
+    /// Stores one record: a feedback on the session's last assistant message, or a message.
+    async fn record(&mut self, line: u64, trimmed: &str) -> Result<(), EvalError> {
+        let record: Value =
+            serde_json::from_str(trimmed).map_err(|e| self.bad(line, e.to_string()))?;
         let session_key = record
             .get("session")
             .and_then(Value::as_str)
-            .ok_or_else(|| bad(String::from("`session` is missing")))?;
-        let session_id = match sessions.get(session_key) {
-            Some(id) => id.clone(),
-            None => {
-                let id = safe_id(&format!("ev-{project}-{session_key}"));
-                let created = client
-                    .post(
-                        &format!("/api/projects/{}/sessions", encode(project)),
-                        &json!({ "id": id, "title": session_key }),
-                    )
-                    .await;
-                if let Err(error) = created
-                    && error.status() != Some(409)
-                {
-                    return Err(bad(error.to_string()));
-                }
-                sessions.insert(session_key.to_owned(), id.clone());
-                id
-            }
-        };
+            .ok_or_else(|| self.bad(line, String::from("`session` is missing")))?;
+        let session_id = self.session(session_key, line).await?;
         if let Some(value) = record.get("feedback").and_then(Value::as_str) {
-            let message = last_assistant
-                .get(&session_id)
-                .ok_or_else(|| bad(String::from("feedback before any assistant message")))?
-                .clone();
-            let revision = feedback_revisions.entry(message.clone()).or_insert(0);
-            let body = json!({ "value": value, "note": record.get("note"), "expectedRevision": *revision });
-            client
-                .post(
-                    &format!(
-                        "/api/session/{}/messages/{}/feedback",
-                        encode(&session_id),
-                        encode(&message)
-                    ),
-                    &body,
-                )
-                .await
-                .map_err(|e| bad(e.to_string()))?;
-            *revision += 1;
-            loaded.feedback.insert(message, line);
-            continue;
+            return self.feedback(&session_id, value, &record, line).await;
         }
+        self.message(&session_id, &record, line).await
+    }
+
+    /// The stored session of `session_key`, created on its first line.
+    async fn session(&mut self, session_key: &str, line: u64) -> Result<String, EvalError> {
+        if let Some(id) = self.sessions.get(session_key) {
+            return Ok(id.clone());
+        }
+        let id = safe_id(&format!("ev-{}-{session_key}", self.project));
+        let created = self
+            .client
+            .post(
+                &format!("/api/projects/{}/sessions", encode(self.project)),
+                &json!({ "id": id, "title": session_key }),
+            )
+            .await;
+        if let Err(error) = created
+            && error.status() != Some(409)
+        {
+            return Err(self.bad(line, error.to_string()));
+        }
+        self.sessions.insert(session_key.to_owned(), id.clone());
+        Ok(id)
+    }
+
+    async fn feedback(
+        &mut self,
+        session_id: &str,
+        value: &str,
+        record: &Value,
+        line: u64,
+    ) -> Result<(), EvalError> {
+        let message = self
+            .last_assistant
+            .get(session_id)
+            .ok_or_else(|| self.bad(line, String::from("feedback before any assistant message")))?
+            .clone();
+        let revision = self.feedback_revisions.entry(message.clone()).or_insert(0);
+        let body =
+            json!({ "value": value, "note": record.get("note"), "expectedRevision": *revision });
+        self.client
+            .post(
+                &format!(
+                    "/api/session/{}/messages/{}/feedback",
+                    encode(session_id),
+                    encode(&message)
+                ),
+                &body,
+            )
+            .await
+            .map_err(|e| bad(self.path, line, e.to_string()))?;
+        *revision += 1;
+        self.loaded.feedback.insert(message, line);
+        Ok(())
+    }
+
+    /// Stores a message. One the API refuses is an issue of the report, not the end of the load.
+    async fn message(
+        &mut self,
+        session_id: &str,
+        record: &Value,
+        line: u64,
+    ) -> Result<(), EvalError> {
         let role = match record.get("role").and_then(Value::as_str) {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
-            other => return Err(bad(format!("unknown role {other:?}"))),
+            other => return Err(self.bad(line, format!("unknown role {other:?}"))),
         };
         let parts = match (
             record.get("parts"),
@@ -164,30 +216,35 @@ async fn load_zuno(client: &ApiClient, path: &Path, project: &str) -> Result<Loa
         ) {
             (Some(parts), _) => parts.clone(),
             (None, Some(text)) => json!([{ "type": "text", "text": text }]),
-            (None, None) => return Err(bad(String::from("a message needs `text` or `parts`"))),
+            (None, None) => {
+                return Err(self.bad(line, String::from("a message needs `text` or `parts`")));
+            }
         };
-        let id = safe_id(&format!("ev-{stem}-{line}"));
+        let id = safe_id(&format!("ev-{}-{line}", self.stem));
         let mut body = json!({ "id": id, "role": record["role"], "parts": parts });
         if let Some(status) = record.get("status") {
             body["status"] = status.clone();
         }
-        match client
+        match self
+            .client
             .post(
-                &format!("/api/session/{}/messages", encode(&session_id)),
+                &format!("/api/session/{}/messages", encode(session_id)),
                 &body,
             )
             .await
         {
             Ok(_) => {}
             Err(error) if error.status() == Some(409) => {}
-            Err(error) => loaded
+            Err(error) => self
+                .loaded
                 .issues
-                .push(format!("{}:{line}: {error}", path.display())),
+                .push(format!("{}:{line}: {error}", self.path.display())),
         }
         if role == Role::Assistant {
-            last_assistant.insert(session_id.clone(), id.clone());
+            self.last_assistant
+                .insert(session_id.to_owned(), id.clone());
         }
-        loaded.messages.insert(
+        self.loaded.messages.insert(
             id,
             StoredMessage {
                 line,
@@ -195,8 +252,21 @@ async fn load_zuno(client: &ApiClient, path: &Path, project: &str) -> Result<Loa
                 text: text_of(&parts),
             },
         );
+        Ok(())
     }
-    Ok(loaded)
+
+    fn bad(&self, line: u64, detail: String) -> EvalError {
+        bad(self.path, line, detail)
+    }
+}
+
+/// A line of `path` that cannot be loaded.
+fn bad(path: &Path, line: u64, detail: String) -> EvalError {
+    EvalError::Transcript {
+        path: path.to_path_buf(),
+        line,
+        detail,
+    }
 }
 
 /// The text parts of a message, joined by newlines.

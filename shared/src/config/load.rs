@@ -76,14 +76,29 @@ fn unknown_field(message: &str) -> Option<String> {
     Some(rest[..rest.find('`')?].to_owned())
 }
 
+/// Refuses the first value out of range. The checks run in a fixed order, so a file with
+/// several mistakes is always told about the same one first.
 fn validate(config: &Config) -> Result<(), ConfigError> {
-    let invalid = |path: &str, reason: &str| {
-        Err(ConfigError::Invalid {
-            path: path.to_owned(),
-            reason: reason.to_owned(),
-        })
-    };
-    let learning = &config.learning;
+    validate_learning(&config.learning)?;
+    if !(0.0..=1.0).contains(&config.memory.auto_confidence) {
+        return invalid("memory.auto_confidence", "must be between 0 and 1");
+    }
+    validate_server(&config.server)?;
+    validate_providers(config)?;
+    if let Some(embeddings) = &config.embeddings {
+        validate_embeddings(embeddings)?;
+    }
+    Ok(())
+}
+
+fn invalid(path: &str, reason: &str) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    })
+}
+
+fn validate_learning(learning: &super::LearningConfig) -> Result<(), ConfigError> {
     if learning.post_turn.poll_interval_ms == 0 {
         return invalid("learning.post_turn.poll_interval_ms", "must be at least 1");
     }
@@ -117,14 +132,14 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             "must be between 1 and 15",
         );
     }
-    if !(0.0..=1.0).contains(&config.memory.auto_confidence) {
-        return invalid("memory.auto_confidence", "must be between 0 and 1");
-    }
-    if config.server.max_streams_per_token == 0 {
+    Ok(())
+}
+
+fn validate_server(server: &super::ServerConfig) -> Result<(), ConfigError> {
+    if server.max_streams_per_token == 0 {
         return invalid("server.max_streams_per_token", "must be at least 1");
     }
-    if let Some(root) = config
-        .server
+    if let Some(root) = server
         .worktree_roots
         .iter()
         .find(|root| !std::path::Path::new(root).is_absolute())
@@ -134,7 +149,7 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             &format!("`{root}` is not an absolute path"),
         );
     }
-    if let Some(host) = config.server.allowed_hosts.iter().find(|host| {
+    if let Some(host) = server.allowed_hosts.iter().find(|host| {
         host.is_empty()
             || !host
                 .chars()
@@ -145,7 +160,12 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             &format!("`{host}` is not a host name (letters, digits, `.`, `-`, `_`; no port)"),
         );
     }
-    if let Some(model) = &learning.extractor_model
+    Ok(())
+}
+
+/// The extractor model and the providers it may name.
+fn validate_providers(config: &Config) -> Result<(), ConfigError> {
+    if let Some(model) = &config.learning.extractor_model
         && !model.contains('/')
     {
         return invalid("learning.extractor_model", "must be `provider/model`");
@@ -165,27 +185,28 @@ fn validate(config: &Config) -> Result<(), ConfigError> {
             );
         }
     }
-    if let Some(embeddings) = &config.embeddings {
-        if !(embeddings.base_url.starts_with("http://")
-            || embeddings.base_url.starts_with("https://"))
-        {
-            return invalid("embeddings.base_url", "must be an http(s) URL");
-        }
-        if embeddings.model.trim().is_empty() {
-            return invalid("embeddings.model", "must not be empty");
-        }
-        if embeddings.dimensions == 0 || embeddings.dimensions > 16_384 {
-            return invalid("embeddings.dimensions", "must be between 1 and 16384");
-        }
-        if !(-1.0..=1.0).contains(&embeddings.min_similarity) {
-            return invalid("embeddings.min_similarity", "must be between -1 and 1");
-        }
-        if embeddings.timeout_ms == 0 || embeddings.query_timeout_ms == 0 {
-            return invalid("embeddings.timeout_ms", "deadlines must be at least 1 ms");
-        }
-        if embeddings.max_scan == 0 {
-            return invalid("embeddings.max_scan", "must be at least 1");
-        }
+    Ok(())
+}
+
+fn validate_embeddings(embeddings: &super::EmbeddingsConfig) -> Result<(), ConfigError> {
+    if !(embeddings.base_url.starts_with("http://") || embeddings.base_url.starts_with("https://"))
+    {
+        return invalid("embeddings.base_url", "must be an http(s) URL");
+    }
+    if embeddings.model.trim().is_empty() {
+        return invalid("embeddings.model", "must not be empty");
+    }
+    if embeddings.dimensions == 0 || embeddings.dimensions > 16_384 {
+        return invalid("embeddings.dimensions", "must be between 1 and 16384");
+    }
+    if !(-1.0..=1.0).contains(&embeddings.min_similarity) {
+        return invalid("embeddings.min_similarity", "must be between -1 and 1");
+    }
+    if embeddings.timeout_ms == 0 || embeddings.query_timeout_ms == 0 {
+        return invalid("embeddings.timeout_ms", "deadlines must be at least 1 ms");
+    }
+    if embeddings.max_scan == 0 {
+        return invalid("embeddings.max_scan", "must be at least 1");
     }
     Ok(())
 }

@@ -98,19 +98,10 @@ pub async fn set_in(
     if note.is_some_and(|n| n.chars().count() > 2000) {
         return Ok(Err(FeedbackError::NoteTooLong));
     }
-    let target: Option<(String, String, String)> = crate::on_tx!(tx, |conn| {
-        sqlx::query_as(
-            "SELECT m.session_id, m.role, s.project_id FROM message m JOIN session s ON s.id = m.session_id WHERE m.id = $1")
-        .bind(message_id)
-        .fetch_optional(conn)
-        .await
-    })?;
-    let Some((session_id, role, project_id)) = target else {
-        return Ok(Err(FeedbackError::NotFound(message_id.to_owned())));
+    let (session_id, project_id) = match assistant_message_in(tx, message_id).await? {
+        Ok(found) => found,
+        Err(error) => return Ok(Err(error)),
     };
-    if Role::parse(&role) != Some(Role::Assistant) {
-        return Ok(Err(FeedbackError::NotAssistant(message_id.to_owned())));
-    }
     let current = load_in(tx, message_id).await?;
     let current_revision = current.as_ref().map_or(0, |f| f.revision);
     if current_revision != expected_revision {
@@ -128,21 +119,57 @@ pub async fn set_in(
     }
     let next = Feedback {
         message_id: message_id.to_owned(),
-        session_id: session_id.clone(),
+        session_id,
         value,
         note: note.map(str::to_owned),
         revision: current_revision + 1,
         updated_at: now,
     };
-    let changed = if current_revision == 0 {
+    if write_in(tx, &next, expected_revision).await? != 1 {
+        let latest = load_in(tx, message_id).await?.map_or(0, |f| f.revision);
+        return Ok(Err(FeedbackError::Stale {
+            expected: expected_revision,
+            current: latest,
+        }));
+    }
+    record_change_in(tx, &next, &project_id, current, now).await?;
+    Ok(Ok(next))
+}
+
+/// The session and project of `message_id`, which must be an assistant message.
+async fn assistant_message_in(
+    tx: &mut Tx,
+    message_id: &str,
+) -> Result<Result<(String, String), FeedbackError>, StoreError> {
+    let target: Option<(String, String, String)> = crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
+            "SELECT m.session_id, m.role, s.project_id FROM message m JOIN session s ON s.id = m.session_id WHERE m.id = $1")
+        .bind(message_id)
+        .fetch_optional(conn)
+        .await
+    })?;
+    let Some((session_id, role, project_id)) = target else {
+        return Ok(Err(FeedbackError::NotFound(message_id.to_owned())));
+    };
+    if Role::parse(&role) != Some(Role::Assistant) {
+        return Ok(Err(FeedbackError::NotAssistant(message_id.to_owned())));
+    }
+    Ok(Ok((session_id, project_id)))
+}
+
+/// Writes `next` compare-and-set: returns the rows written, 0 when a concurrent writer got
+/// there first (the first feedback already exists, or the revision moved on).
+async fn write_in(tx: &mut Tx, next: &Feedback, expected_revision: i64) -> Result<u64, StoreError> {
+    let note = next.note.as_deref();
+    let written = if expected_revision == 0 {
         let sql = "INSERT INTO message_feedback (message_id, session_id, value, note, revision, updated_at) \
                    VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (message_id) DO NOTHING";
         crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(message_id)
-            .bind(&session_id)
-            .bind(value.as_str())
+            .bind(&next.message_id)
+            .bind(&next.session_id)
+            .bind(next.value.as_str())
             .bind(note)
-            .bind(now)
+            .bind(next.updated_at)
             .execute(conn)
             .await
             .map(|done| done.rows_affected()))?
@@ -150,40 +177,44 @@ pub async fn set_in(
         let sql = "UPDATE message_feedback SET value = $2, note = $3, revision = revision + 1, updated_at = $4 \
                    WHERE message_id = $1 AND revision = $5";
         crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(message_id)
-            .bind(value.as_str())
+            .bind(&next.message_id)
+            .bind(next.value.as_str())
             .bind(note)
-            .bind(now)
+            .bind(next.updated_at)
             .bind(expected_revision)
             .execute(conn)
             .await
             .map(|done| done.rows_affected()))?
     };
-    if changed != 1 {
-        let latest = load_in(tx, message_id).await?.map_or(0, |f| f.revision);
-        return Ok(Err(FeedbackError::Stale {
-            expected: expected_revision,
-            current: latest,
-        }));
-    }
+    Ok(written)
+}
+
+/// Appends the `learning.feedback.changed` event, in the transaction that wrote `next`.
+async fn record_change_in(
+    tx: &mut Tx,
+    next: &Feedback,
+    project_id: &str,
+    previous: Option<Feedback>,
+    now: i64,
+) -> Result<(), StoreError> {
     events::append_in(
         tx,
         events::FEEDBACK_CHANGED,
         &EventScope {
-            project_id: Some(&project_id),
-            session_id: Some(&session_id),
-            message_id: Some(message_id),
+            project_id: Some(project_id),
+            session_id: Some(&next.session_id),
+            message_id: Some(&next.message_id),
             job_id: None,
         },
         &serde_json::json!({
-            "messageId": message_id,
-            "value": value,
-            "note": note,
+            "messageId": next.message_id,
+            "value": next.value,
+            "note": next.note,
             "revision": next.revision,
-            "previous": current.map(|f| serde_json::json!({"value": f.value, "revision": f.revision})),
+            "previous": previous.map(|f| serde_json::json!({"value": f.value, "revision": f.revision})),
         }),
         now,
     )
     .await?;
-    Ok(Ok(next))
+    Ok(())
 }

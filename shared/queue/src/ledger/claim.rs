@@ -199,29 +199,7 @@ impl Ledger {
             batch.rescued = rescue_expired(&mut tx, now).await?;
         }
 
-        let mut claimed = Vec::new();
-        for row in claim_rows(&mut tx, request, now).await? {
-            let job_id = row.id().to_owned();
-            let kind = JobKind::parse(row.kind_text()).unwrap_or(request.kinds[0]);
-            match Job::try_from(row) {
-                Ok(job) => claimed.push(job),
-                Err(error) => {
-                    let reason = format!("the job's row cannot be read: {error}");
-                    quarantine_in(&mut tx, &job_id, &reason, now).await?;
-                    batch.quarantined.push(QuarantinedAtClaim {
-                        job_id,
-                        kind,
-                        reason,
-                    });
-                }
-            }
-        }
-        claimed.sort_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then(a.run_at.cmp(&b.run_at))
-                .then(a.id.cmp(&b.id))
-        });
+        let claimed = leased_jobs(&mut tx, request, now, &mut batch.quarantined).await?;
         for job in claimed {
             let decision = match gate.check(&mut tx, &job).await {
                 Ok(decision) => decision,
@@ -237,81 +215,7 @@ impl Ledger {
                     });
                 }
             };
-            match decision {
-                GateDecision::Proceed => {
-                    let token = job.lease_token.clone().ok_or_else(|| {
-                        StoreError::Corrupt(format!("claimed job {} has no lease token", job.id))
-                    })?;
-                    let expires_at = job.lease_expires_at.ok_or_else(|| {
-                        StoreError::Corrupt(format!("claimed job {} has no deadline", job.id))
-                    })?;
-                    let lease = Lease {
-                        job_id: job.id.clone(),
-                        kind: job.kind,
-                        token,
-                        worker_id: request.worker_id.to_owned(),
-                        attempt: job.attempts,
-                        expires_at,
-                    };
-                    batch.claimed.push(ClaimedJob { job, lease });
-                }
-                GateDecision::Defer { until, reason } => {
-                    let sql = format!(
-                        "UPDATE learning_job SET state = 'queued', attempts = attempts - 1, \
-                           lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
-                           heartbeat_at = NULL, run_at = $2, updated_at = {} \
-                         WHERE id = $1 AND state = 'running'",
-                        now_sql(tx.backend(), 3)
-                    );
-                    crate::on_tx!(&mut tx, |conn| sqlx::query(sqlx::AssertSqlSafe(
-                        sql.as_str()
-                    ))
-                    .bind(&job.id)
-                    .bind(until)
-                    .bind(now)
-                    .execute(conn)
-                    .await
-                    .map(|done| done.rows_affected()))?;
-                    tracing::info!(job.id = %job.id, %reason, until, "job deferred at claim; no attempt spent");
-                    batch.deferred += 1;
-                }
-                GateDecision::Skip { reason } => {
-                    // Undo the claim inside the same transaction: nothing outside it ever saw the
-                    // job running, and the attempt is given back.
-                    let result = serde_json::json!({ "skipped": reason }).to_string();
-                    let sql = format!(
-                        "UPDATE learning_job SET state = 'skipped', attempts = attempts - 1, \
-                           lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
-                           heartbeat_at = NULL, result = $2, finished_at = {now_at}, \
-                           updated_at = {now_at} \
-                         WHERE id = $1 AND state = 'running'",
-                        now_at = now_sql(tx.backend(), 3)
-                    );
-                    crate::on_tx!(&mut tx, |conn| sqlx::query(sqlx::AssertSqlSafe(
-                        sql.as_str()
-                    ))
-                    .bind(&job.id)
-                    .bind(&result)
-                    .bind(now)
-                    .execute(conn)
-                    .await
-                    .map(|done| done.rows_affected()))?;
-                    insert_event(
-                        &mut tx,
-                        &job.id,
-                        "skipped",
-                        Some(request.worker_id),
-                        &reason,
-                        now,
-                    )
-                    .await?;
-                    batch.skipped.push(SkippedAtClaim {
-                        job_id: job.id,
-                        kind: job.kind,
-                        reason,
-                    });
-                }
-            }
+            apply_decision(&mut tx, request, job, decision, now, &mut batch).await?;
         }
         if batch.claimed.len() + batch.skipped.len() < request.limit {
             batch.next_due_in_ms = next_due_in_ms(&mut tx, request, now).await?;
@@ -327,6 +231,146 @@ impl Ledger {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// Leases the due jobs and decodes them, in the order the gate is to see them. A row that
+/// cannot be decoded is settled `failed` in the same transaction (and listed in
+/// `quarantined`), so one bad row cannot stall every worker of its kind.
+async fn leased_jobs(
+    tx: &mut Tx,
+    request: &ClaimRequest<'_>,
+    now: Option<i64>,
+    quarantined: &mut Vec<QuarantinedAtClaim>,
+) -> Result<Vec<Job>, LedgerError> {
+    let mut claimed = Vec::new();
+    for row in claim_rows(tx, request, now).await? {
+        let job_id = row.id().to_owned();
+        let kind = JobKind::parse(row.kind_text()).unwrap_or(request.kinds[0]);
+        match Job::try_from(row) {
+            Ok(job) => claimed.push(job),
+            Err(error) => {
+                let reason = format!("the job's row cannot be read: {error}");
+                quarantine_in(tx, &job_id, &reason, now).await?;
+                quarantined.push(QuarantinedAtClaim {
+                    job_id,
+                    kind,
+                    reason,
+                });
+            }
+        }
+    }
+    // `RETURNING` gives no order: the gate sees the jobs in queue order.
+    claimed.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.run_at.cmp(&b.run_at))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(claimed)
+}
+
+/// Carries out the gate's verdict on one leased job inside the claim transaction.
+async fn apply_decision(
+    tx: &mut Tx,
+    request: &ClaimRequest<'_>,
+    job: Job,
+    decision: GateDecision,
+    now: Option<i64>,
+    batch: &mut ClaimBatch,
+) -> Result<(), LedgerError> {
+    match decision {
+        GateDecision::Proceed => {
+            let lease = lease_of(&job, request.worker_id)?;
+            batch.claimed.push(ClaimedJob { job, lease });
+        }
+        GateDecision::Defer { until, reason } => {
+            defer_in(tx, &job.id, until, now).await?;
+            tracing::info!(job.id = %job.id, %reason, until, "job deferred at claim; no attempt spent");
+            batch.deferred += 1;
+        }
+        GateDecision::Skip { reason } => {
+            skip_in(tx, &job.id, &reason, request.worker_id, now).await?;
+            batch.skipped.push(SkippedAtClaim {
+                job_id: job.id,
+                kind: job.kind,
+                reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The lease the claim statement just wrote on `job`.
+fn lease_of(job: &Job, worker_id: &str) -> Result<Lease, StoreError> {
+    let token = job
+        .lease_token
+        .clone()
+        .ok_or_else(|| StoreError::Corrupt(format!("claimed job {} has no lease token", job.id)))?;
+    let expires_at = job
+        .lease_expires_at
+        .ok_or_else(|| StoreError::Corrupt(format!("claimed job {} has no deadline", job.id)))?;
+    Ok(Lease {
+        job_id: job.id.clone(),
+        kind: job.kind,
+        token,
+        worker_id: worker_id.to_owned(),
+        attempt: job.attempts,
+        expires_at,
+    })
+}
+
+/// Returns a just-claimed job to the queue until `until`, giving its attempt back.
+async fn defer_in(
+    tx: &mut Tx,
+    job_id: &str,
+    until: i64,
+    now: Option<i64>,
+) -> Result<(), LedgerError> {
+    let sql = format!(
+        "UPDATE learning_job SET state = 'queued', attempts = attempts - 1, \
+           lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+           heartbeat_at = NULL, run_at = $2, updated_at = {} \
+         WHERE id = $1 AND state = 'running'",
+        now_sql(tx.backend(), 3)
+    );
+    crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(job_id)
+        .bind(until)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(())
+}
+
+/// Settles a just-claimed job `skipped` and records why.
+async fn skip_in(
+    tx: &mut Tx,
+    job_id: &str,
+    reason: &str,
+    worker_id: &str,
+    now: Option<i64>,
+) -> Result<(), LedgerError> {
+    // Undo the claim inside the same transaction: nothing outside it ever saw the job running,
+    // and the attempt is given back.
+    let result = serde_json::json!({ "skipped": reason }).to_string();
+    let sql = format!(
+        "UPDATE learning_job SET state = 'skipped', attempts = attempts - 1, \
+           lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+           heartbeat_at = NULL, result = $2, finished_at = {now_at}, \
+           updated_at = {now_at} \
+         WHERE id = $1 AND state = 'running'",
+        now_at = now_sql(tx.backend(), 3)
+    );
+    crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(job_id)
+        .bind(&result)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    insert_event(tx, job_id, "skipped", Some(worker_id), reason, now).await?;
+    Ok(())
 }
 
 /// Fails a queued or just-claimed job that cannot be worked on, keeping the reason.

@@ -71,6 +71,22 @@ struct EvidenceRef {
     status: String,
 }
 
+impl RepairAction {
+    fn of(
+        job: &LegacyJob,
+        action: &str,
+        detail: Option<String>,
+        current: Option<String>,
+    ) -> RepairAction {
+        RepairAction {
+            job_id: job.id.clone(),
+            action: action.to_owned(),
+            detail,
+            current_job_id: current,
+        }
+    }
+}
+
 impl LearningIngestion {
     pub async fn repair_history(
         &self,
@@ -137,11 +153,8 @@ impl LearningIngestion {
         now: i64,
         report: &mut RepairReport,
     ) -> Result<RepairAction, TranscriptError> {
-        let action = |action: &str, detail: Option<String>, current: Option<String>| RepairAction {
-            job_id: job.id.clone(),
-            action: action.to_owned(),
-            detail,
-            current_job_id: current,
+        let action = |action: &str, detail: Option<String>, current: Option<String>| {
+            RepairAction::of(job, action, detail, current)
         };
         let (Some(session_id), Some(message_id)) = (&job.session_id, &job.source_message_id) else {
             report.unavailable += 1;
@@ -168,34 +181,21 @@ impl LearningIngestion {
                 .await?;
             report.revalidated_experiences += revalidated;
         }
-        let message = match self.store.message_in(tx, message_id).await {
-            Ok(message) if message.status == MessageStatus::Completed => message,
-            Ok(_) | Err(TranscriptError::NotFound { .. }) => {
-                report.unavailable += 1;
-                return Ok(action(
-                    "unavailable",
-                    Some(String::from(
-                        "the source message is gone or no longer closed",
-                    )),
-                    None,
-                ));
-            }
-            Err(error) => return Err(error),
+        let Some(message) = self.closed_source_in(tx, message_id).await? else {
+            report.unavailable += 1;
+            return Ok(action(
+                "unavailable",
+                Some(String::from(
+                    "the source message is gone or no longer closed",
+                )),
+                None,
+            ));
         };
-        let identity = JobIdentity::extract(
-            project_id,
-            session_id,
-            message_id,
-            self.extractor_version(),
-            None,
-        );
         if let Some(existing) = self
-            .ledger
-            .find_in(tx, &identity)
-            .await
-            .map_err(super::ledger_error)?
+            .current_job_in(tx, project_id, session_id, message_id)
+            .await?
         {
-            return Ok(action("existing", None, Some(existing.id)));
+            return Ok(action("existing", None, Some(existing)));
         }
         if job.state == "completed" && revalidated > 0 {
             let verb = if dry_run {
@@ -215,7 +215,54 @@ impl LearningIngestion {
             report.would_queue += 1;
             return Ok(action("would_queue", None, None));
         }
-        let window = self.turn_window_in(tx, &message).await?;
+        self.readmit_in(tx, job, &message, report).await
+    }
+
+    /// The job's source message, while it exists and is still closed.
+    async fn closed_source_in(
+        &self,
+        tx: &mut Tx,
+        message_id: &str,
+    ) -> Result<Option<crate::transcript::Message>, TranscriptError> {
+        match self.store.message_in(tx, message_id).await {
+            Ok(message) if message.status == MessageStatus::Completed => Ok(Some(message)),
+            Ok(_) | Err(TranscriptError::NotFound { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The id of the current extractor version's job for the message, when one exists.
+    async fn current_job_in(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+        session_id: &str,
+        message_id: &str,
+    ) -> Result<Option<String>, TranscriptError> {
+        let identity = JobIdentity::extract(
+            project_id,
+            session_id,
+            message_id,
+            self.extractor_version(),
+            None,
+        );
+        Ok(self
+            .ledger
+            .find_in(tx, &identity)
+            .await
+            .map_err(super::ledger_error)?
+            .map(|existing| existing.id))
+    }
+
+    /// Admits a fresh extraction of the legacy job's turn, naming the job it repairs.
+    async fn readmit_in(
+        &self,
+        tx: &mut Tx,
+        job: &LegacyJob,
+        message: &crate::transcript::Message,
+        report: &mut RepairReport,
+    ) -> Result<RepairAction, TranscriptError> {
+        let window = self.turn_window_in(tx, message).await?;
         let payload = serde_json::json!({ "repairOf": job.id });
         match self
             .admit_window_in(tx, &window, false, JobOrigin::Legacy, None, None, payload)
@@ -226,11 +273,11 @@ impl LearningIngestion {
                     report.queued += 1;
                 }
                 let current = admission.job().id.clone();
-                Ok(action("queued", None, Some(current)))
+                Ok(RepairAction::of(job, "queued", None, Some(current)))
             }
             Err(reason) => {
                 report.excluded += 1;
-                Ok(action("excluded", Some(reason), None))
+                Ok(RepairAction::of(job, "excluded", Some(reason), None))
             }
         }
     }

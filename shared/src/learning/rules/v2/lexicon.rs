@@ -697,92 +697,18 @@ impl Reader<'_> {
             if NOT_IMPERATIVE.is_match(clause) && matches!(pattern.lesson, Lesson::Clause) {
                 continue;
             }
-            let group = |name: &str| {
-                captures
-                    .name(name)
-                    .map(|m| core.start + m.start()..core.start + m.end())
+            let groups = Groups {
+                captures,
+                offset: core.start,
             };
-            let trigger =
-                &text[core.start..group("x").or(group("rest")).map_or(core.end, |r| r.start)];
-            let durable = durability.words.iter().any(|word| {
-                trigger.contains(word) || clause.starts_with(word) || clause.ends_with(word)
-            });
-            let lesson = match pattern.lesson {
-                Lesson::UseInsteadOf => {
-                    let (x, y) = (group("x")?, group("y")?);
-                    let connector = captures.name("conn").map_or("instead of", |m| m.as_str());
-                    let connector = if connector == "not" {
-                        ", not"
-                    } else if connector == "over" {
-                        "instead of"
-                    } else {
-                        connector
-                    };
-                    let connector = if connector == ", not" {
-                        String::from(", not")
-                    } else {
-                        format!(" {connector}")
-                    };
-                    format!("Use {}{connector} {}", self.display(x), self.display(y))
-                }
-                Lesson::UseInstead => format!("Use {} instead", self.display(group("x")?)),
-                Lesson::UseX => {
-                    let x = group("x")?;
-                    if text[x.clone()].split_whitespace().count() > 8
-                        || NOT_ARGUMENT.is_match(&text[x.clone()])
-                    {
-                        continue;
-                    }
-                    format!("Use {}", self.display(x))
-                }
-                Lesson::Clause => self.display(group("rule").unwrap_or(core.clone())),
-                Lesson::Rest => {
-                    let rest = group("rest")?;
-                    let rest = strip_words(text, rest, &["to ", "that "]);
-                    self.display(rest)
-                }
-                Lesson::Prefer => format!("Prefer {}", self.display(group("rest")?)),
-                Lesson::Undo => String::new(),
-                Lesson::Broke => String::new(),
-                Lesson::ShouldHave => {
-                    let rest = group("rest")?;
-                    should_have(&self.display(rest))
-                }
-                Lesson::XNotY => {
-                    let (x, y) = (group("x")?, group("y")?);
-                    if NOT_IDIOM.is_match(&text[y.clone()])
-                        || text[y.clone()].split_whitespace().count() > 6
-                    {
-                        continue;
-                    }
-                    if text[x.clone()].split_whitespace().count() <= 3 {
-                        format!("Use {}, not {}", self.display(x), self.display(y))
-                    } else {
-                        self.display(core.clone())
-                    }
-                }
+            let argument = groups.get("x").or(groups.get("rest"));
+            let trigger = &text[core.start..argument.map_or(core.end, |r| r.start)];
+            let durable = durability.holds(trigger, clause);
+            let lesson = match self.word_lesson(pattern.lesson, &groups, &core)? {
+                Worded::Lesson(lesson) => lesson,
+                Worded::NextPattern => continue,
             };
-            let reference = match pattern.lesson {
-                Lesson::Undo => {
-                    let reason = group("rest")
-                        .and_then(|rest| undo_reason(text, rest))
-                        .map(|reason| self.display(reason));
-                    Some(Reference::Undo { reason })
-                }
-                Lesson::Broke => {
-                    let what = group("x").filter(|x| !x.is_empty()).or(group("rest"))?;
-                    if what.is_empty() {
-                        return None;
-                    }
-                    Some(Reference::Broke {
-                        what: self.display(what),
-                    })
-                }
-                Lesson::UseInstead => Some(Reference::Instead {
-                    replacement: self.display(group("x")?),
-                }),
-                _ => None,
-            };
+            let reference = self.reference(pattern.lesson, &groups)?;
             return Some((
                 Instruction {
                     action: pattern.action,
@@ -800,6 +726,87 @@ impl Reader<'_> {
             ));
         }
         None
+    }
+
+    /// The lesson a pattern words from its match (empty for the references to the previous
+    /// turn, which carry no lesson). `None`: a group the wording needs did not match, and the
+    /// clause is no instruction at all.
+    fn word_lesson(&self, kind: Lesson, groups: &Groups, core: &Range<usize>) -> Option<Worded> {
+        let text = &self.folded.text;
+        let lesson = match kind {
+            Lesson::UseInsteadOf => {
+                let (x, y) = (groups.get("x")?, groups.get("y")?);
+                let connector = connector(groups.text("conn"));
+                format!("Use {}{connector} {}", self.display(x), self.display(y))
+            }
+            Lesson::UseInstead => format!("Use {} instead", self.display(groups.get("x")?)),
+            Lesson::UseX => {
+                let x = groups.get("x")?;
+                if text[x.clone()].split_whitespace().count() > 8
+                    || NOT_ARGUMENT.is_match(&text[x.clone()])
+                {
+                    return Some(Worded::NextPattern);
+                }
+                format!("Use {}", self.display(x))
+            }
+            Lesson::Clause => self.display(groups.get("rule").unwrap_or(core.clone())),
+            Lesson::Rest => {
+                let rest = groups.get("rest")?;
+                let rest = strip_words(text, rest, &["to ", "that "]);
+                self.display(rest)
+            }
+            Lesson::Prefer => format!("Prefer {}", self.display(groups.get("rest")?)),
+            Lesson::Undo => String::new(),
+            Lesson::Broke => String::new(),
+            Lesson::ShouldHave => {
+                let rest = groups.get("rest")?;
+                should_have(&self.display(rest))
+            }
+            Lesson::XNotY => {
+                let (x, y) = (groups.get("x")?, groups.get("y")?);
+                if NOT_IDIOM.is_match(&text[y.clone()])
+                    || text[y.clone()].split_whitespace().count() > 6
+                {
+                    return Some(Worded::NextPattern);
+                }
+                if text[x.clone()].split_whitespace().count() <= 3 {
+                    format!("Use {}, not {}", self.display(x), self.display(y))
+                } else {
+                    self.display(core.clone())
+                }
+            }
+        };
+        Some(Worded::Lesson(lesson))
+    }
+
+    /// What a pattern's match says about the previous turn, if anything. `None`: the match
+    /// names nothing the reference needs, and the clause is no instruction at all.
+    fn reference(&self, kind: Lesson, groups: &Groups) -> Option<Option<Reference>> {
+        Some(match kind {
+            Lesson::Undo => {
+                let reason = groups
+                    .get("rest")
+                    .and_then(|rest| undo_reason(&self.folded.text, rest))
+                    .map(|reason| self.display(reason));
+                Some(Reference::Undo { reason })
+            }
+            Lesson::Broke => {
+                let what = groups
+                    .get("x")
+                    .filter(|x| !x.is_empty())
+                    .or(groups.get("rest"))?;
+                if what.is_empty() {
+                    return None;
+                }
+                Some(Reference::Broke {
+                    what: self.display(what),
+                })
+            }
+            Lesson::UseInstead => Some(Reference::Instead {
+                replacement: self.display(groups.get("x")?),
+            }),
+            _ => None,
+        })
     }
 
     /// Whether the byte at `at` (folded) is the user's own words.
@@ -837,6 +844,61 @@ impl Reader<'_> {
         text.trim()
             .trim_end_matches(['.', '!', ',', ';', ':', '。', ' '])
             .to_owned()
+    }
+}
+
+/// What a pattern's wording made of its match.
+enum Worded {
+    Lesson(String),
+    /// The match is not one this pattern words (an argument too long, an idiom); a later
+    /// pattern may word it.
+    NextPattern,
+}
+
+/// One pattern's named groups, as ranges of the whole folded text (the pattern ran on a clause
+/// starting at `offset`).
+struct Groups<'t> {
+    captures: regex::Captures<'t>,
+    offset: usize,
+}
+
+impl Groups<'_> {
+    fn get(&self, name: &str) -> Option<Range<usize>> {
+        self.captures
+            .name(name)
+            .map(|m| self.offset + m.start()..self.offset + m.end())
+    }
+
+    fn text(&self, name: &str) -> Option<&str> {
+        self.captures.name(name).map(|m| m.as_str())
+    }
+}
+
+impl Durability {
+    /// Whether the rule holds beyond this task: a durability word in the trigger (the words
+    /// before the argument), or at either end of the clause.
+    fn holds(&self, trigger: &str, clause: &str) -> bool {
+        self.words.iter().any(|word| {
+            trigger.contains(word) || clause.starts_with(word) || clause.ends_with(word)
+        })
+    }
+}
+
+/// How "use x … y" joins its two arguments in the lesson: "over" reads as "instead of", and
+/// "not" takes a comma ("Use pnpm, not npm").
+fn connector(matched: Option<&str>) -> String {
+    let connector = matched.unwrap_or("instead of");
+    let connector = if connector == "not" {
+        ", not"
+    } else if connector == "over" {
+        "instead of"
+    } else {
+        connector
+    };
+    if connector == ", not" {
+        String::from(", not")
+    } else {
+        format!(" {connector}")
     }
 }
 
