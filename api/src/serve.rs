@@ -82,7 +82,12 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
     let server_token = ServerToken::decide(&bind, args.insecure_no_auth, &settings)?;
     let telemetry = init_telemetry("zuno-api", &settings.config)?;
     let shutdown = zuno_shared::runtime::shutdown::on_signal();
-    let options = settings.connect_options();
+    let mut options = settings.connect_options();
+    if options.is_postgres() {
+        // A server that is down refuses connections; requests answer 503 instead of hanging.
+        // (A SQLite file does not refuse: there the pool's wait is only for a free connection.)
+        options.acquire_timeout = Db::REQUEST_ACQUIRE_TIMEOUT;
+    }
     let db = tokio::select! {
         db = open_database(&options, Duration::from_secs(600)) => db?,
         _ = shutdown.cancelled() => return Ok(()),

@@ -127,3 +127,73 @@ async fn a_database_outage_is_503_with_retry_after_and_a_retried_turn_is_stored_
     .unwrap();
     assert_eq!(stored, vec![text.to_owned()], "stored exactly once");
 }
+
+/// `zuno serve` on Postgres whose server goes away entirely (its port refuses connections):
+/// a request answers 503 with `Retry-After` after the API's short connection wait, before a
+/// client's 15 s timeout, instead of hanging for the pool's full 30 s retry of refused
+/// connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_database_connections_are_503_before_a_client_gives_up() {
+    let db = TestDb::postgres().await;
+    let (_, target) = through(&db.url, "127.0.0.1:1".parse().unwrap());
+    let proxy = TcpProxy::start(target).await.unwrap();
+    let (proxied_url, _) = through(&db.url, proxy.address());
+    let home = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(zuno_tests::processes::binary("zuno"))
+        .env("ZUNO_HOME", home.path())
+        .env_remove("ZUNO_API_TOKEN")
+        .env_remove("DATABASE_URL")
+        .env_remove("ZUNO_DATABASE_URL")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .args([
+            "--database-url",
+            &proxied_url,
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    let banner = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the server starts")
+        .unwrap()
+        .unwrap();
+    let base = banner
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("the banner names the address")
+        .to_owned();
+    let token = std::fs::read_to_string(home.path().join("local-token")).unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    let create = |id: &'static str| {
+        client
+            .post(format!("{base}/api/projects"))
+            .bearer_auth(token.trim())
+            .json(&json!({"id": id, "name": id}))
+            .send()
+    };
+    assert_eq!(create("before").await.unwrap().status().as_u16(), 201);
+
+    // The database host goes away: open connections close and the port refuses new ones.
+    proxy.cut();
+    drop(proxy);
+    let response = create("during")
+        .await
+        .expect("an answer before the client's 15 s timeout");
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    child.kill().await.unwrap();
+}

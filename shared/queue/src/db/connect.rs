@@ -26,6 +26,9 @@ pub struct ConnectOptions {
     pub sqlite_synchronous: SqliteSynchronous,
     pub max_connections: u32,
     pub busy_timeout: Duration,
+    /// How long a caller waits for a pooled connection. A refused connection is retried until
+    /// then, so this is also how long a caller waits out a database that is down.
+    pub acquire_timeout: Duration,
 }
 
 impl ConnectOptions {
@@ -35,6 +38,7 @@ impl ConnectOptions {
             sqlite_synchronous: SqliteSynchronous::Full,
             max_connections: 8,
             busy_timeout: Duration::from_secs(30),
+            acquire_timeout: Db::ACQUIRE_TIMEOUT,
         }
     }
 
@@ -66,7 +70,7 @@ pub(super) async fn connect(options: &ConnectOptions) -> Result<Db, StoreError> 
         }
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
-            .acquire_timeout(Db::ACQUIRE_TIMEOUT)
+            .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
         return Ok(Db::from_pool(Pool::Postgres(pool)));
@@ -89,7 +93,7 @@ pub(super) async fn connect(options: &ConnectOptions) -> Result<Db, StoreError> 
     let pool = SqlitePoolOptions::new()
         .max_connections(options.max_connections)
         .test_before_acquire(false)
-        .acquire_timeout(Db::ACQUIRE_TIMEOUT)
+        .acquire_timeout(options.acquire_timeout)
         .connect_with(connect)
         .await?;
     Ok(Db::from_pool(Pool::Sqlite(pool)))

@@ -267,8 +267,13 @@ impl Db {
         }
     }
 
-    /// Pool acquire timeout applied to both backends.
+    /// Pool acquire timeout of both backends: workers wait this long for a connection (their
+    /// runner retries and deadlines bound each ledger call on top).
     pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The API's acquire timeout: a request waits at most this long for a connection, then
+    /// answers 503 with `Retry-After`, well inside a hook's or an HTTP client's own timeout
+    /// (with the workers' 30 s a refused database kept every request hanging for 30 s).
+    pub const REQUEST_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
     /// How long a Postgres session may sit idle inside a transaction before the server ends
     /// it (set on every pooled connection). A live process keeps its transactions busy (model
     /// calls happen outside them), so only a frozen or cut-off process reaches it; it is well
