@@ -257,11 +257,7 @@ impl ClaimGate for SourceGate {
             }
             return self.reserve_tokens(tx, job).await;
         }
-        if matches!(
-            job.kind,
-            JobKind::AggregateProject | JobKind::AggregateGlobal
-        ) && crate::ledger::earlier_run_in(tx, job).await?
-        {
+        if job.kind.runs_one_at_a_time() && crate::ledger::earlier_run_in(tx, job).await? {
             // Without this wait a follow-up admitted during a run would run beside it and
             // repeat its model call over the same inputs.
             return Ok(GateDecision::Defer {
@@ -300,7 +296,8 @@ impl ClaimGate for SourceGate {
     }
 }
 
-/// How often a deferred follow-up aggregation looks again whether the run before it ended.
+/// How long a follow-up aggregation waits at most before it looks again whether the run before
+/// it ended; that run's settlement makes it due at once.
 const FOLLOW_UP_WAIT_MS: i64 = 5_000;
 
 /// How long a job waits when calls in flight hold the rest of today's cap: about when they

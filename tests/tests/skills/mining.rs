@@ -627,7 +627,8 @@ async fn one_bucket_queues_one_check_and_one_follow_up_during_a_run(db: TestDb) 
 }
 
 /// A follow-up admitted while its run goes waits at the claim gate until that run has settled,
-/// without spending an attempt: two runs of one project never hold leases at once.
+/// without spending an attempt, and is due the moment it settles: two runs of one project never
+/// hold leases at once.
 async fn a_follow_up_waits_for_the_run_it_follows(db: TestDb) {
     let clock = Arc::new(zuno_shared::clock::ManualClock::starting_at(
         1_800_000_000_000,
@@ -684,9 +685,13 @@ async fn a_follow_up_waits_for_the_run_it_follows(db: TestDb) {
         .complete(serde_json::json!({}))
         .await
         .unwrap();
-    clock.advance(5_000);
+    // Due at once: the settlement of the run it waited for moved it forward.
     let next = world.ledger.claim(&request, &gate).await.unwrap().claimed;
-    assert_eq!(next.len(), 1, "the follow-up runs once its run settled");
+    assert_eq!(
+        next.len(),
+        1,
+        "the follow-up runs as soon as its run settled"
+    );
     assert_eq!(next[0].job.id, follow_up.job().id);
     assert_eq!(next[0].job.attempts, 1);
 }

@@ -33,6 +33,14 @@ pub enum JobKind {
 }
 
 impl JobKind {
+    /// Kinds whose jobs of one project run one at a time, in admission order: aggregation (a
+    /// follow-up reads what the run before it leaves). The claim gate defers a job while an
+    /// earlier one of its kind and project runs ([`super::earlier_run_in`]); settling that run
+    /// makes its waiting successors due at once.
+    pub fn runs_one_at_a_time(self) -> bool {
+        matches!(self, JobKind::AggregateProject | JobKind::AggregateGlobal)
+    }
+
     pub const ALL: [JobKind; 6] = [
         JobKind::Extract,
         JobKind::Maintain,

@@ -427,6 +427,9 @@ impl Settlement<'_> {
                 {
                     notify_in(tx, "retry").await?;
                 }
+                if let Some(job) = &job {
+                    successors_due_in(tx, job, now).await?;
+                }
                 job
             }
             None => {
@@ -474,11 +477,42 @@ impl Settlement<'_> {
                 if job.state == JobState::Queued {
                     self.ledger.db.wake_bus().wake();
                 }
+                if job.kind.runs_one_at_a_time() && job.state.is_terminal() {
+                    let mut tx = self.ledger.db.begin().await?;
+                    successors_due_in(&mut tx, &job, now).await?;
+                    tx.commit().await?;
+                }
             }
         }
         crate::ledger::metrics::ledger().settled(job.kind, job.state.as_str());
         Ok(job)
     }
+}
+
+/// A settled run of a one-at-a-time kind ([`JobKind::runs_one_at_a_time`]) lets the jobs of its
+/// kind and project admitted after it, deferred at the claim gate while it ran, be claimed at
+/// once (and wakes workers) instead of at their next look.
+async fn successors_due_in(tx: &mut Tx, job: &Job, now: Option<i64>) -> Result<(), LedgerError> {
+    if !job.kind.runs_one_at_a_time() || !job.state.is_terminal() {
+        return Ok(());
+    }
+    let now_expr = now_sql(tx.backend(), 4);
+    let sql = format!(
+        "UPDATE learning_job SET run_at = {now_expr} WHERE kind = $1 AND state = 'queued' \
+           AND COALESCE(project_id, '') = COALESCE($2, '') AND id > $3 AND run_at > {now_expr}"
+    );
+    let moved = crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+        .bind(job.kind.as_str())
+        .bind(job.project_id.as_deref())
+        .bind(&job.id)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected()))?;
+    if moved > 0 {
+        notify_in(tx, "successor").await?;
+    }
+    Ok(())
 }
 
 /// How an attempt ends.
