@@ -617,6 +617,14 @@ pub(crate) async fn with_evidence(
     evidence_for(rows, evidence).await
 }
 
+/// Experiences from `rows` without their evidence rows (`evidence` empty), for readers that
+/// need none.
+pub(crate) async fn without_evidence(
+    rows: Vec<ExperienceRow>,
+) -> Result<Vec<Experience>, StoreError> {
+    evidence_for(rows, Vec::new()).await
+}
+
 async fn load_evidence<'a>(
     db: &Db,
     ids: impl Iterator<Item = &'a str>,

@@ -49,7 +49,12 @@ pub mod ranking {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchHit {
+    /// The experience; its `evidence` is loaded for explicit search and left empty by
+    /// `context`, which shows only [`SearchHit::source`].
     pub experience: Experience,
+    /// Where the experience came from, as the prompt section shows it: project, session, and
+    /// the first cited message (or the first citation's address).
+    pub source: String,
     /// Text relevance in (0, 1], relative to the best match of this query.
     pub relevance: f64,
     /// The final ranking score.
@@ -62,13 +67,63 @@ struct RankRow {
     relevance: f64,
 }
 
-/// A live candidate: the stored experience plus the feedback columns ranking reads, in one row.
+/// A live candidate: the stored experience plus the feedback columns ranking reads and what its
+/// source label needs from its citations, in one row ([`CANDIDATE_COLUMNS`]).
 #[derive(sqlx::FromRow)]
 pub(crate) struct CandidateRow {
     #[sqlx(flatten)]
     pub(crate) record: ExperienceRow,
     pub(crate) feedback_score: f64,
     pub(crate) violations: i64,
+    /// The first citation (by ordinal) that names a message.
+    pub(crate) source_message: Option<String>,
+    /// The first citation's address.
+    pub(crate) source_address: Option<String>,
+}
+
+/// The columns of a [`CandidateRow`] from `experience_record`. The citation columns are one
+/// value each, so a candidate stays one row: `context` needs no evidence rows to label what it
+/// shows.
+pub(crate) fn candidate_columns() -> String {
+    format!(
+        "{EXPERIENCE_COLUMNS}, feedback_score, violations, \
+         (SELECT v.message_id FROM experience_evidence v WHERE v.experience_id = experience_record.id \
+            AND v.message_id IS NOT NULL ORDER BY v.ordinal LIMIT 1) AS source_message, \
+         (SELECT v.address FROM experience_evidence v WHERE v.experience_id = experience_record.id \
+            ORDER BY v.ordinal LIMIT 1) AS source_address"
+    )
+}
+
+impl CandidateRow {
+    /// The source label of this candidate (see [`SearchHit::source`]).
+    pub(crate) fn source(&self) -> String {
+        source_label(
+            &self.record.project_id,
+            self.record.session_id.as_deref(),
+            self.source_message.as_deref(),
+            self.source_address.as_deref(),
+        )
+    }
+}
+
+/// Whether ranked hits carry their evidence rows (explicit search answers with them; `context`
+/// renders only the source label, which the candidate row carries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EvidenceRows {
+    Load,
+    Skip,
+}
+
+/// Experiences from `rows`, with their evidence rows when asked.
+pub(crate) async fn experiences(
+    db: &Db,
+    rows: Vec<ExperienceRow>,
+    evidence: EvidenceRows,
+) -> Result<Vec<Experience>, StoreError> {
+    match evidence {
+        EvidenceRows::Load => experience::with_evidence(db, rows).await,
+        EvidenceRows::Skip => experience::without_evidence(rows).await,
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -440,6 +495,7 @@ pub async fn search(
         limit,
         now,
         None,
+        EvidenceRows::Load,
     )
     .await
 }
@@ -452,6 +508,7 @@ async fn ranked(
     limit: usize,
     now: i64,
     floor: Option<&Floor>,
+    evidence: EvidenceRows,
 ) -> Result<Vec<SearchHit>, StoreError> {
     if terms.is_empty() {
         return Ok(Vec::new());
@@ -478,16 +535,20 @@ async fn ranked(
         .collect();
     scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.record.id.cmp(&b.0.record.id)));
     scored.truncate(limit);
-    let (records, scores): (Vec<ExperienceRow>, Vec<(f64, f64)>) = scored
+    let (records, scores): (Vec<ExperienceRow>, Vec<(String, f64, f64)>) = scored
         .into_iter()
-        .map(|(candidate, relevance, score)| (candidate.record, (relevance, score)))
+        .map(|(candidate, relevance, score)| {
+            let source = candidate.source();
+            (candidate.record, (source, relevance, score))
+        })
         .unzip();
-    let experiences = experience::with_evidence(db, records).await?;
+    let experiences = experiences(db, records, evidence).await?;
     let hits = experiences
         .into_iter()
         .zip(scores)
-        .map(|(experience, (relevance, score))| SearchHit {
+        .map(|(experience, (source, relevance, score))| SearchHit {
             experience,
+            source,
             relevance,
             score,
         })
@@ -506,8 +567,9 @@ async fn live_candidates(
     // project.
     let placeholders: Vec<String> = (1..=candidates.len()).map(|i| format!("${i}")).collect();
     let sql = format!(
-        "SELECT {EXPERIENCE_COLUMNS}, feedback_score, violations FROM experience_record \
+        "SELECT {} FROM experience_record \
          WHERE id IN ({}) AND status = 'active' AND source_state = 'current'",
+        candidate_columns(),
         placeholders.join(", ")
     );
     Ok(crate::on_db!(db, |pool| {
@@ -594,22 +656,19 @@ pub struct Receipt {
     pub created_at: i64,
 }
 
-fn source_label(experience: &Experience) -> String {
-    let mut label = format!("project {}", experience.project_id);
-    if let Some(session) = &experience.session_id {
+fn source_label(
+    project_id: &str,
+    session_id: Option<&str>,
+    first_message: Option<&str>,
+    first_address: Option<&str>,
+) -> String {
+    let mut label = format!("project {project_id}");
+    if let Some(session) = session_id {
         label.push_str(&format!(" · session {session}"));
     }
-    if let Some(message) = experience
-        .evidence
-        .iter()
-        .find_map(|e| e.message_id.as_deref())
-    {
+    if let Some(message) = first_message {
         label.push_str(&format!(" · message {message}"));
-    } else if let Some(address) = experience
-        .evidence
-        .first()
-        .and_then(|e| e.address.as_deref())
-    {
+    } else if let Some(address) = first_address {
         label.push_str(&format!(" · {address}"));
     }
     label
@@ -628,12 +687,10 @@ fn rendered_item<'a>(experience: &'a Experience, source: &'a str) -> render::Ren
     }
 }
 
-fn render_experiences(selected: &[&Experience]) -> String {
-    let labels: Vec<String> = selected.iter().map(|e| source_label(e)).collect();
+fn render_experiences(selected: &[&SearchHit]) -> String {
     let items: Vec<render::RenderedItem<'_>> = selected
         .iter()
-        .zip(&labels)
-        .map(|(e, label)| rendered_item(e, label))
+        .map(|hit| rendered_item(&hit.experience, &hit.source))
         .collect();
     render::experiences_section(&items)
 }
@@ -647,7 +704,7 @@ fn frame_tokens() -> usize {
 
 /// What [`select_within_budget`] chose, with the rendered section's token count.
 struct Selection<'a> {
-    selected: Vec<&'a Experience>,
+    selected: Vec<&'a SearchHit>,
     /// Tokens of the section rendered from `selected` (its frame alone when empty).
     tokens: usize,
     /// When nothing fits: the tokens the cheapest match would need.
@@ -659,15 +716,14 @@ struct Selection<'a> {
 /// each candidate is rendered and counted once, not once per section it is tried in; one whose
 /// [`token_count::lower_bound`] already rules it out is not counted at all.
 fn select(ranked: &[SearchHit], max_items: usize, max_tokens: usize) -> Selection<'_> {
-    let mut selected: Vec<&Experience> = Vec::new();
+    let mut selected: Vec<&SearchHit> = Vec::new();
     let mut used = frame_tokens();
     let mut cheapest: Option<usize> = None;
     for hit in ranked {
         if selected.len() >= max_items {
             break;
         }
-        let label = source_label(&hit.experience);
-        let item = render::experience_item(&rendered_item(&hit.experience, &label));
+        let item = render::experience_item(&rendered_item(&hit.experience, &hit.source));
         // An item whose token floor already exceeds what is left (or, while nothing fits, the
         // cheapest cost so far) changes nothing and is not counted.
         let floor = used + token_count::lower_bound(&item);
@@ -681,7 +737,7 @@ fn select(ranked: &[SearchHit], max_items: usize, max_tokens: usize) -> Selectio
             cheapest = Some(cheapest.map_or(cost, |c: usize| c.min(cost)));
         }
         if cost <= max_tokens {
-            selected.push(&hit.experience);
+            selected.push(hit);
             used = cost;
         }
     }
@@ -706,7 +762,14 @@ pub fn select_within_budget(
     max_tokens: usize,
 ) -> (Vec<&Experience>, Option<usize>) {
     let selection = select(ranked, max_items, max_tokens);
-    (selection.selected, selection.required)
+    (
+        selection
+            .selected
+            .into_iter()
+            .map(|hit| &hit.experience)
+            .collect(),
+        selection.required,
+    )
 }
 
 /// Assembles the prompt context for a session's next model request (the `/context` call): the
@@ -833,6 +896,7 @@ async fn retrieve(
         CANDIDATES as usize,
         now,
         Some(&floor),
+        EvidenceRows::Skip,
     )
     .await?;
     // The optional semantic layer fuses its vector ranking in (no-op when unconfigured).
@@ -851,7 +915,7 @@ async fn retrieve(
     let mut snapshot = serde_json::json!({
         "terms": terms.texts(),
         "candidates": ranked.iter().map(|h| serde_json::json!({"id": h.experience.id, "relevance": h.relevance, "score": h.score})).collect::<Vec<_>>(),
-        "selected": selected.iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
+        "selected": selected.iter().map(|hit| hit.experience.id.clone()).collect::<Vec<_>>(),
         "maxItems": retrieval.max_items,
         "maxContextTokens": retrieval.max_context_tokens,
     });
@@ -866,7 +930,10 @@ async fn retrieve(
             content: render_experiences(&selected),
             revision: None,
         });
-        retrieved.experience_ids = selected.iter().map(|e| e.id.clone()).collect();
+        retrieved.experience_ids = selected
+            .iter()
+            .map(|hit| hit.experience.id.clone())
+            .collect();
     } else if let Some(required) = required {
         retrieved.skipped = Some(RetrievalSkipped {
             code: String::from("learning.retrieval_skipped"),

@@ -180,34 +180,105 @@ pub async fn entries_in(tx: &mut Tx, document_id: &str) -> Result<Vec<Entry>, St
 
 /// Entry ids, among `entries`, that are derived and have lost all their support.
 pub async fn unsupported_in(tx: &mut Tx, entries: &[Entry]) -> Result<Vec<String>, StoreError> {
-    let mut unsupported = Vec::new();
-    for entry in entries.iter().filter(|e| e.derived) {
-        let live: i64 = crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT COUNT(*) FROM memory_provenance p JOIN experience_record e ON e.id = p.experience_id \
-                 WHERE p.entry_id = $1 AND e.status = 'active' AND e.source_state = 'current'")
-            .bind(&entry.id).fetch_one(conn).await
-        })?;
-        if live == 0 {
-            unsupported.push(entry.id.clone());
-        }
+    let derived: Vec<&str> = entries
+        .iter()
+        .filter(|e| e.derived)
+        .map(|e| e.id.as_str())
+        .collect();
+    if derived.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(unsupported)
+    // One statement for the whole document: the prompt reads it before every request.
+    let mut supported = std::collections::HashSet::new();
+    for chunk in derived.chunks(400) {
+        let placeholders: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT DISTINCT p.entry_id FROM memory_provenance p JOIN experience_record e ON e.id = p.experience_id \
+             WHERE p.entry_id IN ({}) AND e.status = 'active' AND e.source_state = 'current'",
+            placeholders.join(", ")
+        );
+        let live: Vec<String> = crate::on_tx!(tx, |conn| {
+            let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()));
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            query.fetch_all(conn).await
+        })?;
+        supported.extend(live);
+    }
+    Ok(derived
+        .into_iter()
+        .filter(|id| !supported.contains(*id))
+        .map(str::to_owned)
+        .collect())
 }
 
-/// The documents a project's prompts show, as `(section name, view)`.
+/// The documents a project's prompts show, as `(section name, view)`: global first.
+///
+/// One statement (so one snapshot on either backend) for both documents, their entries and
+/// whether each derived entry still has support: it runs before every prompt.
 pub async fn prompt_documents(
     db: &Db,
     project_id: &str,
 ) -> Result<Vec<(&'static str, DocumentView)>, StoreError> {
-    let mut tx = db.begin_read().await?;
-    let mut views = Vec::new();
-    for scope in [Scope::Global, Scope::Project] {
-        if let Some(view) = view_in(&mut tx, scope, Some(project_id)).await? {
-            views.push((scope.section(), view));
+    type Row = (
+        String,
+        i64,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<bool>,
+        Option<i64>,
+        Option<i64>,
+        Option<bool>,
+    );
+    let sql = "SELECT d.scope, d.revision, e.id, e.content, e.owner, e.derived, e.position, e.created_revision, \
+                 (e.derived AND NOT EXISTS (SELECT 1 FROM memory_provenance p \
+                    JOIN experience_record x ON x.id = p.experience_id \
+                    WHERE p.entry_id = e.id AND x.status = 'active' AND x.source_state = 'current')) AS unsupported \
+               FROM memory_document d LEFT JOIN memory_entry e \
+                 ON e.document_id = d.id AND e.retracted_revision IS NULL \
+               WHERE (d.scope = 'global' AND COALESCE(d.project_id, '') = '') \
+                  OR (d.scope = 'project' AND d.project_id = $1) \
+               ORDER BY d.scope, e.position, e.id";
+    let rows: Vec<Row> = crate::on_db!(db, |pool| sqlx::query_as(sql)
+        .bind(project_id)
+        .fetch_all(pool)
+        .await)?;
+    let mut views: Vec<(&'static str, DocumentView)> = Vec::new();
+    for (scope, revision, id, content, owner, derived, position, created, unsupported) in rows {
+        let scope = Scope::parse(&scope)
+            .ok_or_else(|| StoreError::Corrupt(format!("memory_document scope `{scope}`")))?;
+        if views.last().is_none_or(|(_, view)| view.scope != scope) {
+            views.push((
+                scope.section(),
+                DocumentView {
+                    scope,
+                    revision,
+                    entries: Vec::new(),
+                    withheld: 0,
+                },
+            ));
         }
+        let view = &mut views.last_mut().expect("pushed above").1;
+        let (Some(id), Some(content), Some(owner), Some(derived), Some(position), Some(created)) =
+            (id, content, owner, derived, position, created)
+        else {
+            continue;
+        };
+        if unsupported == Some(true) {
+            view.withheld += 1;
+            continue;
+        }
+        view.entries.push(Entry {
+            id,
+            content,
+            owner,
+            derived,
+            position,
+            created_revision: created,
+        });
     }
-    tx.rollback().await?;
     Ok(views)
 }
 

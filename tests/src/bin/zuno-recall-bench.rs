@@ -121,7 +121,14 @@ struct Args {
     /// the best 5 after the final ranking (what `scripts/recall-pruning-check.py` counts).
     #[arg(long)]
     rank_cases: Option<std::path::PathBuf>,
+    /// Time `context` alone, without the full-text baselines (for a profiler attached to the
+    /// run; the baseline columns then read 0).
+    #[arg(long)]
+    only_context: bool,
 }
+
+/// `--only-context`, read by [`time_prompt`].
+static ONLY_CONTEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `--rank-cases`: see [`Args::rank_cases`].
 async fn rank_cases(path: &std::path::Path) -> anyhow::Result<()> {
@@ -1026,6 +1033,9 @@ async fn time_prompt(
     let mut fts_top = Vec::new();
     for step in 0..3 {
         let side = (turn + step) % 3;
+        if side != 0 && ONLY_CONTEXT.load(std::sync::atomic::Ordering::Relaxed) {
+            continue;
+        }
         let start = Instant::now();
         match side {
             0 => {
@@ -1181,6 +1191,7 @@ quoting prompts | quoted in ranked FTS top 5 | quoted in index top 5 | quoted in
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    ONLY_CONTEXT.store(args.only_context, std::sync::atomic::Ordering::Relaxed);
     if let Some(path) = &args.rank_cases {
         return rank_cases(path).await;
     }

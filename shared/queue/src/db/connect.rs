@@ -87,7 +87,12 @@ pub(super) async fn connect(options: &ConnectOptions) -> Result<Db, StoreError> 
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(synchronous)
         .busy_timeout(options.busy_timeout)
-        .foreign_keys(true);
+        .foreign_keys(true)
+        // Checkpoints run in the background (`checkpoint`); this only bounds the WAL.
+        .pragma(
+            "wal_autocheckpoint",
+            super::checkpoint::BACKSTOP_PAGES.to_string(),
+        );
     // A local file needs no liveness ping before each use; skipping it saves a round trip to
     // the driver's connection thread on every statement.
     let pool = SqlitePoolOptions::new()

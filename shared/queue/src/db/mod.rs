@@ -6,6 +6,7 @@
 //! statement means the same thing on SQLite and Postgres. Where the dialects differ (claiming with
 //! `FOR UPDATE SKIP LOCKED`, notifications) the caller matches on [`Backend`] explicitly.
 
+mod checkpoint;
 mod connect;
 mod migrate;
 
@@ -49,6 +50,8 @@ pub struct Db {
     /// sleeping in SQLite's busy handler (which backs off in milliseconds); other processes
     /// still meet the busy timeout.
     writer: Option<std::sync::Arc<tokio::sync::Mutex<()>>>,
+    /// SQLite: moves WAL checkpoints off the committing caller (see [`checkpoint`]).
+    checkpoints: Option<checkpoint::Checkpoints>,
 }
 
 /// The connection of an open write transaction.
@@ -67,6 +70,7 @@ pub struct Tx {
     conn: TxConn,
     wake: WakeBus,
     wake_on_commit: bool,
+    checkpoints: Option<checkpoint::Checkpoints>,
     // Dropped after `conn`, so the next local writer starts only once this one has ended.
     _writer: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
@@ -171,10 +175,15 @@ impl Db {
     pub(crate) fn from_pool(pool: Pool) -> Db {
         let writer = matches!(pool, Pool::Sqlite(_))
             .then(|| std::sync::Arc::new(tokio::sync::Mutex::new(())));
+        let checkpoints = match &pool {
+            Pool::Sqlite(sqlite) => Some(checkpoint::Checkpoints::new(sqlite.clone())),
+            Pool::Postgres(_) => None,
+        };
         Db {
             pool,
             wake: WakeBus::new(),
             writer,
+            checkpoints,
         }
     }
 
@@ -208,6 +217,7 @@ impl Db {
             conn,
             wake: self.wake.clone(),
             wake_on_commit: false,
+            checkpoints: self.checkpoints.clone(),
             _writer: writer,
         })
     }
@@ -232,6 +242,7 @@ impl Db {
             conn,
             wake: self.wake.clone(),
             wake_on_commit: false,
+            checkpoints: None,
             _writer: None,
         })
     }
@@ -303,6 +314,9 @@ impl Tx {
         match self.conn {
             TxConn::Sqlite(tx) => tx.commit().await?,
             TxConn::Postgres(tx) => tx.commit().await?,
+        }
+        if let Some(checkpoints) = &self.checkpoints {
+            checkpoints.committed();
         }
         if self.wake_on_commit {
             self.wake.wake();

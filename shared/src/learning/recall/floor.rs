@@ -77,6 +77,9 @@ pub struct Floor {
     cjk_terms: Vec<String>,
     /// CJK character bigrams of the prompt.
     bigrams: Vec<String>,
+    /// The first two bytes of every part in `words`: a stem keeps its word's first two bytes,
+    /// so a text word starting otherwise cannot meet any part and is not stemmed.
+    prefixes: HashSet<[u8; 2]>,
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +111,12 @@ impl Floor {
                 floor.words.push(Word { parts, identifier });
             }
         }
+        floor.prefixes = floor
+            .words
+            .iter()
+            .flat_map(|word| &word.parts)
+            .filter_map(|part| part.as_bytes().first_chunk::<2>().copied())
+            .collect();
         let mut seen = HashSet::new();
         for run in cjk_runs(prompt) {
             let chars: Vec<char> = run.chars().collect();
@@ -132,9 +141,8 @@ impl Floor {
 
     /// The score of an experience whose own text is `text` and retrieval keywords `keywords`.
     pub fn score(&self, text: &str, keywords: &str) -> f64 {
-        let own_words = words_of(text);
-        let keyword_words = words_of(keywords);
-        let (own_lower, keywords_lower) = (text.to_lowercase(), keywords.to_lowercase());
+        let own_words = self.words_in(text);
+        let keyword_words = self.words_in(keywords);
         let mut score = 0.0;
         for word in &self.words {
             let within = |set: &HashSet<String>| word.parts.iter().all(|p| set.contains(p));
@@ -144,6 +152,10 @@ impl Floor {
                 score += if word.identifier { 1.0 } else { KEYWORD_ONLY };
             }
         }
+        if self.cjk_terms.is_empty() && self.bigrams.is_empty() {
+            return score;
+        }
+        let (own_lower, keywords_lower) = (text.to_lowercase(), keywords.to_lowercase());
         for term in &self.cjk_terms {
             if own_lower.contains(term.as_str()) {
                 score += 1.0;
@@ -159,6 +171,20 @@ impl Floor {
             })
             .count();
         score + BIGRAM * shared as f64
+    }
+
+    /// The stemmed words of `text` that can be parts of the prompt's words: [`words_of`]
+    /// without the words no part starts like (the score reads only the prompt's parts).
+    fn words_in(&self, text: &str) -> HashSet<String> {
+        text.split(|c: char| !c.is_alphanumeric() || !c.is_ascii())
+            .filter(|w| w.len() >= 2)
+            .filter(|w| {
+                let [a, b] = [w.as_bytes()[0], w.as_bytes()[1]];
+                self.prefixes
+                    .contains(&[a.to_ascii_lowercase(), b.to_ascii_lowercase()])
+            })
+            .map(|w| stem(&w.to_lowercase()))
+            .collect()
     }
 
     /// Whether an experience passes the floor.
@@ -196,6 +222,89 @@ fn cjk_runs(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stem_keeps_the_first_two_bytes_of_its_word() {
+        // What `words_in`'s prefix filter relies on, over every word shape the stemmer edits.
+        for word in [
+            "flies",
+            "classes",
+            "uses",
+            "using",
+            "used",
+            "committing",
+            "commits",
+            "runner",
+            "tested",
+            "stopped",
+            "make",
+            "ie",
+            "ies",
+            "ed",
+            "eds",
+            "sing",
+            "sings",
+            "xxing",
+            "bees",
+            "added",
+            "ees",
+            "ss",
+            "is",
+            "us",
+            "ing",
+            "bed",
+            "needed",
+        ] {
+            let stemmed = stem(word);
+            assert!(stemmed.len() >= 2, "{word} -> {stemmed}");
+            assert_eq!(
+                &stemmed.as_bytes()[..2],
+                &word.as_bytes()[..2],
+                "{word} -> {stemmed}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_prefix_filter_changes_no_score() {
+        let texts = [
+            ("Use uv, not pip, because the lockfile is uv.lock.", ""),
+            ("Run the tests with cargo nextest.", "testing\nnextest"),
+            ("日期统一用 dayjs 格式化,不要用 moment。", "dayjs"),
+            (
+                "Install packages with pnpm; CI uses pnpm too.",
+                "pnpm\ninstall",
+            ),
+            (
+                "Flies and classes: the runner stopped committing.",
+                "commits",
+            ),
+        ];
+        for prompt in [
+            "install httpx with pip",
+            "run the tests again",
+            "用 dayjs 显示时间",
+            "why do the installed packages fail? uses pnpm",
+            "the runners stop, commit again, flies",
+        ] {
+            let floor = Floor::of(prompt);
+            for (text, keywords) in texts {
+                let reference = {
+                    let mut unfiltered = floor.clone();
+                    unfiltered.prefixes = floor
+                        .words
+                        .iter()
+                        .flat_map(|w| &w.parts)
+                        .chain(words_of(text).iter())
+                        .chain(words_of(keywords).iter())
+                        .filter_map(|p| p.as_bytes().first_chunk::<2>().copied())
+                        .collect();
+                    unfiltered.score(text, keywords)
+                };
+                assert_eq!(floor.score(text, keywords), reference, "{prompt} / {text}");
+            }
+        }
+    }
 
     #[test]
     fn one_specific_word_of_the_lesson_is_enough_one_generic_word_is_not() {

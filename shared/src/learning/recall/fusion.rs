@@ -115,6 +115,7 @@ mod tests {
 
     fn hit(id: &str) -> SearchHit {
         SearchHit {
+            source: format!("project p · {id}"),
             experience: Experience {
                 id: id.to_owned(),
                 project_id: "p".into(),

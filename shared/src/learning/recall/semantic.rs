@@ -23,8 +23,10 @@ use sha2::{Digest, Sha256};
 use super::fusion::{self, FusedEntry};
 use crate::config::{Config, EmbeddingsConfig};
 use crate::db::{Db, StoreError, Tx};
-use crate::learning::experience::{self, EXPERIENCE_COLUMNS, ExperienceRow};
-use crate::learning::retrieval::{CandidateRow, SearchHit, final_score, ranking};
+use crate::learning::experience::ExperienceRow;
+use crate::learning::retrieval::{
+    CandidateRow, EvidenceRows, SearchHit, candidate_columns, experiences, final_score, ranking,
+};
 use crate::ledger::{Admission, JobIdentity, JobOrigin, Ledger, LedgerError, NewJob};
 use crate::provider::EmbeddingClient;
 
@@ -290,8 +292,9 @@ async fn vector_hits(
     }
     let placeholders: Vec<String> = (1..=nearest.len()).map(|i| format!("${i}")).collect();
     let sql = format!(
-        "SELECT {EXPERIENCE_COLUMNS}, feedback_score, violations FROM experience_record \
+        "SELECT {} FROM experience_record \
          WHERE id IN ({}) AND status = 'active' AND source_state = 'current'",
+        candidate_columns(),
         placeholders.join(", ")
     );
     let rows: Vec<CandidateRow> = crate::on_db!(db, |pool| {
@@ -302,7 +305,7 @@ async fn vector_hits(
         query.fetch_all(pool).await
     })?;
     let similarity: HashMap<&str, f64> = nearest.iter().map(|(id, s)| (id.as_str(), *s)).collect();
-    let mut scored: Vec<(ExperienceRow, f64, f64)> = rows
+    let mut scored: Vec<(CandidateRow, f64, f64)> = rows
         .into_iter()
         .filter(|c| c.record.project_id == project_id)
         .filter(|c| {
@@ -311,22 +314,27 @@ async fn vector_hits(
         .map(|c| {
             let s = similarity.get(c.record.id.as_str()).copied().unwrap_or(0.0);
             let score = final_score(s.max(0.0), &c, now);
-            (c.record, s, score)
+            (c, s, score)
         })
         .collect();
-    scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.id.cmp(&b.0.id)));
-    let (records, scores): (Vec<ExperienceRow>, Vec<(f64, f64)>) = scored
+    scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.record.id.cmp(&b.0.record.id)));
+    let (records, scores): (Vec<ExperienceRow>, Vec<(String, f64, f64)>) = scored
         .into_iter()
-        .map(|(r, s, score)| (r, (s, score)))
+        .map(|(c, s, score)| {
+            let source = c.source();
+            (c.record, (source, s, score))
+        })
         .unzip();
-    let experiences = experience::with_evidence(db, records).await?;
+    // `context` renders the source label only; no evidence rows are needed.
+    let experiences = experiences(db, records, EvidenceRows::Skip).await?;
     Ok(experiences
         .into_iter()
         .zip(scores)
-        .map(|(experience, (similarity, score))| {
+        .map(|(experience, (source, similarity, score))| {
             (
                 SearchHit {
                     experience,
+                    source,
                     relevance: similarity,
                     score,
                 },
