@@ -105,13 +105,32 @@ pub fn configured_default(session_id: &str, config: &LearningConfig, now: i64) -
 }
 
 pub async fn load_in(tx: &mut Tx, session_id: &str) -> Result<Option<SessionPolicy>, StoreError> {
-    let sql = "SELECT session_id, use_memories, generation, revision, reason, updated_at \
-               FROM session_memory_policy WHERE session_id = $1";
-    let row: Option<PolicyRow> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+    let row: Option<PolicyRow> = crate::on_tx!(tx, |conn| sqlx::query_as(LOAD)
         .bind(session_id)
         .fetch_optional(conn)
         .await)?;
     row.map(SessionPolicy::try_from).transpose()
+}
+
+const LOAD: &str = "SELECT session_id, use_memories, generation, revision, reason, updated_at \
+                    FROM session_memory_policy WHERE session_id = $1";
+
+/// [`effective_in`] as one statement outside any transaction (the prompt path reads it before
+/// every request; a single row needs no transaction to be consistent).
+pub async fn effective(
+    db: &crate::db::Db,
+    session_id: &str,
+    config: &LearningConfig,
+    now: i64,
+) -> Result<SessionPolicy, StoreError> {
+    let row: Option<PolicyRow> = crate::on_db!(db, |pool| sqlx::query_as(LOAD)
+        .bind(session_id)
+        .fetch_optional(pool)
+        .await)?;
+    Ok(match row.map(SessionPolicy::try_from).transpose()? {
+        Some(policy) => policy,
+        None => configured_default(session_id, config, now),
+    })
 }
 
 /// The durable policy, or the configuration fallback for a legacy session (revision 0).

@@ -145,20 +145,36 @@ fn like_contains(text: &str, needle: &str) -> bool {
         .contains(&needle.to_ascii_lowercase())
 }
 
-/// Text candidates of one project for `terms`, best first, as `(id, relevance)`.
+/// Text candidates of one project, best first, with their relevance: recall-index document
+/// numbers, or experience ids from the full-text indexes.
+enum TextCandidates {
+    Indexed(Vec<(i64, f64)>),
+    Stored(Vec<(String, f64)>),
+}
+
+impl TextCandidates {
+    fn is_empty(&self) -> bool {
+        match self {
+            TextCandidates::Indexed(found) => found.is_empty(),
+            TextCandidates::Stored(found) => found.is_empty(),
+        }
+    }
+}
+
+/// Text candidates of one project for `terms`.
 async fn text_candidates(
     db: &Db,
     project_id: &str,
     terms: &QueryTerms,
     mode: MatchMode,
     bigrams: &[String],
-) -> Result<Vec<(String, f64)>, StoreError> {
+) -> Result<TextCandidates, StoreError> {
     // `any` matching ranks from the recall index (one posting list per key, ADR 0005); `all`
     // matching, and any project whose index is too far behind, from the full-text indexes.
     if mode == MatchMode::Any
         && let Some(ranked) = index_candidates(db, project_id, terms, bigrams).await?
     {
-        return Ok(ranked);
+        return Ok(TextCandidates::Indexed(ranked));
     }
     let mut found = Candidates::default();
     match db.pool() {
@@ -176,7 +192,7 @@ async fn text_candidates(
                 .await?;
         }
     }
-    Ok(found.ranked())
+    Ok(TextCandidates::Stored(found.ranked()))
 }
 
 /// The recall index's best [`CANDIDATES`], relevance relative to the best; `None` while the
@@ -186,9 +202,10 @@ async fn index_candidates(
     project_id: &str,
     terms: &QueryTerms,
     bigrams: &[String],
-) -> Result<Option<Vec<(String, f64)>>, StoreError> {
+) -> Result<Option<Vec<(i64, f64)>>, StoreError> {
     let keys = index::query_keys(terms, bigrams);
-    let Some(ranked) = index::top(db, project_id, &keys, CANDIDATES as usize).await? else {
+    let Some(ranked) = index::top_documents(db, project_id, &keys, CANDIDATES as usize).await?
+    else {
         return Ok(None);
     };
     let best = ranked
@@ -487,29 +504,39 @@ pub async fn search(
     mode: MatchMode,
     now: i64,
 ) -> Result<Vec<SearchHit>, StoreError> {
-    ranked(
-        db,
-        project_id,
-        &search_terms::parse(text),
+    let ranking = Ranking {
         mode,
         limit,
         now,
-        None,
-        EvidenceRows::Load,
-    )
-    .await
+        floor: None,
+        evidence: EvidenceRows::Load,
+    };
+    ranked(db, project_id, &search_terms::parse(text), ranking).await
+}
+
+/// How [`ranked`] matches, how many hits it keeps, and what it loads for them.
+struct Ranking<'a> {
+    mode: MatchMode,
+    limit: usize,
+    now: i64,
+    /// Automatic recall's relevance floor; `None` for an explicit search.
+    floor: Option<&'a Floor>,
+    evidence: EvidenceRows,
 }
 
 async fn ranked(
     db: &Db,
     project_id: &str,
     terms: &QueryTerms,
-    mode: MatchMode,
-    limit: usize,
-    now: i64,
-    floor: Option<&Floor>,
-    evidence: EvidenceRows,
+    ranking: Ranking<'_>,
 ) -> Result<Vec<SearchHit>, StoreError> {
+    let Ranking {
+        mode,
+        limit,
+        now,
+        floor,
+        evidence,
+    } = ranking;
     if terms.is_empty() {
         return Ok(Vec::new());
     }
@@ -522,13 +549,10 @@ async fn ranked(
         return Ok(Vec::new());
     }
     let rows = live_candidates(db, &candidates).await?;
-    let relevance: HashMap<&str, f64> =
-        candidates.iter().map(|(id, r)| (id.as_str(), *r)).collect();
     let mut scored: Vec<(CandidateRow, f64, f64)> = rows
         .into_iter()
-        .filter(|c| c.record.project_id == project_id && admitted(c, floor))
-        .map(|c| {
-            let r = relevance.get(c.record.id.as_str()).copied().unwrap_or(0.0);
+        .filter(|(c, _)| c.record.project_id == project_id && admitted(c, floor))
+        .map(|(c, r)| {
             let score = final_score(r, &c, now);
             (c, r, score)
         })
@@ -557,28 +581,84 @@ async fn ranked(
 }
 
 /// The candidates that are live (active, sources unchanged) with everything ranking and
-/// rendering need, in one query; evidence for the kept ones follows in a second.
+/// rendering need and their relevance, in one query.
 async fn live_candidates(
     db: &Db,
-    candidates: &[(String, f64)],
-) -> Result<Vec<CandidateRow>, StoreError> {
-    // Rows are looked up by id and the project is checked by the caller: with `project_id = $1`
-    // in the query, SQLite's planner chose the project index and read every record of the
-    // project.
-    let placeholders: Vec<String> = (1..=candidates.len()).map(|i| format!("${i}")).collect();
-    let sql = format!(
-        "SELECT {} FROM experience_record \
-         WHERE id IN ({}) AND status = 'active' AND source_state = 'current'",
-        candidate_columns(),
-        placeholders.join(", ")
-    );
-    Ok(crate::on_db!(db, |pool| {
-        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
-        for (id, _) in candidates {
-            query = query.bind(id.as_str());
+    candidates: &TextCandidates,
+) -> Result<Vec<(CandidateRow, f64)>, StoreError> {
+    // Rows are looked up by id or document number and the project is checked by the caller:
+    // with `project_id = $1` in the query, SQLite's planner chose the project index and read
+    // every record of the project.
+    let live = "status = 'active' AND source_state = 'current'";
+    match candidates {
+        TextCandidates::Stored(found) => {
+            let sql = format!(
+                "SELECT {} FROM experience_record WHERE id IN ({}) AND {live}",
+                candidate_columns(),
+                placeholders(found.len())
+            );
+            let rows: Vec<CandidateRow> = crate::on_db!(db, |pool| {
+                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
+                for (id, _) in found {
+                    query = query.bind(id.as_str());
+                }
+                query.fetch_all(pool).await
+            })?;
+            let relevance: HashMap<&str, f64> =
+                found.iter().map(|(id, r)| (id.as_str(), *r)).collect();
+            Ok(rows
+                .into_iter()
+                .map(|row| {
+                    let r = relevance
+                        .get(row.record.id.as_str())
+                        .copied()
+                        .unwrap_or(0.0);
+                    (row, r)
+                })
+                .collect())
         }
-        query.fetch_all(pool).await
-    })?)
+        TextCandidates::Indexed(found) => {
+            // The document numbers resolve to records in the same statement.
+            let sql = format!(
+                "SELECT {}, (SELECT d.num FROM recall_doc d WHERE d.experience_id = experience_record.id) AS recall_num \
+                 FROM experience_record \
+                 WHERE id IN (SELECT experience_id FROM recall_doc WHERE num IN ({})) AND {live}",
+                candidate_columns(),
+                placeholders(found.len())
+            );
+            let rows: Vec<NumberedCandidate> = crate::on_db!(db, |pool| {
+                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
+                for (num, _) in found {
+                    query = query.bind(*num);
+                }
+                query.fetch_all(pool).await
+            })?;
+            let relevance: HashMap<i64, f64> = found.iter().copied().collect();
+            Ok(rows
+                .into_iter()
+                .map(|row| {
+                    let r = relevance.get(&row.recall_num).copied().unwrap_or(0.0);
+                    (row.candidate, r)
+                })
+                .collect())
+        }
+    }
+}
+
+/// A candidate read by its recall-index document number.
+#[derive(sqlx::FromRow)]
+struct NumberedCandidate {
+    #[sqlx(flatten)]
+    candidate: CandidateRow,
+    recall_num: i64,
+}
+
+/// `$1, $2, …, $n`.
+fn placeholders(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Automatic recall (a prompt, with its relevance `floor`; not an explicit search) leaves out
@@ -793,9 +873,7 @@ pub async fn assemble(
     let Some(project_id) = project_id else {
         return Ok(None);
     };
-    let mut read = db.begin_read().await?;
-    let session_policy = policy::effective_in(&mut read, session_id, &config.learning, now).await?;
-    read.rollback().await?;
+    let session_policy = policy::effective(db, session_id, &config.learning, now).await?;
     let use_memories = session_policy.use_memories && config.learning.use_enabled();
     let (mut sections, memory_revisions) = if use_memories {
         memory_sections(db, &project_id).await?
@@ -888,17 +966,14 @@ async fn retrieve(
     let retrieval = &config.learning.retrieval;
     let terms = search_terms::parse(prompt);
     let floor = Floor::of(prompt);
-    let lexical = ranked(
-        db,
-        project_id,
-        &terms,
-        MatchMode::Any,
-        CANDIDATES as usize,
+    let ranking = Ranking {
+        mode: MatchMode::Any,
+        limit: CANDIDATES as usize,
         now,
-        Some(&floor),
-        EvidenceRows::Skip,
-    )
-    .await?;
+        floor: Some(&floor),
+        evidence: EvidenceRows::Skip,
+    };
+    let lexical = ranked(db, project_id, &terms, ranking).await?;
     // The optional semantic layer fuses its vector ranking in (no-op when unconfigured).
     let (ranked, semantic) =
         super::recall::semantic::recall_for_context(db, config, project_id, prompt, lexical, now)

@@ -269,6 +269,20 @@ pub async fn top(
     keys: &[String],
     limit: usize,
 ) -> Result<Option<Vec<(String, f64)>>, StoreError> {
+    match top_documents(db, project_id, keys, limit).await? {
+        Some(ranked) => experience_ids(db, ranked).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// [`top`] as document numbers (`recall_doc.num`), for a caller that reads the records by number
+/// in its next statement anyway.
+pub async fn top_documents(
+    db: &Db,
+    project_id: &str,
+    keys: &[String],
+    limit: usize,
+) -> Result<Option<Vec<(i64, f64)>>, StoreError> {
     if keys.is_empty() || limit == 0 {
         return Ok(Some(Vec::new()));
     }
@@ -278,8 +292,7 @@ pub async fn top(
     }
     let (indexed_docs, stored) = read_lists(db, project_id, keys).await?;
     let (lists, docs) = merge_pending(project_id, keys, indexed_docs, &stored, &pending)?;
-    let ranked = rank(&lists, docs, limit);
-    experience_ids(db, ranked).await.map(Some)
+    Ok(Some(rank(&lists, docs, limit)))
 }
 
 /// Up to [`MAX_PENDING_SCORED`] + 1 pending records that are, or were indexed, in the project.
