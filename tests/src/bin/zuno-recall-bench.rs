@@ -1173,6 +1173,7 @@ async fn run(args: &Args, backend: Backend, count: usize) -> anyhow::Result<Row>
         admin.close().await;
     }
     if let (Some(dir), Pool::Sqlite(pool)) = (&args.save_sqlite, db.pool()) {
+        std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("recall-{count}.db"));
         let _ = std::fs::remove_file(&path);
         sqlx::query("VACUUM INTO $1")
