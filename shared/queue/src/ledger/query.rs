@@ -56,17 +56,30 @@ pub struct JobEvent {
 /// is running. Kinds whose runs of one scope must not overlap (aggregation: a follow-up reads
 /// what the run before it leaves) wait for it at the claim gate. Run inside the claim's
 /// transaction, it also sees jobs claimed in the same batch.
+///
+/// On Postgres the running rows are read `FOR SHARE`, so the check and the earlier run's
+/// settlement serialize: a settlement in progress is waited for (and its row then no longer
+/// counts), and a settlement that starts later waits for this claim to commit its deferral, so
+/// the settlement's "make the follow-ups due" statement sees the deferred row. Without the lock
+/// a follow-up deferred in the same instant as the settlement stayed deferred the full wait.
 pub async fn earlier_run_in(tx: &mut crate::db::Tx, job: &Job) -> Result<bool, StoreError> {
-    let running: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT COUNT(*) FROM learning_job WHERE kind = $1 AND state = 'running' \
-           AND COALESCE(project_id, '') = COALESCE($2, '') AND id < $3"
-    )
+    let lock = match tx.backend() {
+        crate::db::Backend::Postgres => " FOR SHARE",
+        crate::db::Backend::Sqlite => "",
+    };
+    let sql = format!(
+        "SELECT id FROM learning_job WHERE kind = $1 AND state = 'running' \
+           AND COALESCE(project_id, '') = COALESCE($2, '') AND id < $3{lock}"
+    );
+    let running: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(sqlx::AssertSqlSafe(
+        sql.as_str()
+    ))
     .bind(job.kind.as_str())
     .bind(job.project_id.as_deref())
     .bind(&job.id)
-    .fetch_one(conn)
+    .fetch_all(conn)
     .await)?;
-    Ok(running > 0)
+    Ok(!running.is_empty())
 }
 
 impl Ledger {
