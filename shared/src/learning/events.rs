@@ -44,18 +44,21 @@ pub async fn append_in(
     let id = crate::ids::new_id("lev");
     let sql = "INSERT INTO learning_event (id, kind, project_id, session_id, job_id, message_id, payload, at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(&id)
-        .bind(kind)
-        .bind(scope.project_id)
-        .bind(scope.session_id)
-        .bind(scope.job_id)
-        .bind(scope.message_id)
-        .bind(payload.to_string())
-        .bind(now)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            (&id).into(),
+            kind.into(),
+            scope.project_id.into(),
+            scope.session_id.into(),
+            scope.job_id.into(),
+            scope.message_id.into(),
+            (&payload.to_string()).into(),
+            now.into(),
+        ],
+    )
+    .await?;
     Ok(id)
 }
 

@@ -265,25 +265,28 @@ async fn insert_experience_in(
                VALUES ($1, $2, $3, $4, $5, 'extraction', $6, $7, $8, $9, $10, $11, $12, 'active', $13, $14, $14, $15) \
                ON CONFLICT (job_id, ordinal) DO NOTHING";
     let new_id = crate::ids::new_id("exp");
-    let inserted = crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(&new_id)
-        .bind(job.project_id)
-        .bind(job.session_id)
-        .bind(job.job_id)
-        .bind(experience.ordinal)
-        .bind(job.extractor_version)
-        .bind(experience.kind.as_str())
-        .bind(&experience.title)
-        .bind(&experience.summary)
-        .bind(&experience.resolution)
-        .bind(experience.confidence)
-        .bind(verification)
-        .bind(digest)
-        .bind(now)
-        .bind(experience.keywords.join("\n"))
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    let inserted = crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            (&new_id).into(),
+            job.project_id.into(),
+            job.session_id.into(),
+            job.job_id.into(),
+            experience.ordinal.into(),
+            job.extractor_version.into(),
+            experience.kind.as_str().into(),
+            (&experience.title).into(),
+            (&experience.summary).into(),
+            (&experience.resolution).into(),
+            experience.confidence.into(),
+            verification.into(),
+            digest.into(),
+            now.into(),
+            (&experience.keywords.join("\n")).into(),
+        ],
+    )
+    .await?;
     let id = if inserted == 1 {
         new_id
     } else {
@@ -299,20 +302,23 @@ async fn insert_experience_in(
         let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
                      raw_digest, redacted_digest, verified, detail) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (experience_id, ordinal) DO NOTHING";
-        crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(&id)
-            .bind(index as i64)
-            .bind(&citation.source_id)
-            .bind(&citation.address)
-            .bind(&citation.message_id)
-            .bind(&citation.excerpt)
-            .bind(&citation.raw_digest)
-            .bind(&citation.redacted_digest)
-            .bind(citation.verified)
-            .bind(&citation.detail)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        crate::db::execute_in(
+            tx,
+            sql,
+            &[
+                (&id).into(),
+                (index as i64).into(),
+                (&citation.source_id).into(),
+                (&citation.address).into(),
+                (&citation.message_id).into(),
+                (&citation.excerpt).into(),
+                (&citation.raw_digest).into(),
+                (&citation.redacted_digest).into(),
+                citation.verified.into(),
+                (&citation.detail).into(),
+            ],
+        )
+        .await?;
     }
     Ok(id)
 }
@@ -328,22 +334,25 @@ async fn insert_hint_in(
     let sql = "INSERT INTO memory_hint (job_id, ordinal, experience_id, experience_kind, project_id, target, action, \
                  content, old_text, reason, confidence, created_at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id, ordinal) DO NOTHING";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(job.job_id)
-        .bind(hint.ordinal)
-        .bind(experience_id)
-        .bind(kind.as_str())
-        .bind(job.project_id)
-        .bind(hint.target.as_str())
-        .bind(hint.action.as_str())
-        .bind(&hint.content)
-        .bind(&hint.old_text)
-        .bind(&hint.reason)
-        .bind(hint.confidence)
-        .bind(now)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            job.job_id.into(),
+            hint.ordinal.into(),
+            experience_id.into(),
+            kind.as_str().into(),
+            job.project_id.into(),
+            hint.target.as_str().into(),
+            hint.action.as_str().into(),
+            (&hint.content).into(),
+            (&hint.old_text).into(),
+            (&hint.reason).into(),
+            hint.confidence.into(),
+            now.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 
@@ -391,26 +400,9 @@ async fn reinforce_in(
     .await
     })?;
     for (index, citation) in citations.iter().enumerate() {
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
+        crate::db::execute_in(tx, "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
                    raw_digest, redacted_digest, verified, detail, job_id) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (experience_id, ordinal) DO NOTHING")
-            .bind(experience_id)
-            .bind(next + index as i64)
-            .bind(&citation.source_id)
-            .bind(&citation.address)
-            .bind(&citation.message_id)
-            .bind(&citation.excerpt)
-            .bind(&citation.raw_digest)
-            .bind(&citation.redacted_digest)
-            .bind(citation.verified)
-            .bind(&citation.detail)
-            .bind(job_id)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected())
-        })?;
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (experience_id, ordinal) DO NOTHING", &[experience_id.into(), (next + index as i64).into(), (&citation.source_id).into(), (&citation.address).into(), (&citation.message_id).into(), (&citation.excerpt).into(), (&citation.raw_digest).into(), (&citation.redacted_digest).into(), citation.verified.into(), (&citation.detail).into(), job_id.into()]).await?;
     }
     super::retrieval::adjust_in(tx, experience_id, super::retrieval::ranking::REINFORCE).await
 }
@@ -456,29 +448,26 @@ pub async fn insert_manual_in(
     let sql = "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, confidence, \
                  verification, status, content_digest, created_at, updated_at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, 1.0, 'verified', 'active', $8, $9, $9)";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(&id)
-        .bind(project_id)
-        .bind(session_id)
-        .bind(origin.as_str())
-        .bind(kind.as_str())
-        .bind(&title)
-        .bind(text)
-        .bind(&digest)
-        .bind(now)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            (&id).into(),
+            project_id.into(),
+            session_id.into(),
+            origin.as_str().into(),
+            kind.as_str().into(),
+            (&title).into(),
+            text.into(),
+            (&digest).into(),
+            now.into(),
+        ],
+    )
+    .await?;
     let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, excerpt, verified) \
                VALUES ($1, 0, $2, $2, $3, TRUE)";
     let address = format!("command:{}", origin.as_str());
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(&id)
-        .bind(&address)
-        .bind(text)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(tx, sql, &[(&id).into(), (&address).into(), text.into()]).await?;
     crate::learning::recall::index::catch_up_in(tx, INDEX_BATCH).await?;
     Ok(Ok(get_in(tx, &id).await?.expect("inserted above")))
 }
@@ -660,20 +649,11 @@ pub async fn forget_in(
     if experience.status == "forgotten" {
         return Ok(Ok(experience));
     }
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1")
-        .bind(id).bind(now).execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1", &[id.into(), now.into()]).await?;
     for evidence in &experience.evidence {
         if let (Some(message_id), Some(raw_digest)) = (&evidence.message_id, &evidence.raw_digest) {
-            crate::on_tx!(tx, |conn| {
-                sqlx::query(
-                    "INSERT INTO forgotten_source (message_id, raw_digest, experience_id, at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (message_id, raw_digest) DO NOTHING")
-                .bind(message_id).bind(raw_digest).bind(id).bind(now)
-                .execute(conn).await.map(|done| done.rows_affected())
-            })?;
+            crate::db::execute_in(tx, "INSERT INTO forgotten_source (message_id, raw_digest, experience_id, at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (message_id, raw_digest) DO NOTHING", &[message_id.into(), raw_digest.into(), id.into(), now.into()]).await?;
         }
     }
     Ok(Ok(get_in(tx, id).await?.expect("exists")))
@@ -711,12 +691,7 @@ pub async fn solve_in(
         &experience.summary,
         Some(resolution),
     );
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE experience_record SET kind = 'problem', resolution = $2, content_digest = $3, updated_at = $4 WHERE id = $1")
-        .bind(id).bind(resolution).bind(&digest).bind(now)
-        .execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "UPDATE experience_record SET kind = 'problem', resolution = $2, content_digest = $3, updated_at = $4 WHERE id = $1", &[id.into(), resolution.into(), (&digest).into(), now.into()]).await?;
     Ok(Ok(get_in(tx, id).await?.expect("exists")))
 }
 

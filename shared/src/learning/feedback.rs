@@ -164,27 +164,33 @@ async fn write_in(tx: &mut Tx, next: &Feedback, expected_revision: i64) -> Resul
     let written = if expected_revision == 0 {
         let sql = "INSERT INTO message_feedback (message_id, session_id, value, note, revision, updated_at) \
                    VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (message_id) DO NOTHING";
-        crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(&next.message_id)
-            .bind(&next.session_id)
-            .bind(next.value.as_str())
-            .bind(note)
-            .bind(next.updated_at)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?
+        crate::db::execute_in(
+            tx,
+            sql,
+            &[
+                (&next.message_id).into(),
+                (&next.session_id).into(),
+                next.value.as_str().into(),
+                note.into(),
+                next.updated_at.into(),
+            ],
+        )
+        .await?
     } else {
         let sql = "UPDATE message_feedback SET value = $2, note = $3, revision = revision + 1, updated_at = $4 \
                    WHERE message_id = $1 AND revision = $5";
-        crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(&next.message_id)
-            .bind(next.value.as_str())
-            .bind(note)
-            .bind(next.updated_at)
-            .bind(expected_revision)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?
+        crate::db::execute_in(
+            tx,
+            sql,
+            &[
+                (&next.message_id).into(),
+                next.value.as_str().into(),
+                note.into(),
+                next.updated_at.into(),
+                expected_revision.into(),
+            ],
+        )
+        .await?
     };
     Ok(written)
 }

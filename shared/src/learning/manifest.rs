@@ -353,22 +353,25 @@ pub async fn persist_in(
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
-        crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(job_id)
-            .bind(&record.source_id)
-            .bind(&record.address)
-            .bind(&record.message_id)
-            .bind(record.part_ordinal)
-            .bind(&kind)
-            .bind(&verification)
-            .bind(&record.text)
-            .bind(&record.raw_digest)
-            .bind(&record.redacted_digest)
-            .bind(record.clipped)
-            .bind(record.context)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        crate::db::execute_in(
+            tx,
+            sql,
+            &[
+                job_id.into(),
+                (&record.source_id).into(),
+                (&record.address).into(),
+                (&record.message_id).into(),
+                record.part_ordinal.into(),
+                (&kind).into(),
+                (&verification).into(),
+                (&record.text).into(),
+                (&record.raw_digest).into(),
+                (&record.redacted_digest).into(),
+                record.clipped.into(),
+                record.context.into(),
+            ],
+        )
+        .await?;
     }
     Ok(())
 }

@@ -181,16 +181,19 @@ async fn write_in(tx: &mut Tx, policy: &SessionPolicy) -> Result<(), StoreError>
                ON CONFLICT (session_id) DO UPDATE SET use_memories = excluded.use_memories, \
                  generation = excluded.generation, revision = excluded.revision, \
                  reason = excluded.reason, updated_at = excluded.updated_at";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(&policy.session_id)
-        .bind(policy.use_memories)
-        .bind(policy.generation.as_str())
-        .bind(policy.revision)
-        .bind(&policy.reason)
-        .bind(policy.updated_at)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            (&policy.session_id).into(),
+            policy.use_memories.into(),
+            policy.generation.as_str().into(),
+            policy.revision.into(),
+            (&policy.reason).into(),
+            policy.updated_at.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 
@@ -236,16 +239,19 @@ pub async fn update_in(
         write_in(tx, &next).await?;
         1
     } else {
-        crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(session_id)
-            .bind(next.use_memories)
-            .bind(next.generation.as_str())
-            .bind(next.revision)
-            .bind(now)
-            .bind(expected_revision)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?
+        crate::db::execute_in(
+            tx,
+            sql,
+            &[
+                session_id.into(),
+                next.use_memories.into(),
+                next.generation.as_str().into(),
+                next.revision.into(),
+                now.into(),
+                expected_revision.into(),
+            ],
+        )
+        .await?
     };
     if changed != 1 {
         let latest = effective_in(tx, session_id, config, now).await?;

@@ -1033,18 +1033,21 @@ async fn write_receipt_in(
 ) -> Result<(), StoreError> {
     let sql = "INSERT INTO prompt_receipt (id, session_id, project_id, sections, memory_revisions, experience_ids, retrieval, created_at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(&context.receipt_id)
-        .bind(&context.session_id)
-        .bind(&context.project_id)
-        .bind(serde_json::to_string(&context.sections).unwrap_or_default())
-        .bind(serde_json::Value::Object(memory_revisions).to_string())
-        .bind(serde_json::to_string(&context.experience_ids).unwrap_or_default())
-        .bind(snapshot.to_string())
-        .bind(now)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            (&context.receipt_id).into(),
+            (&context.session_id).into(),
+            (&context.project_id).into(),
+            (&serde_json::to_string(&context.sections).unwrap_or_default()).into(),
+            (&serde_json::Value::Object(memory_revisions).to_string()).into(),
+            (&serde_json::to_string(&context.experience_ids).unwrap_or_default()).into(),
+            (&snapshot.to_string()).into(),
+            now.into(),
+        ],
+    )
+    .await?;
     let ids = &context.experience_ids;
     if !ids.is_empty() {
         // One statement for all of them: on SQLite each statement is a round trip to the
@@ -1120,14 +1123,9 @@ async fn apply_feedback_loop_in(
 /// Reinforces (delta > 0) or violates (delta < 0) one experience.
 pub async fn adjust_in(tx: &mut Tx, experience_id: &str, delta: f64) -> Result<(), StoreError> {
     let (reinforce, violate) = if delta > 0.0 { (1, 0) } else { (0, 1) };
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE experience_record SET feedback_score = CASE WHEN feedback_score + $2 > 1.0 THEN 1.0 \
+    crate::db::execute_in(tx, "UPDATE experience_record SET feedback_score = CASE WHEN feedback_score + $2 > 1.0 THEN 1.0 \
                  WHEN feedback_score + $2 < -1.0 THEN -1.0 ELSE feedback_score + $2 END, \
-               reinforcements = reinforcements + $3, violations = violations + $4 WHERE id = $1")
-        .bind(experience_id).bind(delta).bind(reinforce as i64).bind(violate as i64)
-        .execute(conn).await.map(|done| done.rows_affected())
-    })?;
+               reinforcements = reinforcements + $3, violations = violations + $4 WHERE id = $1", &[experience_id.into(), delta.into(), (reinforce as i64).into(), (violate as i64).into()]).await?;
     Ok(())
 }
 

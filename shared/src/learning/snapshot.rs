@@ -80,22 +80,25 @@ impl SourceSnapshot {
                      start_message_id, end_message_id, start_seq, end_seq, completed_at, \
                      terminal_digest, manifest_digest, input_bound, context_start_seq) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id) DO NOTHING";
-        crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(job_id)
-            .bind(&self.project_id)
-            .bind(&self.session_id)
-            .bind(&self.start_message_id)
-            .bind(&self.end_message_id)
-            .bind(self.start_seq)
-            .bind(self.end_seq)
-            .bind(self.completed_at)
-            .bind(&self.terminal_digest)
-            .bind(&self.manifest_digest)
-            .bind(self.input_bound)
-            .bind(self.context_start_seq)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        crate::db::execute_in(
+            tx,
+            sql,
+            &[
+                job_id.into(),
+                (&self.project_id).into(),
+                (&self.session_id).into(),
+                (&self.start_message_id).into(),
+                (&self.end_message_id).into(),
+                self.start_seq.into(),
+                self.end_seq.into(),
+                self.completed_at.into(),
+                (&self.terminal_digest).into(),
+                (&self.manifest_digest).into(),
+                self.input_bound.into(),
+                self.context_start_seq.into(),
+            ],
+        )
+        .await?;
         Ok(())
     }
 

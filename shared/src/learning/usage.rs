@@ -46,20 +46,23 @@ pub struct UsageRecord<'a> {
 pub async fn record_in(tx: &mut Tx, usage: &UsageRecord<'_>, now: i64) -> Result<(), StoreError> {
     let sql = "INSERT INTO provider_usage (id, job_id, project_id, provider, model, automatic, day, input_tokens, output_tokens, at) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(crate::ids::new_id("use"))
-        .bind(usage.job_id)
-        .bind(usage.project_id)
-        .bind(usage.provider)
-        .bind(usage.model)
-        .bind(usage.automatic)
-        .bind(day_of(now))
-        .bind(i64::try_from(usage.input_tokens).unwrap_or(i64::MAX))
-        .bind(i64::try_from(usage.output_tokens).unwrap_or(i64::MAX))
-        .bind(now)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            (&crate::ids::new_id("use")).into(),
+            usage.job_id.into(),
+            usage.project_id.into(),
+            usage.provider.into(),
+            usage.model.into(),
+            usage.automatic.into(),
+            (day_of(now)).into(),
+            (i64::try_from(usage.input_tokens).unwrap_or(i64::MAX)).into(),
+            (i64::try_from(usage.output_tokens).unwrap_or(i64::MAX)).into(),
+            now.into(),
+        ],
+    )
+    .await?;
     crate::telemetry::metrics::provider().tokens(
         usage.provider,
         usage.model,
@@ -167,11 +170,12 @@ pub async fn reserve_in(
     if tx.backend() == Backend::Postgres {
         // Taken by every reserver and held to commit: the next reserver's reads start after
         // this claim's reservation is visible.
-        crate::on_tx!(tx, |conn| sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(RESERVATION_LOCK)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        crate::db::execute_in(
+            tx,
+            "SELECT pg_advisory_xact_lock($1)",
+            &[RESERVATION_LOCK.into()],
+        )
+        .await?;
     }
     let day = day_of(now);
     let budget = automatic_budget_in(tx, day).await?;
@@ -186,26 +190,26 @@ pub async fn reserve_in(
             Reservation::Exhausted { budget }
         });
     }
-    crate::on_tx!(tx, |conn| sqlx::query(
+    crate::db::execute_in(
+        tx,
         "INSERT INTO provider_token_reservation (job_id, attempt, day, tokens, created_at) \
-             VALUES ($1, $2, $3, $4, $5)"
+             VALUES ($1, $2, $3, $4, $5)",
+        &[
+            job_id.into(),
+            attempt.into(),
+            day.into(),
+            (i64::try_from(ceiling).unwrap_or(i64::MAX)).into(),
+            now.into(),
+        ],
     )
-    .bind(job_id)
-    .bind(attempt)
-    .bind(day)
-    .bind(i64::try_from(ceiling).unwrap_or(i64::MAX))
-    .bind(now)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    .await?;
     // Past days' rows can no longer count; dropping them here keeps the table to one day.
-    crate::on_tx!(tx, |conn| sqlx::query(
-        "DELETE FROM provider_token_reservation WHERE day < $1"
+    crate::db::execute_in(
+        tx,
+        "DELETE FROM provider_token_reservation WHERE day < $1",
+        &[day.into()],
     )
-    .bind(day)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    .await?;
     Ok(Reservation::Held)
 }
 
@@ -214,14 +218,12 @@ const RESERVATION_LOCK: i64 = 0x007a_756e_6f63_6170;
 
 /// Releases the reservation of one attempt: its call's actual spend is recorded now.
 pub async fn release_in(tx: &mut Tx, job_id: &str, attempt: i64) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| sqlx::query(
-        "UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $1 AND attempt = $2"
+    crate::db::execute_in(
+        tx,
+        "UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $1 AND attempt = $2",
+        &[job_id.into(), attempt.into()],
     )
-    .bind(job_id)
-    .bind(attempt)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    .await?;
     Ok(())
 }
 
@@ -303,16 +305,19 @@ pub async fn set_health_in(tx: &mut Tx, health: &ProviderHealth) -> Result<(), S
     let sql = "INSERT INTO provider_health (provider, healthy, status, code, detail, updated_at) VALUES ($1, $2, $3, $4, $5, $6) \
                ON CONFLICT (provider) DO UPDATE SET healthy = excluded.healthy, status = excluded.status, \
                  code = excluded.code, detail = excluded.detail, updated_at = excluded.updated_at";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(&health.provider)
-        .bind(health.healthy)
-        .bind(health.status)
-        .bind(&health.code)
-        .bind(&health.detail)
-        .bind(health.updated_at)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            (&health.provider).into(),
+            health.healthy.into(),
+            health.status.into(),
+            (&health.code).into(),
+            (&health.detail).into(),
+            health.updated_at.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 

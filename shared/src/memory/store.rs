@@ -98,14 +98,17 @@ pub async fn document_in(
         None => {
             let id = crate::ids::new_id("mdoc");
             let sql = "INSERT INTO memory_document (id, scope, project_id, revision, updated_at) VALUES ($1, $2, $3, 0, $4) ON CONFLICT DO NOTHING";
-            crate::on_tx!(tx, |conn| sqlx::query(sql)
-                .bind(&id)
-                .bind(scope.as_str())
-                .bind(project_id)
-                .bind(now)
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
+            crate::db::execute_in(
+                tx,
+                sql,
+                &[
+                    (&id).into(),
+                    scope.as_str().into(),
+                    project_id.into(),
+                    now.into(),
+                ],
+            )
+            .await?;
             let (id, _): (String, i64) = crate::on_tx!(tx, |conn| sqlx::query_as(find)
                 .bind(scope.as_str())
                 .bind(project_id)
@@ -509,13 +512,8 @@ pub async fn record_dropped_in(
         }
     }
     let json = serde_json::to_string(&all).unwrap_or_else(|_| String::from("[]"));
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO memory_dropped_text (document_id, content_digest, evidence, revision, at) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (document_id, content_digest) DO UPDATE SET evidence = excluded.evidence, revision = excluded.revision, at = excluded.at")
-        .bind(document_id).bind(sha256(content)).bind(json).bind(revision).bind(now)
-        .execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "INSERT INTO memory_dropped_text (document_id, content_digest, evidence, revision, at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (document_id, content_digest) DO UPDATE SET evidence = excluded.evidence, revision = excluded.revision, at = excluded.at", &[document_id.into(), (&sha256(content)).into(), (&json).into(), revision.into(), now.into()]).await?;
     Ok(())
 }
 
@@ -617,18 +615,12 @@ pub async fn record_projection_in(
     record: &ProjectionRecord<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO memory_projection (document_id, path, written_digest, written_revision, state, detail, updated_at) \
+    crate::db::execute_in(tx, "INSERT INTO memory_projection (document_id, path, written_digest, written_revision, state, detail, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (document_id) DO UPDATE SET path = excluded.path, \
                written_digest = COALESCE(excluded.written_digest, memory_projection.written_digest), \
                written_revision = COALESCE(excluded.written_revision, memory_projection.written_revision), \
-               state = excluded.state, detail = excluded.detail, updated_at = excluded.updated_at")
-        .bind(document_id).bind(record.path).bind(record.digest).bind(record.revision).bind(record.state)
-        .bind(record.detail).bind(now)
-        .execute(conn).await.map(|done| done.rows_affected())
-    })?;
+               state = excluded.state, detail = excluded.detail, updated_at = excluded.updated_at", &[document_id.into(), record.path.into(), record.digest.into(), record.revision.into(), record.state.into(), record.detail.into(), now.into()]).await?;
     Ok(())
 }
 
@@ -640,17 +632,12 @@ pub async fn set_owner_in(
     revision: i64,
     owner: &str,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE memory_entry SET owner = $3 WHERE document_id = $1 AND created_revision = $2",
-        )
-        .bind(document_id)
-        .bind(revision)
-        .bind(owner)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_entry SET owner = $3 WHERE document_id = $1 AND created_revision = $2",
+        &[document_id.into(), revision.into(), owner.into()],
+    )
+    .await?;
     Ok(())
 }
 
@@ -704,15 +691,9 @@ pub async fn insert_import_candidate_in(
     after: &str,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, reason, confidence, origin, state, \
+    crate::db::execute_in(tx, "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, reason, confidence, origin, state, \
                base_revision, before_entries, after_entries, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, 'replace', $5, 'imported from the edited file', 1.0, 'user', 'pending', $6, $7, $8, $9, $9)")
-        .bind(candidate_id).bind(&document.id).bind(project_id).bind(document.scope.as_str()).bind(content)
-        .bind(document.revision).bind(before).bind(after).bind(now)
-        .execute(conn).await.map(|done| done.rows_affected())
-    })?;
+             VALUES ($1, $2, $3, $4, 'replace', $5, 'imported from the edited file', 1.0, 'user', 'pending', $6, $7, $8, $9, $9)", &[candidate_id.into(), (&document.id).into(), project_id.into(), document.scope.as_str().into(), content.into(), document.revision.into(), before.into(), after.into(), now.into()]).await?;
     Ok(())
 }
 
@@ -722,14 +703,12 @@ pub async fn mark_applied_in(
     candidate_id: &str,
     revision: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| sqlx::query(
-        "UPDATE memory_candidate SET state = 'applied', applied_revision = $2 WHERE id = $1"
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET state = 'applied', applied_revision = $2 WHERE id = $1",
+        &[candidate_id.into(), revision.into()],
     )
-    .bind(candidate_id)
-    .bind(revision)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    .await?;
     Ok(())
 }
 
@@ -756,16 +735,17 @@ pub async fn set_state_in(
     detail: &str,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| sqlx::query(
-        "UPDATE memory_candidate SET state = $2, detail = $3, updated_at = $4 WHERE id = $1"
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET state = $2, detail = $3, updated_at = $4 WHERE id = $1",
+        &[
+            candidate_id.into(),
+            state.as_str().into(),
+            detail.into(),
+            now.into(),
+        ],
     )
-    .bind(candidate_id)
-    .bind(state.as_str())
-    .bind(detail)
-    .bind(now)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    .await?;
     Ok(())
 }
 
@@ -838,26 +818,14 @@ pub async fn retract_unsupported_in(
                 "SELECT content FROM memory_entry WHERE document_id = $1 AND retracted_revision IS NULL ORDER BY position, id")
             .bind(&document_id).fetch_all(conn).await
         })?;
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "INSERT INTO memory_revision (document_id, revision, entries, change, at) VALUES ($1, $2, $3, 'retract', $4)")
-            .bind(&document_id).bind(revision).bind(entries_json(&remaining)).bind(now).execute(conn).await.map(|done| done.rows_affected())
-        })?;
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, 'forgotten', $3) ON CONFLICT DO NOTHING")
-            .bind(&document_id).bind(sha256(&content)).bind(now).execute(conn).await.map(|done| done.rows_affected())
-        })?;
+        crate::db::execute_in(tx, "INSERT INTO memory_revision (document_id, revision, entries, change, at) VALUES ($1, $2, $3, 'retract', $4)", &[(&document_id).into(), revision.into(), (&entries_json(&remaining)).into(), now.into()]).await?;
+        crate::db::execute_in(tx, "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, 'forgotten', $3) ON CONFLICT DO NOTHING", &[(&document_id).into(), (&sha256(&content)).into(), now.into()]).await?;
         if !documents.contains(&document_id) {
             documents.push(document_id);
         }
     }
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE memory_candidate SET state = 'rejected', detail = 'its evidence was forgotten', updated_at = $2 \
-             WHERE state = 'pending' AND id IN (SELECT candidate_id FROM memory_candidate_evidence WHERE experience_id = $1)")
-        .bind(experience_id).bind(now).execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "UPDATE memory_candidate SET state = 'rejected', detail = 'its evidence was forgotten', updated_at = $2 \
+             WHERE state = 'pending' AND id IN (SELECT candidate_id FROM memory_candidate_evidence WHERE experience_id = $1)", &[experience_id.into(), now.into()]).await?;
     Ok(documents)
 }
 
@@ -899,11 +867,7 @@ pub async fn advance_revision_in(
     revision: i64,
     now: i64,
 ) -> Result<Result<i64, i64>, StoreError> {
-    let advanced = crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE memory_document SET revision = revision + 1, updated_at = $3 WHERE id = $1 AND revision = $2")
-        .bind(document_id).bind(revision).bind(now).execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    let advanced = crate::db::execute_in(tx, "UPDATE memory_document SET revision = revision + 1, updated_at = $3 WHERE id = $1 AND revision = $2", &[document_id.into(), revision.into(), now.into()]).await?;
     if advanced == 1 {
         return Ok(Ok(revision + 1));
     }
@@ -933,14 +897,8 @@ pub async fn insert_revision_in(
     row: &RevisionRow<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO memory_revision (document_id, revision, entries, change, candidate_id, at, consolidation) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)")
-        .bind(row.document_id).bind(row.revision).bind(row.entries).bind(row.change).bind(row.candidate_id).bind(now)
-        .bind(row.consolidation)
-        .execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "INSERT INTO memory_revision (document_id, revision, entries, change, candidate_id, at, consolidation) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)", &[row.document_id.into(), row.revision.into(), row.entries.into(), row.change.into(), row.candidate_id.into(), now.into(), row.consolidation.into()]).await?;
     Ok(())
 }
 
@@ -960,26 +918,18 @@ pub async fn insert_entry_in(
     entry: &NewEntry<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
-        .bind(entry.id).bind(entry.document_id).bind(entry.content).bind(entry.owner)
-        .bind(entry.derived).bind(entry.position).bind(entry.revision).bind(now)
-        .execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", &[entry.id.into(), entry.document_id.into(), entry.content.into(), entry.owner.into(), entry.derived.into(), entry.position.into(), entry.revision.into(), now.into()]).await?;
     Ok(())
 }
 
 pub async fn set_position_in(tx: &mut Tx, entry_id: &str, position: i64) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| sqlx::query(
-        "UPDATE memory_entry SET position = $2 WHERE id = $1"
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_entry SET position = $2 WHERE id = $1",
+        &[entry_id.into(), position.into()],
     )
-    .bind(entry_id)
-    .bind(position)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    .await?;
     Ok(())
 }
 
@@ -989,14 +939,12 @@ pub async fn retract_entry_in(
     entry_id: &str,
     revision: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| sqlx::query(
-        "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1"
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1",
+        &[entry_id.into(), revision.into()],
     )
-    .bind(entry_id)
-    .bind(revision)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    .await?;
     Ok(())
 }
 
@@ -1016,18 +964,14 @@ pub async fn latest_entry_with_in(
 
 /// Copies the supporting experiences of entry `from` onto entry `to`.
 pub async fn copy_support_in(tx: &mut Tx, from: &str, to: &str) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
+    crate::db::execute_in(
+        tx,
+        "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
              SELECT $2, experience_id, experience_kind FROM memory_provenance WHERE entry_id = $1 \
              ON CONFLICT DO NOTHING",
-        )
-        .bind(from)
-        .bind(to)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected())
-    })?;
+        &[from.into(), to.into()],
+    )
+    .await?;
     Ok(())
 }
 
@@ -1038,15 +982,13 @@ pub async fn support_in(
     evidence: &[String],
 ) -> Result<(), StoreError> {
     for experience_id in evidence {
-        crate::on_tx!(tx, |conn| sqlx::query(
+        crate::db::execute_in(
+            tx,
             "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
-                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING"
+                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING",
+            &[entry_id.into(), experience_id.into()],
         )
-        .bind(entry_id)
-        .bind(experience_id)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+        .await?;
     }
     Ok(())
 }
@@ -1060,11 +1002,7 @@ pub async fn remember_forgotten_in(
     reason: &str,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
-        .bind(document_id).bind(sha256(content)).bind(reason).bind(now).execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING", &[document_id.into(), (&sha256(content)).into(), reason.into(), now.into()]).await?;
     Ok(())
 }
 
@@ -1090,11 +1028,7 @@ pub async fn record_applied_in(
     consolidation: Option<&str>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, consolidation = $3, updated_at = $4 WHERE id = $1")
-        .bind(candidate_id).bind(revision).bind(consolidation).bind(now).execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, consolidation = $3, updated_at = $4 WHERE id = $1", &[candidate_id.into(), revision.into(), consolidation.into(), now.into()]).await?;
     Ok(())
 }
 
@@ -1108,12 +1042,7 @@ pub async fn record_unchanged_in(
     consolidation: Option<&str>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, detail = $3, consolidation = $4, updated_at = $5 WHERE id = $1")
-        .bind(candidate_id).bind(revision).bind(detail).bind(consolidation).bind(now)
-        .execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, detail = $3, consolidation = $4, updated_at = $5 WHERE id = $1", &[candidate_id.into(), revision.into(), detail.into(), consolidation.into(), now.into()]).await?;
     Ok(())
 }
 
@@ -1123,10 +1052,7 @@ pub async fn record_undone_in(
     revision: i64,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query("UPDATE memory_candidate SET state = 'undone', undone_revision = $2, updated_at = $3 WHERE id = $1")
-        .bind(candidate_id).bind(revision).bind(now).execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(tx, "UPDATE memory_candidate SET state = 'undone', undone_revision = $2, updated_at = $3 WHERE id = $1", &[candidate_id.into(), revision.into(), now.into()]).await?;
     Ok(())
 }
 
@@ -1160,33 +1086,37 @@ pub async fn insert_candidate_in(
     let sql = "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, old_text, reason, confidence, \
                  origin, state, base_revision, before_entries, after_entries, job_id, created_at, updated_at, consolidation) \
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $15, $16)";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(candidate.id)
-        .bind(candidate.document_id)
-        .bind(candidate.project_id)
-        .bind(candidate.target.as_str())
-        .bind(candidate.action)
-        .bind(candidate.content)
-        .bind(candidate.old_text)
-        .bind(candidate.reason)
-        .bind(candidate.confidence)
-        .bind(candidate.origin)
-        .bind(candidate.base_revision)
-        .bind(candidate.before_entries)
-        .bind(candidate.after_entries)
-        .bind(candidate.job_id)
-        .bind(now)
-        .bind(candidate.consolidation)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            candidate.id.into(),
+            candidate.document_id.into(),
+            candidate.project_id.into(),
+            candidate.target.as_str().into(),
+            candidate.action.into(),
+            candidate.content.into(),
+            candidate.old_text.into(),
+            candidate.reason.into(),
+            candidate.confidence.into(),
+            candidate.origin.into(),
+            candidate.base_revision.into(),
+            candidate.before_entries.into(),
+            candidate.after_entries.into(),
+            candidate.job_id.into(),
+            now.into(),
+            candidate.consolidation.into(),
+        ],
+    )
+    .await?;
     for experience_id in evidence {
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "INSERT INTO memory_candidate_evidence (candidate_id, experience_id, experience_kind) \
-                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING")
-            .bind(candidate.id).bind(experience_id).execute(conn).await.map(|done| done.rows_affected())
-        })?;
+        crate::db::execute_in(
+            tx,
+            "INSERT INTO memory_candidate_evidence (candidate_id, experience_id, experience_kind) \
+                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING",
+            &[candidate.id.into(), experience_id.into()],
+        )
+        .await?;
     }
     Ok(())
 }
@@ -1211,10 +1141,12 @@ pub async fn mark_stale_in(
     detail: &str,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query("UPDATE memory_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1")
-        .bind(candidate_id).bind(detail).bind(now).execute(conn).await.map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1",
+        &[candidate_id.into(), detail.into(), now.into()],
+    )
+    .await?;
     Ok(())
 }
 
@@ -1224,16 +1156,12 @@ pub async fn record_edit_in(
     candidate_id: &str,
     content: Option<&str>,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE memory_candidate SET content = $2, detail = 'edited on approval' WHERE id = $1",
-        )
-        .bind(candidate_id)
-        .bind(content)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected())
-    })?;
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET content = $2, detail = 'edited on approval' WHERE id = $1",
+        &[candidate_id.into(), content.into()],
+    )
+    .await?;
     Ok(())
 }
 
@@ -1243,14 +1171,12 @@ pub async fn set_after_entries_in(
     candidate_id: &str,
     after: &str,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| sqlx::query(
-        "UPDATE memory_candidate SET after_entries = $2 WHERE id = $1"
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET after_entries = $2 WHERE id = $1",
+        &[candidate_id.into(), after.into()],
     )
-    .bind(candidate_id)
-    .bind(after)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    .await?;
     Ok(())
 }
 
@@ -1259,14 +1185,12 @@ pub async fn record_rejected_in(
     candidate_id: &str,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| sqlx::query(
-        "UPDATE memory_candidate SET state = 'rejected', updated_at = $2 WHERE id = $1"
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET state = 'rejected', updated_at = $2 WHERE id = $1",
+        &[candidate_id.into(), now.into()],
     )
-    .bind(candidate_id)
-    .bind(now)
-    .execute(conn)
-    .await
-    .map(|done| done.rows_affected()))?;
+    .await?;
     Ok(())
 }
 
@@ -1300,14 +1224,17 @@ pub async fn advance_maintenance_watermark_in(
                  watermark_id = CASE WHEN excluded.watermark_seq > memory_maintenance.watermark_seq \
                    THEN excluded.watermark_id ELSE memory_maintenance.watermark_id END, \
                  updated_at = excluded.updated_at";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(project_id)
-        .bind(seq)
-        .bind(experience_id)
-        .bind(now)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            project_id.into(),
+            seq.into(),
+            experience_id.into(),
+            now.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 

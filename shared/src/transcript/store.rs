@@ -176,13 +176,12 @@ impl TranscriptStore {
         }
         let mut tx = self.db.begin().await?;
         if tx.backend() == Backend::Postgres {
-            crate::on_tx!(&mut tx, |conn| sqlx::query(
-                "SELECT pg_advisory_xact_lock($1)"
+            crate::db::execute_in(
+                &mut tx,
+                "SELECT pg_advisory_xact_lock($1)",
+                &[WORKTREE_CLAIM_LOCK.into()],
             )
-            .bind(WORKTREE_CLAIM_LOCK)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+            .await?;
         }
         let sql = "SELECT id, name, worktree, created_at FROM project WHERE id = $1";
         let existing: Option<Project> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(sql)
@@ -218,14 +217,17 @@ impl TranscriptStore {
         }
         let now = self.clock.now_ms();
         let insert = "INSERT INTO project (id, name, worktree, created_at) VALUES ($1, $2, $3, $4)";
-        crate::on_tx!(&mut tx, |conn| sqlx::query(insert)
-            .bind(&new.id)
-            .bind(&new.name)
-            .bind(&new.worktree)
-            .bind(now)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        crate::db::execute_in(
+            &mut tx,
+            insert,
+            &[
+                (&new.id).into(),
+                (&new.name).into(),
+                (&new.worktree).into(),
+                now.into(),
+            ],
+        )
+        .await?;
         tx.commit().await?;
         Ok((
             Project {
@@ -293,17 +295,20 @@ impl TranscriptStore {
         let now = self.clock.now_ms();
         let sql = "INSERT INTO session (id, project_id, parent_id, title, model, external_ref, created_at) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
-        let inserted = crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(&id)
-            .bind(&new.project_id)
-            .bind(&new.parent_id)
-            .bind(&new.title)
-            .bind(&new.model)
-            .bind(&new.external_ref)
-            .bind(now)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        let inserted = crate::db::execute_in(
+            tx,
+            sql,
+            &[
+                (&id).into(),
+                (&new.project_id).into(),
+                (&new.parent_id).into(),
+                (&new.title).into(),
+                (&new.model).into(),
+                (&new.external_ref).into(),
+                now.into(),
+            ],
+        )
+        .await?;
         if inserted == 0 {
             return Err(TranscriptError::Conflict(format!(
                 "session `{id}` already exists"
@@ -392,17 +397,20 @@ impl TranscriptStore {
         let completed_at = status.ends_turn().then_some(now);
         let sql = "INSERT INTO message (id, session_id, seq, role, status, revision, created_at, completed_at) \
                    VALUES ($1, $2, $3, $4, $5, 1, $6, $7) ON CONFLICT DO NOTHING";
-        let inserted = crate::on_tx!(tx, |conn| sqlx::query(sql)
-            .bind(&id)
-            .bind(session_id)
-            .bind(seq)
-            .bind(new.role.as_str())
-            .bind(status.as_str())
-            .bind(now)
-            .bind(completed_at)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        let inserted = crate::db::execute_in(
+            tx,
+            sql,
+            &[
+                (&id).into(),
+                session_id.into(),
+                seq.into(),
+                new.role.as_str().into(),
+                status.as_str().into(),
+                now.into(),
+                completed_at.into(),
+            ],
+        )
+        .await?;
         if inserted == 0 {
             return Err(TranscriptError::Conflict(format!(
                 "message `{id}` already exists"
@@ -431,23 +439,21 @@ impl TranscriptStore {
         parts: &[Part],
     ) -> Result<Message, TranscriptError> {
         validate_parts(parts)?;
-        let bumped = crate::on_tx!(tx, |conn| sqlx::query(
-            "UPDATE message SET revision = revision + 1 WHERE id = $1"
+        let bumped = crate::db::execute_in(
+            tx,
+            "UPDATE message SET revision = revision + 1 WHERE id = $1",
+            &[message_id.into()],
         )
-        .bind(message_id)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+        .await?;
         if bumped == 0 {
             return Err(not_found("message", message_id));
         }
-        crate::on_tx!(tx, |conn| sqlx::query(
-            "DELETE FROM message_part WHERE message_id = $1"
+        crate::db::execute_in(
+            tx,
+            "DELETE FROM message_part WHERE message_id = $1",
+            &[message_id.into()],
         )
-        .bind(message_id)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+        .await?;
         insert_parts(tx, message_id, parts).await?;
         self.message_in(tx, message_id).await
     }
@@ -473,15 +479,16 @@ impl TranscriptStore {
         let completed_at = status.ends_turn().then_some(now);
         // The status is part of every snapshot digest, so changing it invalidates snapshots
         // without a revision bump; the revision counts content edits.
-        crate::on_tx!(tx, |conn| sqlx::query(
-            "UPDATE message SET status = $2, completed_at = $3 WHERE id = $1"
+        crate::db::execute_in(
+            tx,
+            "UPDATE message SET status = $2, completed_at = $3 WHERE id = $1",
+            &[
+                message_id.into(),
+                status.as_str().into(),
+                completed_at.into(),
+            ],
         )
-        .bind(message_id)
-        .bind(status.as_str())
-        .bind(completed_at)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+        .await?;
         self.message_in(tx, message_id).await
     }
 
@@ -685,24 +692,27 @@ async fn insert_parts(
             }
             Part::Error { text } => row.text = Some(text.clone()),
         }
-        crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(message_id)
-            .bind(ordinal)
-            .bind(part.kind())
-            .bind(&row.text)
-            .bind(&row.tool_name)
-            .bind(&row.call_id)
-            .bind(&row.arguments)
-            .bind(&row.result)
-            .bind(row.status)
-            .bind(&row.artifact_name)
-            .bind(&row.artifact_uri)
-            .bind(row.external)
-            .bind(row.injected)
-            .bind(&digest)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        crate::db::execute_in(
+            tx,
+            sqlx::AssertSqlSafe(sql.as_str()),
+            &[
+                message_id.into(),
+                ordinal.into(),
+                part.kind().into(),
+                (&row.text).into(),
+                (&row.tool_name).into(),
+                (&row.call_id).into(),
+                (&row.arguments).into(),
+                (&row.result).into(),
+                row.status.into(),
+                (&row.artifact_name).into(),
+                (&row.artifact_uri).into(),
+                row.external.into(),
+                row.injected.into(),
+                (&digest).into(),
+            ],
+        )
+        .await?;
         stored.push(StoredPart {
             ordinal,
             part: part.clone(),

@@ -9,7 +9,8 @@ use zuno_shared::config::{Config, ModelConfig, ProviderApi, ProviderConfig};
 use zuno_shared::learning::extraction::output_schema;
 use zuno_tests::fake_provider::{FakeProvider, ReceivedRequest};
 use zuno_worker_extract::provider::{
-    LIMIT_ALIASES, LearningModelClient, LearningRequest, ResolvedModel, resolve_model,
+    LIMIT_ALIASES, LearningModelClient, LearningRequest, LearningResponse, ProviderFailure,
+    ResolvedModel, resolve_model,
 };
 
 /// Variable names unique to this suite; their values are injected, never set in the process.
@@ -55,6 +56,18 @@ pub(crate) fn single(api: ProviderApi, base_url: &str, model_config: ModelConfig
     let mut config = Config::default();
     config.providers.insert(String::from("p"), provider);
     config
+}
+
+/// One `complete_json` call of the suite's request to model `p/m` of `fake`, speaking `api`
+/// with the default model settings.
+pub(crate) async fn complete(
+    fake: &FakeProvider,
+    api: ProviderApi,
+) -> Result<LearningResponse, ProviderFailure> {
+    let config = single(api, fake.base_url(), ModelConfig::default());
+    client()
+        .complete_json(&resolved(&config), &request(), TIMEOUT)
+        .await
 }
 
 pub(crate) fn resolved(config: &Config) -> ResolvedModel {

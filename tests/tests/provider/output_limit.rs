@@ -110,13 +110,7 @@ async fn a_rejected_output_limit_is_reported_not_removed() {
         }}),
     )
     .with_header("x-request-id", "req_limit_1")]);
-    let config = single(
-        ProviderApi::OpenaiChat,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect_err("rejected");
     assert!(

@@ -156,13 +156,7 @@ async fn a_429_is_retried_when_its_wait_fits_the_deadline() {
         Reply::json(429, rate_limit_body("slow down")).with_header("retry-after-ms", "20"),
         Reply::answer(VALID),
     ]);
-    let config = single(
-        ProviderApi::OpenaiChat,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let response = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let response = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect("answer after rate limits");
     assert_eq!(response.requests, 3);
@@ -176,14 +170,8 @@ async fn a_retry_after_does_not_extend_the_retry_budget() {
     fake.push((0..6).map(|_| {
         Reply::json(429, rate_limit_body("slow down")).with_header("retry-after-ms", "1")
     }));
-    let config = single(
-        ProviderApi::OpenaiChat,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
     // The suite's client allows 3 retries.
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect_err("rate limited");
     assert!(
@@ -208,13 +196,7 @@ async fn transient_failures_are_retried_then_succeed() {
         ),
         Reply::answer_with_usage(VALID, 10, 5),
     ]);
-    let config = single(
-        ProviderApi::AnthropicMessages,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let response = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let response = complete(&fake, ProviderApi::AnthropicMessages)
         .await
         .expect("answer after transient failures");
     assert_eq!(response.requests, 3);

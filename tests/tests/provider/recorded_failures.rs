@@ -15,13 +15,7 @@ async fn openai_400_is_permanent_with_status_code_and_request_id() {
         Reply::cassette_response("openai-chat/error_400_unsupported_value.yaml", 0)
             .with_header("x-request-id", "req_openai_400"),
     ]);
-    let config = single(
-        ProviderApi::OpenaiChat,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect_err("400");
     let ProviderError::BadRequest(diagnostic) = &failure.error else {
@@ -46,13 +40,7 @@ async fn openai_400_is_permanent_with_status_code_and_request_id() {
 async fn openai_400_without_code_reports_its_type() {
     let fake = FakeProvider::start().await;
     fake.push(Reply::cassette("openai-chat/error_400_code_null.yaml"));
-    let config = single(
-        ProviderApi::OpenaiChat,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect_err("400");
     let diagnostic = failure.error.diagnostic().expect("diagnostic");
@@ -67,13 +55,7 @@ async fn anthropic_400_is_permanent_with_the_body_request_id() {
     fake.push(Reply::cassette(
         "anthropic-messages/error_400_invalid_request.yaml",
     ));
-    let config = single(
-        ProviderApi::AnthropicMessages,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::AnthropicMessages)
         .await
         .expect_err("400");
     let ProviderError::BadRequest(diagnostic) = &failure.error else {
@@ -95,13 +77,7 @@ async fn anthropic_404_is_a_permanent_unavailable_model() {
     fake.push(Reply::cassette(
         "anthropic-messages/error_404_not_found.yaml",
     ));
-    let config = single(
-        ProviderApi::AnthropicMessages,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::AnthropicMessages)
         .await
         .expect_err("404");
     let ProviderError::ModelUnavailable(diagnostic) = &failure.error else {
@@ -124,13 +100,7 @@ async fn a_model_not_found_code_is_an_unavailable_model_whatever_the_status() {
         400,
         json!({"error": {"message": "The model `m` does not exist", "type": "invalid_request_error", "code": "model_not_found"}}),
     )]);
-    let config = single(
-        ProviderApi::OpenaiChat,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect_err("unknown model");
     assert!(
@@ -146,13 +116,7 @@ async fn a_groq_tool_validation_400_and_a_plain_text_200_are_permanent() {
         "openai-compatible-other/groq_400_tool_use_failed_then_ok.yaml",
         0,
     )]);
-    let config = single(
-        ProviderApi::OpenaiChat,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect_err("400");
     assert_eq!(
@@ -163,8 +127,7 @@ async fn a_groq_tool_validation_400_and_a_plain_text_200_are_permanent() {
 
     // A 200 that is not the API's envelope (a misconfigured base URL) is not retried.
     fake.push(Reply::cassette("openai-chat/plain_text_response.yaml"));
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect_err("not an envelope");
     assert!(
@@ -186,13 +149,7 @@ async fn a_401_is_permanent_and_its_diagnostic_redacts_the_key() {
             "code": "invalid_api_key",
         }}),
     )]);
-    let config = single(
-        ProviderApi::OpenaiChat,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect_err("401");
     let ProviderError::Auth(diagnostic) = &failure.error else {

@@ -14,13 +14,7 @@ async fn a_malformed_answer_is_repaired_once() {
         Reply::answer_with_usage("Sure! Here is the data: {\"experiences\": [", 100, 20),
         Reply::answer_with_usage(VALID, 150, 30),
     ]);
-    let config = single(
-        ProviderApi::OpenaiChat,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let response = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let response = complete(&fake, ProviderApi::OpenaiChat)
         .await
         .expect("repaired answer");
     assert!(response.repaired);
@@ -107,13 +101,7 @@ async fn two_malformed_answers_are_a_typed_failure() {
         Reply::answer_with_usage("no JSON here", 100, 20),
         Reply::answer_with_usage("still no JSON", 130, 25),
     ]);
-    let config = single(
-        ProviderApi::OpenaiResponses,
-        fake.base_url(),
-        ModelConfig::default(),
-    );
-    let failure = client()
-        .complete_json(&resolved(&config), &request(), TIMEOUT)
+    let failure = complete(&fake, ProviderApi::OpenaiResponses)
         .await
         .expect_err("malformed twice");
     assert!(

@@ -130,6 +130,125 @@ pub fn is_connection_error(error: &sqlx::Error) -> bool {
     }
 }
 
+/// One value bound to a statement run by [`execute_in`]: the column types the schema uses on
+/// both backends (text, 64-bit integers, doubles, booleans, blobs; text and integers nullable).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arg<'a> {
+    Text(&'a str),
+    OptText(Option<&'a str>),
+    Int(i64),
+    OptInt(Option<i64>),
+    Real(f64),
+    Bool(bool),
+    Blob(&'a [u8]),
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(value: &'a str) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(value: &'a String) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(value: Option<&'a str>) -> Self {
+        Arg::OptText(value)
+    }
+}
+
+impl<'a> From<&'a Option<String>> for Arg<'a> {
+    fn from(value: &'a Option<String>) -> Self {
+        Arg::OptText(value.as_deref())
+    }
+}
+
+impl<'a> From<&'a [u8]> for Arg<'a> {
+    fn from(value: &'a [u8]) -> Self {
+        Arg::Blob(value)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for Arg<'a> {
+    fn from(value: &'a Vec<u8>) -> Self {
+        Arg::Blob(value)
+    }
+}
+
+impl From<&i64> for Arg<'_> {
+    fn from(value: &i64) -> Self {
+        Arg::Int(*value)
+    }
+}
+
+impl From<f64> for Arg<'_> {
+    fn from(value: f64) -> Self {
+        Arg::Real(value)
+    }
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(value: i64) -> Self {
+        Arg::Int(value)
+    }
+}
+
+impl From<Option<i64>> for Arg<'_> {
+    fn from(value: Option<i64>) -> Self {
+        Arg::OptInt(value)
+    }
+}
+
+impl From<bool> for Arg<'_> {
+    fn from(value: bool) -> Self {
+        Arg::Bool(value)
+    }
+}
+
+macro_rules! bind_args {
+    ($query:expr, $args:expr) => {{
+        let mut query = $query;
+        for arg in $args {
+            query = match *arg {
+                Arg::Text(value) => query.bind(value),
+                Arg::OptText(value) => query.bind(value),
+                Arg::Int(value) => query.bind(value),
+                Arg::OptInt(value) => query.bind(value),
+                Arg::Real(value) => query.bind(value),
+                Arg::Bool(value) => query.bind(value),
+                Arg::Blob(value) => query.bind(value),
+            };
+        }
+        query
+    }};
+}
+
+/// Runs one write statement inside `tx` with `args` bound to `$1`, `$2`, … in order and
+/// returns how many rows it changed: the common case of a store's `UPDATE … WHERE id = $1`,
+/// written once instead of as one bind chain per statement. `sql` is a static string or an
+/// `AssertSqlSafe` of text built from constants: never from stored or untrusted text.
+pub async fn execute_in(
+    tx: &mut Tx,
+    sql: impl sqlx::SqlSafeStr,
+    args: &[Arg<'_>],
+) -> Result<u64, StoreError> {
+    let changed = match tx.conn_mut() {
+        TxConn::Sqlite(conn) => bind_args!(sqlx::query(sql), args)
+            .execute(&mut **conn)
+            .await?
+            .rows_affected(),
+        TxConn::Postgres(conn) => bind_args!(sqlx::query(sql), args)
+            .execute(&mut **conn)
+            .await?
+            .rows_affected(),
+    };
+    Ok(changed)
+}
+
 /// Runs `$body` with `$pool` bound to the concrete pool of the [`Db`] `$db`.
 #[macro_export]
 macro_rules! on_db {

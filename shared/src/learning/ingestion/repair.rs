@@ -126,13 +126,8 @@ impl LearningIngestion {
                 .repair_one_in(&mut tx, project_id, &job, dry_run, now, &mut report)
                 .await?;
             if !dry_run {
-                crate::on_tx!(&mut tx, |conn| {
-                    sqlx::query(
-                        "INSERT INTO learning_repair (job_id, extractor_version, outcome, detail, repaired_at) VALUES ($1, $2, $3, $4, $5) \
-                         ON CONFLICT (job_id, extractor_version) DO NOTHING")
-                    .bind(&job.id).bind(version).bind(&action.action).bind(&action.detail).bind(now)
-                    .execute(conn).await.map(|done| done.rows_affected())
-                })?;
+                crate::db::execute_in(&mut tx, "INSERT INTO learning_repair (job_id, extractor_version, outcome, detail, repaired_at) VALUES ($1, $2, $3, $4, $5) \
+                         ON CONFLICT (job_id, extractor_version) DO NOTHING", &[(&job.id).into(), version.into(), (&action.action).into(), (&action.detail).into(), now.into()]).await?;
             }
             report.actions.push(action);
         }
@@ -320,15 +315,12 @@ impl LearningIngestion {
                 verified += 1;
             }
             if !dry_run && next != current {
-                crate::on_tx!(tx, |conn| sqlx::query(
-                    "UPDATE experience_record SET verification = $2, updated_at = $3 WHERE id = $1"
+                crate::db::execute_in(
+                    tx,
+                    "UPDATE experience_record SET verification = $2, updated_at = $3 WHERE id = $1",
+                    &[(&experience_id).into(), next.into(), now.into()],
                 )
-                .bind(&experience_id)
-                .bind(next)
-                .bind(now)
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
+                .await?;
             }
         }
         Ok(verified)

@@ -62,11 +62,7 @@ impl LearningIngestion {
             for experience_id in &derived {
                 // Retract resident entries that lose their last support before the provenance
                 // rows cascade away with the Experience.
-                crate::on_tx!(tx, |conn| {
-                    sqlx::query(
-                        "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1")
-                    .bind(experience_id).bind(now).execute(conn).await.map(|done| done.rows_affected())
-                })?;
+                crate::db::execute_in(&mut tx, "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1", &[experience_id.into(), now.into()]).await?;
                 for document in
                     crate::memory::service::retract_unsupported_in(&mut tx, experience_id, now)
                         .await?
@@ -75,28 +71,27 @@ impl LearningIngestion {
                         documents.push(document);
                     }
                 }
-                crate::on_tx!(tx, |conn| sqlx::query(
-                    "DELETE FROM experience_record WHERE id = $1"
+                crate::db::execute_in(
+                    &mut tx,
+                    "DELETE FROM experience_record WHERE id = $1",
+                    &[experience_id.into()],
                 )
-                .bind(experience_id)
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
+                .await?;
                 removed.push(experience_id.clone());
             }
         }
-        let jobs_removed = crate::on_tx!(tx, |conn| sqlx::query(
-            "DELETE FROM learning_job WHERE session_id = $1"
+        let jobs_removed = crate::db::execute_in(
+            &mut tx,
+            "DELETE FROM learning_job WHERE session_id = $1",
+            &[session_id.into()],
         )
-        .bind(session_id)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
-        crate::on_tx!(tx, |conn| sqlx::query("DELETE FROM session WHERE id = $1")
-            .bind(session_id)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+        .await?;
+        crate::db::execute_in(
+            &mut tx,
+            "DELETE FROM session WHERE id = $1",
+            &[session_id.into()],
+        )
+        .await?;
         tx.commit().await?;
         Ok(SessionDeletion {
             session_id: session_id.to_owned(),

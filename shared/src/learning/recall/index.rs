@@ -521,14 +521,13 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
     }
     record_documents(tx, &docs, &live_projects).await?;
     for project in &live_projects {
-        crate::on_tx!(tx, |conn| sqlx::query(
+        crate::db::execute_in(
+            tx,
             "UPDATE recall_project SET docs = (SELECT COUNT(*) FROM recall_doc \
-                   WHERE project_id = $1 AND indexed_keys IS NOT NULL) WHERE project_id = $1"
+                   WHERE project_id = $1 AND indexed_keys IS NOT NULL) WHERE project_id = $1",
+            &[project.into()],
         )
-        .bind(project)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+        .await?;
     }
     Ok(claimed.len())
 }
@@ -647,11 +646,7 @@ async fn lock_projects(
 ) -> Result<BTreeSet<String>, StoreError> {
     let mut live = BTreeSet::new();
     for project in projects {
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "INSERT INTO recall_project (project_id) SELECT id FROM project WHERE id = $1 ON CONFLICT (project_id) DO NOTHING")
-            .bind(project).execute(conn).await.map(|done| done.rows_affected())
-        })?;
+        crate::db::execute_in(tx, "INSERT INTO recall_project (project_id) SELECT id FROM project WHERE id = $1 ON CONFLICT (project_id) DO NOTHING", &[project.into()]).await?;
         let lock = match tx.backend() {
             Backend::Sqlite => "SELECT docs FROM recall_project WHERE project_id = $1",
             Backend::Postgres => "SELECT docs FROM recall_project WHERE project_id = $1 FOR UPDATE",
@@ -704,25 +699,20 @@ async fn apply_changes(
         postings.extend(change.insert.iter().copied());
         postings.sort_by_key(|(num, _)| *num);
         if postings.is_empty() {
-            crate::on_tx!(tx, |conn| sqlx::query(
-                "DELETE FROM recall_list WHERE project_id = $1 AND key = $2"
+            crate::db::execute_in(
+                tx,
+                "DELETE FROM recall_list WHERE project_id = $1 AND key = $2",
+                &[project.into(), key.into()],
             )
-            .bind(project)
-            .bind(key)
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+            .await?;
         } else {
-            crate::on_tx!(tx, |conn| sqlx::query(
+            crate::db::execute_in(
+                tx,
                 "INSERT INTO recall_list (project_id, key, postings) VALUES ($1, $2, $3) \
-                     ON CONFLICT (project_id, key) DO UPDATE SET postings = excluded.postings"
+                     ON CONFLICT (project_id, key) DO UPDATE SET postings = excluded.postings",
+                &[project.into(), key.into(), (&encode(&postings)).into()],
             )
-            .bind(project)
-            .bind(key)
-            .bind(encode(&postings))
-            .execute(conn)
-            .await
-            .map(|done| done.rows_affected()))?;
+            .await?;
         }
     }
     Ok(())
@@ -738,24 +728,16 @@ async fn record_documents(
     for (num, indexed) in docs {
         match indexed {
             Some((project, keys)) if live_projects.contains(project) => {
-                crate::on_tx!(tx, |conn| sqlx::query(
-                    "UPDATE recall_doc SET project_id = $2, indexed_keys = $3 WHERE num = $1"
+                crate::db::execute_in(
+                    tx,
+                    "UPDATE recall_doc SET project_id = $2, indexed_keys = $3 WHERE num = $1",
+                    &[num.into(), project.into(), keys.into()],
                 )
-                .bind(num)
-                .bind(project)
-                .bind(keys)
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
+                .await?;
             }
             _ => {
-                crate::on_tx!(tx, |conn| sqlx::query(
-                    "DELETE FROM recall_doc WHERE num = $1"
-                )
-                .bind(num)
-                .execute(conn)
-                .await
-                .map(|done| done.rows_affected()))?;
+                crate::db::execute_in(tx, "DELETE FROM recall_doc WHERE num = $1", &[num.into()])
+                    .await?;
             }
         }
     }

@@ -221,17 +221,20 @@ pub async fn store_in(
                ON CONFLICT (experience_id, model) DO UPDATE SET project_id = excluded.project_id, \
                  dims = excluded.dims, vector = excluded.vector, \
                  content_digest = excluded.content_digest, created_at = excluded.created_at";
-    crate::on_tx!(tx, |conn| sqlx::query(sql)
-        .bind(experience_id)
-        .bind(model)
-        .bind(project_id)
-        .bind(unit.len() as i64)
-        .bind(encode(&unit))
-        .bind(content_digest)
-        .bind(now)
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected()))?;
+    crate::db::execute_in(
+        tx,
+        sql,
+        &[
+            experience_id.into(),
+            model.into(),
+            project_id.into(),
+            (unit.len() as i64).into(),
+            (&encode(&unit)).into(),
+            content_digest.into(),
+            now.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 
