@@ -400,9 +400,26 @@ async fn reinforce_in(
     .await
     })?;
     for (index, citation) in citations.iter().enumerate() {
-        crate::db::execute_in(tx, "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
+        crate::db::execute_in(
+            tx,
+            "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
                    raw_digest, redacted_digest, verified, detail, job_id) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (experience_id, ordinal) DO NOTHING", &[experience_id.into(), (next + index as i64).into(), (&citation.source_id).into(), (&citation.address).into(), (&citation.message_id).into(), (&citation.excerpt).into(), (&citation.raw_digest).into(), (&citation.redacted_digest).into(), citation.verified.into(), (&citation.detail).into(), job_id.into()]).await?;
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (experience_id, ordinal) DO NOTHING",
+            &[
+                experience_id.into(),
+                (next + index as i64).into(),
+                (&citation.source_id).into(),
+                (&citation.address).into(),
+                (&citation.message_id).into(),
+                (&citation.excerpt).into(),
+                (&citation.raw_digest).into(),
+                (&citation.redacted_digest).into(),
+                citation.verified.into(),
+                (&citation.detail).into(),
+                job_id.into(),
+            ],
+        )
+        .await?;
     }
     super::retrieval::adjust_in(tx, experience_id, super::retrieval::ranking::REINFORCE).await
 }
@@ -649,11 +666,21 @@ pub async fn forget_in(
     if experience.status == "forgotten" {
         return Ok(Ok(experience));
     }
-    crate::db::execute_in(tx, "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1", &[id.into(), now.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1",
+        &[id.into(), now.into()],
+    )
+    .await?;
     for evidence in &experience.evidence {
         if let (Some(message_id), Some(raw_digest)) = (&evidence.message_id, &evidence.raw_digest) {
-            crate::db::execute_in(tx, "INSERT INTO forgotten_source (message_id, raw_digest, experience_id, at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (message_id, raw_digest) DO NOTHING", &[message_id.into(), raw_digest.into(), id.into(), now.into()]).await?;
+            crate::db::execute_in(
+                tx,
+                "INSERT INTO forgotten_source (message_id, raw_digest, experience_id, at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (message_id, raw_digest) DO NOTHING",
+                &[message_id.into(), raw_digest.into(), id.into(), now.into()],
+            )
+            .await?;
         }
     }
     Ok(Ok(get_in(tx, id).await?.expect("exists")))
@@ -691,7 +718,12 @@ pub async fn solve_in(
         &experience.summary,
         Some(resolution),
     );
-    crate::db::execute_in(tx, "UPDATE experience_record SET kind = 'problem', resolution = $2, content_digest = $3, updated_at = $4 WHERE id = $1", &[id.into(), resolution.into(), (&digest).into(), now.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "UPDATE experience_record SET kind = 'problem', resolution = $2, content_digest = $3, updated_at = $4 WHERE id = $1",
+        &[id.into(), resolution.into(), (&digest).into(), now.into()],
+    )
+    .await?;
     Ok(Ok(get_in(tx, id).await?.expect("exists")))
 }
 

@@ -1123,9 +1123,14 @@ async fn apply_feedback_loop_in(
 /// Reinforces (delta > 0) or violates (delta < 0) one experience.
 pub async fn adjust_in(tx: &mut Tx, experience_id: &str, delta: f64) -> Result<(), StoreError> {
     let (reinforce, violate) = if delta > 0.0 { (1, 0) } else { (0, 1) };
-    crate::db::execute_in(tx, "UPDATE experience_record SET feedback_score = CASE WHEN feedback_score + $2 > 1.0 THEN 1.0 \
+    crate::db::execute_in(
+        tx,
+        "UPDATE experience_record SET feedback_score = CASE WHEN feedback_score + $2 > 1.0 THEN 1.0 \
                  WHEN feedback_score + $2 < -1.0 THEN -1.0 ELSE feedback_score + $2 END, \
-               reinforcements = reinforcements + $3, violations = violations + $4 WHERE id = $1", &[experience_id.into(), delta.into(), (reinforce as i64).into(), (violate as i64).into()]).await?;
+               reinforcements = reinforcements + $3, violations = violations + $4 WHERE id = $1",
+        &[experience_id.into(), delta.into(), (reinforce as i64).into(), (violate as i64).into()],
+    )
+    .await?;
     Ok(())
 }
 

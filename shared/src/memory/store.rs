@@ -512,8 +512,19 @@ pub async fn record_dropped_in(
         }
     }
     let json = serde_json::to_string(&all).unwrap_or_else(|_| String::from("[]"));
-    crate::db::execute_in(tx, "INSERT INTO memory_dropped_text (document_id, content_digest, evidence, revision, at) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (document_id, content_digest) DO UPDATE SET evidence = excluded.evidence, revision = excluded.revision, at = excluded.at", &[document_id.into(), (&sha256(content)).into(), (&json).into(), revision.into(), now.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "INSERT INTO memory_dropped_text (document_id, content_digest, evidence, revision, at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (document_id, content_digest) DO UPDATE SET evidence = excluded.evidence, revision = excluded.revision, at = excluded.at",
+        &[
+            document_id.into(),
+            (&sha256(content)).into(),
+            (&json).into(),
+            revision.into(),
+            now.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 
@@ -615,12 +626,25 @@ pub async fn record_projection_in(
     record: &ProjectionRecord<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::db::execute_in(tx, "INSERT INTO memory_projection (document_id, path, written_digest, written_revision, state, detail, updated_at) \
+    crate::db::execute_in(
+        tx,
+        "INSERT INTO memory_projection (document_id, path, written_digest, written_revision, state, detail, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (document_id) DO UPDATE SET path = excluded.path, \
                written_digest = COALESCE(excluded.written_digest, memory_projection.written_digest), \
                written_revision = COALESCE(excluded.written_revision, memory_projection.written_revision), \
-               state = excluded.state, detail = excluded.detail, updated_at = excluded.updated_at", &[document_id.into(), record.path.into(), record.digest.into(), record.revision.into(), record.state.into(), record.detail.into(), now.into()]).await?;
+               state = excluded.state, detail = excluded.detail, updated_at = excluded.updated_at",
+        &[
+            document_id.into(),
+            record.path.into(),
+            record.digest.into(),
+            record.revision.into(),
+            record.state.into(),
+            record.detail.into(),
+            now.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 
@@ -691,9 +715,24 @@ pub async fn insert_import_candidate_in(
     after: &str,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::db::execute_in(tx, "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, reason, confidence, origin, state, \
+    crate::db::execute_in(
+        tx,
+        "INSERT INTO memory_candidate (id, document_id, project_id, target, action, content, reason, confidence, origin, state, \
                base_revision, before_entries, after_entries, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, 'replace', $5, 'imported from the edited file', 1.0, 'user', 'pending', $6, $7, $8, $9, $9)", &[candidate_id.into(), (&document.id).into(), project_id.into(), document.scope.as_str().into(), content.into(), document.revision.into(), before.into(), after.into(), now.into()]).await?;
+             VALUES ($1, $2, $3, $4, 'replace', $5, 'imported from the edited file', 1.0, 'user', 'pending', $6, $7, $8, $9, $9)",
+        &[
+            candidate_id.into(),
+            (&document.id).into(),
+            project_id.into(),
+            document.scope.as_str().into(),
+            content.into(),
+            document.revision.into(),
+            before.into(),
+            after.into(),
+            now.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 
@@ -818,14 +857,34 @@ pub async fn retract_unsupported_in(
                 "SELECT content FROM memory_entry WHERE document_id = $1 AND retracted_revision IS NULL ORDER BY position, id")
             .bind(&document_id).fetch_all(conn).await
         })?;
-        crate::db::execute_in(tx, "INSERT INTO memory_revision (document_id, revision, entries, change, at) VALUES ($1, $2, $3, 'retract', $4)", &[(&document_id).into(), revision.into(), (&entries_json(&remaining)).into(), now.into()]).await?;
-        crate::db::execute_in(tx, "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, 'forgotten', $3) ON CONFLICT DO NOTHING", &[(&document_id).into(), (&sha256(&content)).into(), now.into()]).await?;
+        crate::db::execute_in(
+            tx,
+            "INSERT INTO memory_revision (document_id, revision, entries, change, at) VALUES ($1, $2, $3, 'retract', $4)",
+            &[
+                (&document_id).into(),
+                revision.into(),
+                (&entries_json(&remaining)).into(),
+                now.into(),
+            ],
+        )
+        .await?;
+        crate::db::execute_in(
+            tx,
+            "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, 'forgotten', $3) ON CONFLICT DO NOTHING",
+            &[(&document_id).into(), (&sha256(&content)).into(), now.into()],
+        )
+        .await?;
         if !documents.contains(&document_id) {
             documents.push(document_id);
         }
     }
-    crate::db::execute_in(tx, "UPDATE memory_candidate SET state = 'rejected', detail = 'its evidence was forgotten', updated_at = $2 \
-             WHERE state = 'pending' AND id IN (SELECT candidate_id FROM memory_candidate_evidence WHERE experience_id = $1)", &[experience_id.into(), now.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET state = 'rejected', detail = 'its evidence was forgotten', updated_at = $2 \
+             WHERE state = 'pending' AND id IN (SELECT candidate_id FROM memory_candidate_evidence WHERE experience_id = $1)",
+        &[experience_id.into(), now.into()],
+    )
+    .await?;
     Ok(documents)
 }
 
@@ -867,7 +926,12 @@ pub async fn advance_revision_in(
     revision: i64,
     now: i64,
 ) -> Result<Result<i64, i64>, StoreError> {
-    let advanced = crate::db::execute_in(tx, "UPDATE memory_document SET revision = revision + 1, updated_at = $3 WHERE id = $1 AND revision = $2", &[document_id.into(), revision.into(), now.into()]).await?;
+    let advanced = crate::db::execute_in(
+        tx,
+        "UPDATE memory_document SET revision = revision + 1, updated_at = $3 WHERE id = $1 AND revision = $2",
+        &[document_id.into(), revision.into(), now.into()],
+    )
+    .await?;
     if advanced == 1 {
         return Ok(Ok(revision + 1));
     }
@@ -897,8 +961,21 @@ pub async fn insert_revision_in(
     row: &RevisionRow<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::db::execute_in(tx, "INSERT INTO memory_revision (document_id, revision, entries, change, candidate_id, at, consolidation) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)", &[row.document_id.into(), row.revision.into(), row.entries.into(), row.change.into(), row.candidate_id.into(), now.into(), row.consolidation.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "INSERT INTO memory_revision (document_id, revision, entries, change, candidate_id, at, consolidation) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            row.document_id.into(),
+            row.revision.into(),
+            row.entries.into(),
+            row.change.into(),
+            row.candidate_id.into(),
+            now.into(),
+            row.consolidation.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 
@@ -918,8 +995,22 @@ pub async fn insert_entry_in(
     entry: &NewEntry<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::db::execute_in(tx, "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", &[entry.id.into(), entry.document_id.into(), entry.content.into(), entry.owner.into(), entry.derived.into(), entry.position.into(), entry.revision.into(), now.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "INSERT INTO memory_entry (id, document_id, content, owner, derived, position, created_revision, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            entry.id.into(),
+            entry.document_id.into(),
+            entry.content.into(),
+            entry.owner.into(),
+            entry.derived.into(),
+            entry.position.into(),
+            entry.revision.into(),
+            now.into(),
+        ],
+    )
+    .await?;
     Ok(())
 }
 
@@ -1002,7 +1093,12 @@ pub async fn remember_forgotten_in(
     reason: &str,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::db::execute_in(tx, "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING", &[document_id.into(), (&sha256(content)).into(), reason.into(), now.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "INSERT INTO memory_forgotten_text (document_id, content_digest, reason, at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        &[document_id.into(), (&sha256(content)).into(), reason.into(), now.into()],
+    )
+    .await?;
     Ok(())
 }
 
@@ -1028,7 +1124,12 @@ pub async fn record_applied_in(
     consolidation: Option<&str>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::db::execute_in(tx, "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, consolidation = $3, updated_at = $4 WHERE id = $1", &[candidate_id.into(), revision.into(), consolidation.into(), now.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, consolidation = $3, updated_at = $4 WHERE id = $1",
+        &[candidate_id.into(), revision.into(), consolidation.into(), now.into()],
+    )
+    .await?;
     Ok(())
 }
 
@@ -1042,7 +1143,12 @@ pub async fn record_unchanged_in(
     consolidation: Option<&str>,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::db::execute_in(tx, "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, detail = $3, consolidation = $4, updated_at = $5 WHERE id = $1", &[candidate_id.into(), revision.into(), detail.into(), consolidation.into(), now.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, detail = $3, consolidation = $4, updated_at = $5 WHERE id = $1",
+        &[candidate_id.into(), revision.into(), detail.into(), consolidation.into(), now.into()],
+    )
+    .await?;
     Ok(())
 }
 
@@ -1052,7 +1158,12 @@ pub async fn record_undone_in(
     revision: i64,
     now: i64,
 ) -> Result<(), StoreError> {
-    crate::db::execute_in(tx, "UPDATE memory_candidate SET state = 'undone', undone_revision = $2, updated_at = $3 WHERE id = $1", &[candidate_id.into(), revision.into(), now.into()]).await?;
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_candidate SET state = 'undone', undone_revision = $2, updated_at = $3 WHERE id = $1",
+        &[candidate_id.into(), revision.into(), now.into()],
+    )
+    .await?;
     Ok(())
 }
 

@@ -356,7 +356,8 @@ async fn a_real_worker_binary_drains_and_exits(db: TestDb) {
 }
 
 /// A real worker process exports every ledger counter of its kinds at zero before any job
-/// exists, and refuses to start with a heartbeat slower than half its lease.
+/// exists, counts a job quarantined at claim, and refuses to start with a heartbeat slower than
+/// half its lease.
 async fn a_worker_exports_its_ledger_counters_from_zero(db: TestDb) {
     let home = tempfile::tempdir().unwrap();
     let refused = Command::new(binary("zuno-worker-maintain"))
@@ -425,6 +426,58 @@ async fn a_worker_exports_its_ledger_counters_from_zero(db: TestDb) {
             .any(|line| line.starts_with("zuno_lease_expiries") && line.ends_with(" 0")),
         "{text}"
     );
+
+    // A job whose row cannot be read is quarantined at claim, and the counter says so. The row
+    // is corrupted in its admission's transaction, so the worker never sees it readable.
+    let ledger = db.ledger();
+    let mut tx = db.db.begin().await.unwrap();
+    let poisoned = ledger
+        .admit_in(
+            &mut tx,
+            NewJob::new(
+                JobIdentity::maintain("p", "/m", "poisoned"),
+                JobOrigin::Explicit,
+            ),
+        )
+        .await
+        .unwrap()
+        .into_job();
+    zuno_shared::db::execute_in(
+        &mut tx,
+        "UPDATE learning_job SET payload = '{not json' WHERE id = $1",
+        &[poisoned.id.as_str().into()],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    eventually(
+        "the quarantined job is counted",
+        Duration::from_secs(60),
+        || {
+            let url = url.clone();
+            async move {
+                let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
+                text.lines()
+                    .any(|line| {
+                        line.starts_with("zuno_jobs_quarantined")
+                            && line.contains("kind=\"maintain\"")
+                            && line.ends_with(" 1")
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let (state, error): (String, Option<String>) = zuno_shared::on_db!(db.db, |pool| {
+        sqlx::query_as("SELECT state, last_error FROM learning_job WHERE id = $1")
+            .bind(&poisoned.id)
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
+    assert_eq!(state, "failed");
+    assert!(error.unwrap_or_default().contains("cannot be read"));
+
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(worker.id().unwrap() as i32),
         nix::sys::signal::Signal::SIGTERM,

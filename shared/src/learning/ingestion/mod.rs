@@ -373,7 +373,7 @@ async fn skip_queued_automatic_in(
                WHERE session_id = $1 AND kind = 'extract' AND state = 'queued' AND origin IN ('closed_turn', 'legacy')";
     let result =
         serde_json::json!({ "skipped": "the session was excluded from learning" }).to_string();
-    Ok(crate::db::execute_in(tx, sql, &[session_id.into(), (&result).into(), now.into()]).await?)
+    crate::db::execute_in(tx, sql, &[session_id.into(), (&result).into(), now.into()]).await
 }
 
 pub(crate) async fn session_project(

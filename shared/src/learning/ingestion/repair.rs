@@ -126,8 +126,19 @@ impl LearningIngestion {
                 .repair_one_in(&mut tx, project_id, &job, dry_run, now, &mut report)
                 .await?;
             if !dry_run {
-                crate::db::execute_in(&mut tx, "INSERT INTO learning_repair (job_id, extractor_version, outcome, detail, repaired_at) VALUES ($1, $2, $3, $4, $5) \
-                         ON CONFLICT (job_id, extractor_version) DO NOTHING", &[(&job.id).into(), version.into(), (&action.action).into(), (&action.detail).into(), now.into()]).await?;
+                crate::db::execute_in(
+                    &mut tx,
+                    "INSERT INTO learning_repair (job_id, extractor_version, outcome, detail, repaired_at) VALUES ($1, $2, $3, $4, $5) \
+                         ON CONFLICT (job_id, extractor_version) DO NOTHING",
+                    &[
+                        (&job.id).into(),
+                        version.into(),
+                        (&action.action).into(),
+                        (&action.detail).into(),
+                        now.into(),
+                    ],
+                )
+                .await?;
             }
             report.actions.push(action);
         }

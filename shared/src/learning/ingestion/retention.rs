@@ -62,7 +62,12 @@ impl LearningIngestion {
             for experience_id in &derived {
                 // Retract resident entries that lose their last support before the provenance
                 // rows cascade away with the Experience.
-                crate::db::execute_in(&mut tx, "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1", &[experience_id.into(), now.into()]).await?;
+                crate::db::execute_in(
+                    &mut tx,
+                    "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1",
+                    &[experience_id.into(), now.into()],
+                )
+                .await?;
                 for document in
                     crate::memory::service::retract_unsupported_in(&mut tx, experience_id, now)
                         .await?

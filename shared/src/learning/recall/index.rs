@@ -646,7 +646,12 @@ async fn lock_projects(
 ) -> Result<BTreeSet<String>, StoreError> {
     let mut live = BTreeSet::new();
     for project in projects {
-        crate::db::execute_in(tx, "INSERT INTO recall_project (project_id) SELECT id FROM project WHERE id = $1 ON CONFLICT (project_id) DO NOTHING", &[project.into()]).await?;
+        crate::db::execute_in(
+            tx,
+            "INSERT INTO recall_project (project_id) SELECT id FROM project WHERE id = $1 ON CONFLICT (project_id) DO NOTHING",
+            &[project.into()],
+        )
+        .await?;
         let lock = match tx.backend() {
             Backend::Sqlite => "SELECT docs FROM recall_project WHERE project_id = $1",
             Backend::Postgres => "SELECT docs FROM recall_project WHERE project_id = $1 FOR UPDATE",
