@@ -298,28 +298,7 @@ async fn insert_experience_in(
         .fetch_one(conn)
         .await)?
     };
-    for (index, citation) in experience.citations.iter().enumerate() {
-        let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
-                     raw_digest, redacted_digest, verified, detail) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (experience_id, ordinal) DO NOTHING";
-        crate::db::execute_in(
-            tx,
-            sql,
-            &[
-                (&id).into(),
-                (index as i64).into(),
-                (&citation.source_id).into(),
-                (&citation.address).into(),
-                (&citation.message_id).into(),
-                (&citation.excerpt).into(),
-                (&citation.raw_digest).into(),
-                (&citation.redacted_digest).into(),
-                citation.verified.into(),
-                (&citation.detail).into(),
-            ],
-        )
-        .await?;
-    }
+    insert_evidence_in(tx, &id, 0, &experience.citations, None).await?;
     Ok(id)
 }
 
@@ -399,15 +378,29 @@ async fn reinforce_in(
     .fetch_one(conn)
     .await
     })?;
+    insert_evidence_in(tx, experience_id, next, citations, Some(job_id)).await?;
+    super::retrieval::adjust_in(tx, experience_id, super::retrieval::ranking::REINFORCE).await
+}
+
+/// Writes `citations` as evidence rows of `experience_id` from ordinal `first` on; `job_id`
+/// names the reinforcing job (none for the experience's own citations).
+async fn insert_evidence_in(
+    tx: &mut Tx,
+    experience_id: &str,
+    first: i64,
+    citations: &[super::validate::CheckedCitation],
+    job_id: Option<&str>,
+) -> Result<(), StoreError> {
+    let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
+                 raw_digest, redacted_digest, verified, detail, job_id) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (experience_id, ordinal) DO NOTHING";
     for (index, citation) in citations.iter().enumerate() {
         crate::db::execute_in(
             tx,
-            "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
-                   raw_digest, redacted_digest, verified, detail, job_id) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (experience_id, ordinal) DO NOTHING",
+            sql,
             &[
                 experience_id.into(),
-                (next + index as i64).into(),
+                (first + index as i64).into(),
                 (&citation.source_id).into(),
                 (&citation.address).into(),
                 (&citation.message_id).into(),
@@ -421,7 +414,7 @@ async fn reinforce_in(
         )
         .await?;
     }
-    super::retrieval::adjust_in(tx, experience_id, super::retrieval::ranking::REINFORCE).await
+    Ok(())
 }
 
 /// A manual record (`remember`, `issue`): explicit user evidence, verified by construction.
