@@ -112,7 +112,22 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
         .map_err(|e| CliError::new(CliError::FAILURE, e.to_string()))?;
 
     start_up_repairs(&state).await;
+    // Jobs admitted, retried or rescued by other processes (workers, other API hosts) wake the
+    // in-process runners and the recall-index drain here, as this process's own admissions do.
+    let cross_process = zuno_shared::runtime::wake::start_cross_process_wake(&db, shutdown.clone())
+        .await
+        .map_err(|e| {
+            CliError::new(
+                CliError::UNAVAILABLE,
+                format!("cannot watch the database for other processes' jobs: {e}"),
+            )
+        })?;
     let mut background = spawn_background(&state, &db, &settings, &args, &shutdown)?;
+    if let Some(watcher) = cross_process {
+        background.spawn(async move {
+            let _ = watcher.await;
+        });
+    }
     announce(&address, &args, &db, &server_token, &settings, &state);
     let server_shutdown = shutdown.clone();
     axum::serve(listener, router(state))

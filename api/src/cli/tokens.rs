@@ -5,6 +5,7 @@
 
 use clap::Subcommand;
 use zuno_shared::clock::system_clock;
+use zuno_shared::db::Db;
 use zuno_shared::tokens::{GlobalAccess, NewToken, TokenStore};
 use zuno_shared::transcript::{TranscriptError, TranscriptStore};
 
@@ -68,48 +69,12 @@ pub async fn run(global: &GlobalArgs, command: TokensCommand) -> Result<(), CliE
             user,
             allow_create,
         } => {
-            let global_access = GlobalAccess::from(global_access);
-            // Global Memory is reached through a project's routes, so even a token for global
-            // Memory names the projects it works from.
-            if projects.is_empty() {
-                return Err(CliError::new(
-                    CliError::BAD_INPUT,
-                    "a token needs at least one --project (global Memory is reached through a project's routes)",
-                ));
-            }
-            if let Some(bad) = projects
-                .iter()
-                .find(|p| !zuno_shared::ids::is_valid_external_id(p))
-            {
-                return Err(CliError::new(
-                    CliError::BAD_INPUT,
-                    format!("invalid project id `{bad}`"),
-                ));
-            }
-            if !allow_create {
-                let transcripts = TranscriptStore::new(db.clone(), system_clock());
-                for project in &projects {
-                    match transcripts.project(project).await {
-                        Ok(_) => {}
-                        Err(TranscriptError::NotFound { .. }) => {
-                            return Err(CliError::new(
-                                CliError::NOT_FOUND,
-                                format!(
-                                    "project `{project}` does not exist; create it first, or pass --allow-create to let the token create it"
-                                ),
-                            ));
-                        }
-                        Err(error) => {
-                            return Err(CliError::new(CliError::FAILURE, error.to_string()));
-                        }
-                    }
-                }
-            }
+            check_token_projects(&db, &projects, allow_create).await?;
             let (info, secret) = store
                 .create_with(&NewToken {
                     name,
                     projects,
-                    global: global_access,
+                    global: GlobalAccess::from(global_access),
                     user,
                 })
                 .await?;
@@ -148,6 +113,51 @@ pub async fn run(global: &GlobalArgs, command: TokensCommand) -> Result<(), CliE
                 ));
             }
             println!("revoked {id}");
+        }
+    }
+    Ok(())
+}
+
+/// A new token names at least one valid project id, and each project exists unless the token
+/// may create it.
+async fn check_token_projects(
+    db: &Db,
+    projects: &[String],
+    allow_create: bool,
+) -> Result<(), CliError> {
+    // Global Memory is reached through a project's routes, so even a token for global Memory
+    // names the projects it works from.
+    if projects.is_empty() {
+        return Err(CliError::new(
+            CliError::BAD_INPUT,
+            "a token needs at least one --project (global Memory is reached through a project's routes)",
+        ));
+    }
+    if let Some(bad) = projects
+        .iter()
+        .find(|p| !zuno_shared::ids::is_valid_external_id(p))
+    {
+        return Err(CliError::new(
+            CliError::BAD_INPUT,
+            format!("invalid project id `{bad}`"),
+        ));
+    }
+    if allow_create {
+        return Ok(());
+    }
+    let transcripts = TranscriptStore::new(db.clone(), system_clock());
+    for project in projects {
+        match transcripts.project(project).await {
+            Ok(_) => {}
+            Err(TranscriptError::NotFound { .. }) => {
+                return Err(CliError::new(
+                    CliError::NOT_FOUND,
+                    format!(
+                        "project `{project}` does not exist; create it first, or pass --allow-create to let the token create it"
+                    ),
+                ));
+            }
+            Err(error) => return Err(CliError::new(CliError::FAILURE, error.to_string())),
         }
     }
     Ok(())

@@ -183,65 +183,67 @@ where
     let ledger = Ledger::new(db.clone(), system_clock());
     let env = WorkerEnv { settings, ledger };
     let handlers = handlers(&env)?;
-    // A worker that embeds experiences first queues those without a vector of the configured
-    // model (stored before the layer was configured, or while no worker ran); idempotent.
-    if handlers
-        .iter()
-        .any(|handler| handler.kind() == crate::ledger::JobKind::Embed)
-    {
-        match crate::learning::recall::semantic::backfill(&env.ledger, &env.settings.config, None)
-            .await
-        {
-            Ok(report) if report.configured => {
-                tracing::info!(?report, "start-up embedding backfill finished")
-            }
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "start-up embedding backfill failed"),
-        }
-    }
+    backfill_embeddings(&env, &handlers).await;
     let gate = gate(&env);
     let config = runner_config(&args, &env.settings.config, default_worker_id(service));
     if !args.unchecked_heartbeat {
         config.validate().context("invalid worker configuration")?;
     }
-    let listener = super::wake::start_pg_listener(&db, shutdown.clone())
+    let listener = super::wake::start_cross_process_wake(&db, shutdown.clone())
         .await
-        .context("cannot LISTEN for job notifications")?;
+        .context("cannot watch for other processes' jobs (LISTEN, or the SQLite commit counter)")?;
     let mut runner = Runner::new(env.ledger.clone(), config).with_gate(gate);
     for handler in handlers {
         runner = runner.register(handler);
     }
     // Queue depth is database-wide; a worker publishes it only when its metrics go somewhere.
-    let depth = (metrics_server.is_some() || env.settings.config.telemetry.otlp_endpoint.is_some())
-        .then(|| tokio::spawn(report_queue_depth(env.ledger.clone(), shutdown.clone())));
-    // The worker that stores experiences also drains what else left the recall index behind.
-    let drain = runner
-        .kinds()
-        .contains(&crate::ledger::JobKind::Extract)
-        .then(|| {
-            tokio::spawn(crate::learning::recall::index::drain(
-                db.clone(),
-                shutdown.clone(),
-                None,
-            ))
+    let publishes_metrics =
+        metrics_server.is_some() || env.settings.config.telemetry.otlp_endpoint.is_some();
+    let mut background = tokio::task::JoinSet::new();
+    if let Some(listener) = listener {
+        background.spawn(async move {
+            let _ = listener.await;
         });
+    }
+    if publishes_metrics {
+        background.spawn(report_queue_depth(env.ledger.clone(), shutdown.clone()));
+    }
+    // The worker that stores experiences also drains what else left the recall index behind.
+    if runner.kinds().contains(&crate::ledger::JobKind::Extract) {
+        background.spawn(crate::learning::recall::index::drain(
+            db.clone(),
+            shutdown.clone(),
+            None,
+        ));
+    }
     let report = runner.run(shutdown.clone()).await;
     shutdown.cancel();
-    if let Some(listener) = listener {
-        let _ = listener.await;
-    }
-    if let Some(depth) = depth {
-        let _ = depth.await;
-    }
-    if let Some(drain) = drain {
-        let _ = drain.await;
-    }
+    while background.join_next().await.is_some() {}
     if let Some(server) = metrics_server {
         server.abort();
     }
     db.close().await;
     tracing::info!(?report, "worker exited");
     Ok(())
+}
+
+/// A worker that embeds experiences first queues those without a vector of the configured model
+/// (stored before the layer was configured, or while no worker ran); idempotent.
+async fn backfill_embeddings(env: &WorkerEnv, handlers: &[Arc<dyn JobHandler>]) {
+    if !handlers
+        .iter()
+        .any(|handler| handler.kind() == crate::ledger::JobKind::Embed)
+    {
+        return;
+    }
+    match crate::learning::recall::semantic::backfill(&env.ledger, &env.settings.config, None).await
+    {
+        Ok(report) if report.configured => {
+            tracing::info!(?report, "start-up embedding backfill finished")
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "start-up embedding backfill failed"),
+    }
 }
 
 /// The runner configuration a worker's flags and configuration file describe.

@@ -135,8 +135,8 @@ enum Setup {
     /// `zuno serve --all-in-one` on its SQLite file: the API and every worker stage in one
     /// process, woken through the in-process bus (the embedded default).
     SqliteAllInOne,
-    /// `zuno serve` and a separate `zuno-worker-extract` process on the same SQLite file: no
-    /// cross-process notification exists, so the worker finds work by polling.
+    /// `zuno serve` and a separate `zuno-worker-extract` process on the same SQLite file, woken
+    /// by its watcher of SQLite's commit counter (`data_version`).
     SqliteWorker,
     /// `zuno serve` and one `zuno-worker-extract` process on Postgres, woken by NOTIFY.
     Postgres,

@@ -58,6 +58,12 @@ enum Probe {
         /// Time spent "working" before settling.
         #[arg(long, default_value_t = 0)]
         hold_ms: u64,
+        /// Idle poll interval (the runner's fallback when nothing wakes it).
+        #[arg(long, default_value_t = 200)]
+        poll_ms: u64,
+        /// No fast polling after progress: only a wake-up or the idle poll starts a claim.
+        #[arg(long)]
+        no_fast_poll: bool,
         #[arg(long)]
         exit_when_idle: bool,
         /// How long shutdown waits for running jobs before releasing them.
@@ -161,6 +167,8 @@ async fn main() -> anyhow::Result<()> {
             concurrency,
             max_jobs_per_wake,
             hold_ms,
+            poll_ms,
+            no_fast_poll,
             exit_when_idle,
             grace_ms,
             metrics_addr,
@@ -193,11 +201,12 @@ async fn main() -> anyhow::Result<()> {
             config.heartbeat = Duration::from_millis(heartbeat_ms);
             config.concurrency = concurrency;
             config.max_jobs_per_wake = max_jobs_per_wake;
-            config.poll_interval = Duration::from_millis(200);
+            config.poll_interval = Duration::from_millis(poll_ms);
+            config.fast_poll = !no_fast_poll;
             config.exit_when_idle = exit_when_idle;
             config.grace = Duration::from_millis(grace_ms);
             let listener =
-                zuno_shared::runtime::wake::start_pg_listener(&db, shutdown.clone()).await?;
+                zuno_shared::runtime::wake::start_cross_process_wake(&db, shutdown.clone()).await?;
             let report = Runner::new(ledger, config)
                 .with_gate(Arc::new(AllowAll))
                 .register(Arc::new(EffectHandler {

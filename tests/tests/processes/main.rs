@@ -1,7 +1,7 @@
 //! Claims about processes, proven with separate OS processes on both backends: concurrent
 //! admission, interval buckets across hosts, a 4-process drain of 2,000 jobs, a stopped worker
-//! whose stale settlement is refused, a killed worker whose job is reclaimed, and processes
-//! starting together on a fresh database.
+//! whose stale settlement is refused, a killed worker whose job is reclaimed, a sleeping worker
+//! woken by another process's admission, and processes starting together on a fresh database.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -490,7 +490,96 @@ async fn a_worker_exports_its_ledger_counters_from_zero(db: TestDb) {
     assert!(status.success());
 }
 
+/// A worker process that only sleeps (a 10-minute idle poll, no fast polling) is woken by an
+/// admission from another process: Postgres `NOTIFY` on one backend, the SQLite commit watcher
+/// on the other. The worker's first claim is observed through a job whose expired lease it
+/// rescues in that claim (an `extract` job, which this worker does not take, on its final
+/// attempt: it fails, and a failed rescue wakes nobody), so the admission lands while it sleeps.
+async fn a_sleeping_worker_process_is_woken_by_another_process_admission(db: TestDb) {
+    create_effect_table(&db).await;
+    let ledger = db.ledger();
+    let marker = ledger
+        .admit(NewJob::new(
+            JobIdentity::extract("p", "s-marker", "m-marker", "v-marker", None),
+            JobOrigin::Explicit,
+        ))
+        .await
+        .unwrap()
+        .into_job();
+    let kinds = [zuno_shared::ledger::JobKind::Extract];
+    let claimed = ledger
+        .claim(
+            &zuno_shared::ledger::ClaimRequest {
+                worker_id: "test",
+                kinds: &kinds,
+                limit: 1,
+                lease_ms: 30_000,
+                scopes: None,
+            },
+            &zuno_shared::ledger::AllowAll,
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.claimed.len(), 1);
+    zuno_shared::on_db!(db.db, |pool| sqlx::query(
+        "UPDATE learning_job SET lease_expires_at = 1, attempts = max_attempts WHERE id = $1"
+    )
+    .bind(&marker.id)
+    .execute(pool)
+    .await
+    .map(|done| done.rows_affected()))
+    .unwrap();
+
+    let worker = probe(&db)
+        .args(["work", "--worker-id", "sleeper", "--concurrency", "1"])
+        .args([
+            "--max-jobs-per-wake",
+            "1",
+            "--poll-ms",
+            "600000",
+            "--no-fast-poll",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(worker.id().unwrap() as i32);
+    eventually(
+        "the worker's first claim rescues the marker",
+        Duration::from_secs(30),
+        || {
+            let ledger = ledger.clone();
+            let id = marker.id.clone();
+            async move { (ledger.get(&id).await.ok()?.state == JobState::Failed).then_some(()) }
+        },
+    )
+    .await;
+    let job = ledger
+        .admit(NewJob::new(
+            JobIdentity::maintain("p", "/m", "woken"),
+            JobOrigin::Explicit,
+        ))
+        .await
+        .unwrap()
+        .into_job();
+    // The worker's next poll is ten minutes away: only a wake-up settles the job in time.
+    eventually(
+        "the sleeping worker settles the new job",
+        Duration::from_secs(30),
+        || {
+            let ledger = ledger.clone();
+            let id = job.id.clone();
+            async move { (ledger.get(&id).await.ok()?.state == JobState::Completed).then_some(()) }
+        },
+    )
+    .await;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let report = output_json(worker).await;
+    assert_eq!(report["completed"], 1, "{report}");
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM probe_effect").await, 1);
+}
+
 on_both_backends!(
+    a_sleeping_worker_process_is_woken_by_another_process_admission,
     a_worker_exports_its_ledger_counters_from_zero,
     a_hundred_admissions_from_four_processes_leave_one_row,
     hosts_checking_one_bucket_create_one_job,

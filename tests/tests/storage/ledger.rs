@@ -726,6 +726,58 @@ async fn retries_releases_and_rescues_wake_waiting_workers(db: TestDb) {
     drop(listener);
 }
 
+/// SQLite has no NOTIFY: a handle with the commit watcher (another pool on the same file, which
+/// SQLite cannot tell from another process) is woken by an admission and by a retry made through
+/// a different handle, and a claim that finds nothing commits no change, so idle workers do not
+/// wake each other.
+#[tokio::test]
+async fn sqlite_commits_of_another_process_wake_the_watching_handle() {
+    let db = TestDb::sqlite().await;
+    let watching = db.reopen().await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let watcher = zuno_shared::runtime::wake::start_sqlite_watcher(&watching, cancel.clone())
+        .await
+        .unwrap()
+        .expect("a SQLite handle is watched");
+    let mut wake = watching.wake_bus().subscribe();
+    wake.borrow_and_update();
+    let (ledger, _clock) = db.manual_ledger();
+    ledger.admit(maintain_job("watched")).await.unwrap();
+    expect_wake(&mut wake, "an admission by another handle").await;
+
+    let claimed = claim_one(&ledger, "w").await.unwrap();
+    wake.borrow_and_update();
+    ledger
+        .begin_settlement(&claimed.lease)
+        .await
+        .unwrap()
+        .retry("try again", None)
+        .await
+        .unwrap();
+    expect_wake(&mut wake, "a retry by another handle").await;
+
+    // The counter is per connection: read it twice on one.
+    let mut observer = watching.as_sqlite().unwrap().acquire().await.unwrap();
+    let version_query = "PRAGMA data_version";
+    let before: i64 = sqlx::query_scalar(version_query)
+        .fetch_one(&mut *observer)
+        .await
+        .unwrap();
+    let kinds = [JobKind::Extract];
+    let empty = ledger
+        .claim(&request("idle", &kinds, 2), &AllowAll)
+        .await
+        .unwrap();
+    assert!(empty.claimed.is_empty());
+    let after: i64 = sqlx::query_scalar(version_query)
+        .fetch_one(&mut *observer)
+        .await
+        .unwrap();
+    assert_eq!(after, before, "an empty claim commits no change");
+    cancel.cancel();
+    watcher.await.unwrap();
+}
+
 async fn expect_wake(wake: &mut tokio::sync::watch::Receiver<u64>, what: &str) {
     tokio::time::timeout(std::time::Duration::from_secs(10), wake.changed())
         .await

@@ -397,6 +397,14 @@ impl Db {
         }
     }
 
+    /// The SQLite pool, when this is a SQLite database (used to watch other processes' commits).
+    pub fn as_sqlite(&self) -> Option<&SqlitePool> {
+        match &self.pool {
+            Pool::Sqlite(pool) => Some(pool),
+            Pool::Postgres(_) => None,
+        }
+    }
+
     /// Pool acquire timeout of both backends: workers wait this long for a connection (their
     /// runner retries and deadlines bound each ledger call on top).
     pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
