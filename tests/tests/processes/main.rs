@@ -46,6 +46,19 @@ async fn scalar(db: &TestDb, sql: &'static str) -> i64 {
     zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(sql).fetch_one(pool).await).unwrap()
 }
 
+/// Waits (up to 30 s) until job `id` is in `state`.
+async fn wait_for_state(
+    ledger: &zuno_shared::ledger::Ledger,
+    id: &str,
+    state: JobState,
+    what: &str,
+) {
+    eventually(what, Duration::from_secs(30), || async move {
+        (ledger.get(id).await.ok()?.state == state).then_some(())
+    })
+    .await;
+}
+
 async fn a_hundred_admissions_from_four_processes_leave_one_row(db: TestDb) {
     let children: Vec<Child> = (0..4)
         .map(|_| {
@@ -301,14 +314,11 @@ async fn a_killed_worker_job_is_reclaimed_after_its_lease(db: TestDb) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    eventually(
+    wait_for_state(
+        &ledger,
+        &job.id,
+        JobState::Completed,
         "another worker completes the job after the lease expires",
-        Duration::from_secs(30),
-        || {
-            let ledger = ledger.clone();
-            let id = job.id.clone();
-            async move { (ledger.get(&id).await.ok()?.state == JobState::Completed).then_some(()) }
-        },
     )
     .await;
     nix::sys::signal::kill(
@@ -543,14 +553,11 @@ async fn a_sleeping_worker_process_is_woken_by_another_process_admission(db: Tes
         .spawn()
         .unwrap();
     let pid = nix::unistd::Pid::from_raw(worker.id().unwrap() as i32);
-    eventually(
+    wait_for_state(
+        &ledger,
+        &marker.id,
+        JobState::Failed,
         "the worker's first claim rescues the marker",
-        Duration::from_secs(30),
-        || {
-            let ledger = ledger.clone();
-            let id = marker.id.clone();
-            async move { (ledger.get(&id).await.ok()?.state == JobState::Failed).then_some(()) }
-        },
     )
     .await;
     let job = ledger
@@ -562,14 +569,11 @@ async fn a_sleeping_worker_process_is_woken_by_another_process_admission(db: Tes
         .unwrap()
         .into_job();
     // The worker's next poll is ten minutes away: only a wake-up settles the job in time.
-    eventually(
+    wait_for_state(
+        &ledger,
+        &job.id,
+        JobState::Completed,
         "the sleeping worker settles the new job",
-        Duration::from_secs(30),
-        || {
-            let ledger = ledger.clone();
-            let id = job.id.clone();
-            async move { (ledger.get(&id).await.ok()?.state == JobState::Completed).then_some(()) }
-        },
     )
     .await;
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();

@@ -279,6 +279,20 @@ fn revision(view: &SessionLearning) -> String {
     hex::encode(&Sha256::digest(&bytes)[..12])
 }
 
+/// Waits for a learning change (`Some(false)`), the periodic full refresh (`Some(true)`: evaluate
+/// even if the marker did not move), or the client leaving (`None`).
+async fn next_wake(
+    sender: &tokio::sync::mpsc::Sender<Event>,
+    changes: &mut tokio::sync::watch::Receiver<u64>,
+    refresh: &mut tokio::time::Interval,
+) -> Option<bool> {
+    tokio::select! {
+        () = sender.closed() => None,
+        changed = changes.changed() => changed.ok().map(|()| false),
+        _ = refresh.tick() => Some(true),
+    }
+}
+
 async fn publish(
     state: AppState,
     session_id: String,
@@ -298,10 +312,9 @@ async fn publish(
             match changes::session_marker(&state.db, &session_id, &project_id).await {
                 Ok(marker) => {
                     if last_marker.as_ref() == Some(&marker) {
-                        tokio::select! {
-                            () = sender.closed() => return,
-                            changed = changes.changed() => if changed.is_err() { return },
-                            _ = refresh.tick() => forced = true,
+                        match next_wake(&sender, &mut changes, &mut refresh).await {
+                            Some(full) => forced = full,
+                            None => return,
                         }
                         continue;
                     }
@@ -309,10 +322,9 @@ async fn publish(
                 }
                 Err(error) => {
                     tracing::warn!(%error, session_id, "learning stream: change marker failed");
-                    tokio::select! {
-                        () = sender.closed() => return,
-                        changed = changes.changed() => if changed.is_err() { return },
-                        _ = refresh.tick() => forced = true,
+                    match next_wake(&sender, &mut changes, &mut refresh).await {
+                        Some(full) => forced = full,
+                        None => return,
                     }
                     continue;
                 }
@@ -334,10 +346,9 @@ async fn publish(
             Err(error) => {
                 tracing::warn!(%error, session_id, "learning stream: projection failed");
                 last_marker = None;
-                tokio::select! {
-                    () = sender.closed() => return,
-                    changed = changes.changed() => if changed.is_err() { return },
-                    _ = refresh.tick() => forced = true,
+                match next_wake(&sender, &mut changes, &mut refresh).await {
+                    Some(full) => forced = full,
+                    None => return,
                 }
                 continue;
             }
