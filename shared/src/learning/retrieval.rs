@@ -81,17 +81,11 @@ pub(crate) struct CandidateRow {
     pub(crate) source_address: Option<String>,
 }
 
-/// The columns of a [`CandidateRow`] from `experience_record`. The citation columns are one
-/// value each, so a candidate stays one row: `context` needs no evidence rows to label what it
-/// shows.
+/// The columns of a [`CandidateRow`] from `experience_record`. The citation columns are kept on
+/// the record by triggers on `experience_evidence` (migration 0019), so a candidate is one row
+/// and `context` reads no evidence to label what it shows.
 pub(crate) fn candidate_columns() -> String {
-    format!(
-        "{EXPERIENCE_COLUMNS}, feedback_score, violations, \
-         (SELECT v.message_id FROM experience_evidence v WHERE v.experience_id = experience_record.id \
-            AND v.message_id IS NOT NULL ORDER BY v.ordinal LIMIT 1) AS source_message, \
-         (SELECT v.address FROM experience_evidence v WHERE v.experience_id = experience_record.id \
-            ORDER BY v.ordinal LIMIT 1) AS source_address"
-    )
+    format!("{EXPERIENCE_COLUMNS}, feedback_score, violations, source_message, source_address")
 }
 
 impl CandidateRow {
@@ -589,11 +583,10 @@ async fn live_candidates(
     // Rows are looked up by id or document number and the project is checked by the caller:
     // with `project_id = $1` in the query, SQLite's planner chose the project index and read
     // every record of the project.
-    let live = "status = 'active' AND source_state = 'current'";
     match candidates {
         TextCandidates::Stored(found) => {
             let sql = format!(
-                "SELECT {} FROM experience_record WHERE id IN ({}) AND {live}",
+                "SELECT {} FROM experience_record WHERE id IN ({}) AND {LIVE}",
                 candidate_columns(),
                 placeholders(found.len())
             );
@@ -618,21 +611,7 @@ async fn live_candidates(
                 .collect())
         }
         TextCandidates::Indexed(found) => {
-            // The document numbers resolve to records in the same statement.
-            let sql = format!(
-                "SELECT {}, (SELECT d.num FROM recall_doc d WHERE d.experience_id = experience_record.id) AS recall_num \
-                 FROM experience_record \
-                 WHERE id IN (SELECT experience_id FROM recall_doc WHERE num IN ({})) AND {live}",
-                candidate_columns(),
-                placeholders(found.len())
-            );
-            let rows: Vec<NumberedCandidate> = crate::on_db!(db, |pool| {
-                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
-                for (num, _) in found {
-                    query = query.bind(*num);
-                }
-                query.fetch_all(pool).await
-            })?;
+            let rows = numbered_candidates(db, found).await?;
             let relevance: HashMap<i64, f64> = found.iter().copied().collect();
             Ok(rows
                 .into_iter()
@@ -644,6 +623,33 @@ async fn live_candidates(
         }
     }
 }
+
+/// The live records of recall-index document numbers `found`, with their numbers.
+async fn numbered_candidates(
+    db: &Db,
+    found: &[(i64, f64)],
+) -> Result<Vec<NumberedCandidate>, StoreError> {
+    // The derived table names no column of `experience_record`, so the record's columns stay
+    // unqualified; each candidate costs one document and one record lookup.
+    let sql = format!(
+        "SELECT {}, d.recall_num AS recall_num \
+         FROM (SELECT num AS recall_num, experience_id AS doc_experience FROM recall_doc WHERE num IN ({})) d \
+         JOIN experience_record ON experience_record.id = d.doc_experience \
+         WHERE {LIVE}",
+        candidate_columns(),
+        placeholders(found.len())
+    );
+    Ok(crate::on_db!(db, |pool| {
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
+        for (num, _) in found {
+            query = query.bind(*num);
+        }
+        query.fetch_all(pool).await
+    })?)
+}
+
+/// What a candidate must be to be recalled: active, with its source unchanged.
+const LIVE: &str = "status = 'active' AND source_state = 'current'";
 
 /// A candidate read by its recall-index document number.
 #[derive(sqlx::FromRow)]

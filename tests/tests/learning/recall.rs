@@ -625,6 +625,102 @@ async fn feedback_after_an_injection_moves_it_down_or_up(db: TestDb) {
     assert_eq!(experience_signals(&world, &other).await, (0, 1, 0.1));
 }
 
+/// A record's id, its stored source label (message, address) and the label its evidence gives.
+type StoredLabel = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// `context` labels what it shows by the first citation: its message (the lowest ordinal that
+/// has one), else its address. The label is kept on the record when evidence is written, by
+/// whoever writes it; a later citation (a reinforcement) does not move it.
+async fn the_source_label_is_the_first_citation_whoever_writes_the_evidence(db: TestDb) {
+    let world = World::new(db, Config::default()).await;
+    let learned = learn_correction(&world).await;
+    let stored_labels = || async {
+        let rows: Vec<StoredLabel> = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_as(
+            "SELECT e.id, e.source_message, e.source_address, \
+                   (SELECT v.message_id FROM experience_evidence v WHERE v.experience_id = e.id \
+                      AND v.message_id IS NOT NULL ORDER BY v.ordinal LIMIT 1), \
+                   (SELECT v.address FROM experience_evidence v WHERE v.experience_id = e.id \
+                      ORDER BY v.ordinal LIMIT 1) \
+                 FROM experience_record e ORDER BY e.id"
+        )
+        .fetch_all(pool)
+        .await)
+        .unwrap();
+        rows
+    };
+    for (id, message, address, first_message, first_address) in stored_labels().await {
+        assert_eq!(
+            (&message, &address),
+            (&first_message, &first_address),
+            "{id}"
+        );
+        assert!(
+            message.is_some(),
+            "an extracted lesson cites its message: {id}"
+        );
+    }
+    let correction: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT id FROM experience_record WHERE summary LIKE '%pnpm%' ORDER BY id LIMIT 1"
+    )
+    .fetch_one(pool)
+    .await)
+    .unwrap();
+    assert!(learned.contains(&correction));
+    let first_message = stored_labels()
+        .await
+        .into_iter()
+        .find(|label| label.0 == correction)
+        .and_then(|label| label.1)
+        .expect("the correction cites its message");
+
+    // Another writer appends a citation from a later message: the label stays the first one.
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+        "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, verified) \
+         VALUES ($1, 99, 'S9', 'message:msg_later:part:0', 'msg_later', 'use pnpm', TRUE)"
+    )
+    .bind(&correction)
+    .execute(pool)
+    .await
+    .map(|done| done.rows_affected()))
+    .unwrap();
+    let next = world.session().await;
+    let recalled = context(&world, &next, RELATED_PROMPT).await;
+    assert!(
+        recalled.experience_ids.contains(&correction),
+        "{recalled:?}"
+    );
+    let shown = section(&recalled, "learning.experiences").expect("experiences section");
+    assert!(
+        shown.contains(&format!("message {first_message}")) && !shown.contains("msg_later"),
+        "{shown}"
+    );
+
+    // A manual record cites no message: its label is its address.
+    world
+        .ingestion
+        .record(
+            "proj",
+            None,
+            ExperienceOrigin::Remember,
+            "Always run pnpm install with --frozen-lockfile in CI.",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let recalled = context(&world, &next, "pnpm install frozen lockfile in CI").await;
+    let shown = section(&recalled, "learning.experiences").expect("experiences section");
+    assert!(shown.contains("command:remember"), "{shown}");
+    for (id, message, address, first_message, first_address) in stored_labels().await {
+        assert_eq!((message, address), (first_message, first_address), "{id}");
+    }
+}
+
 /// `(violations, reinforcements, feedback_score)` rounded to 1e-9.
 async fn experience_signals(world: &World, id: &str) -> (i64, i64, f64) {
     let (violations, reinforcements, score): (i64, i64, f64) =
@@ -648,4 +744,5 @@ on_both_backends!(
     deleting_a_transcript_keeps_or_cleans_derived_learning_as_asked,
     hostile_queries_are_data_on_every_path,
     feedback_after_an_injection_moves_it_down_or_up,
+    the_source_label_is_the_first_citation_whoever_writes_the_evidence,
 );
