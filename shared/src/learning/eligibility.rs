@@ -59,28 +59,41 @@ pub fn assess(window: &[Message], has_feedback: bool) -> Eligibility {
         ineligible: Some(reason),
         consumed_external_context,
     };
+    if let Some(reason) = unfinished(window) {
+        return refuse(reason);
+    }
+    let reasons = signals_of(window, has_feedback);
+    if reasons.is_empty() {
+        return refuse(Ineligibility::NoSignal);
+    }
+    Eligibility {
+        eligible: true,
+        reasons,
+        ineligible: None,
+        consumed_external_context,
+    }
+}
+
+/// Why the window is not a finished turn: no terminal assistant message, or one that did not
+/// complete, or one still waiting for its tools.
+fn unfinished(window: &[Message]) -> Option<Ineligibility> {
     let Some(terminal) = window.last() else {
-        return refuse(Ineligibility::NotAssistant);
+        return Some(Ineligibility::NotAssistant);
     };
     if terminal.role != Role::Assistant {
-        return refuse(Ineligibility::NotAssistant);
+        return Some(Ineligibility::NotAssistant);
     }
     match terminal.status {
         MessageStatus::Completed => {}
-        MessageStatus::PendingTools => return refuse(Ineligibility::PendingTools),
+        MessageStatus::PendingTools => return Some(Ineligibility::PendingTools),
         MessageStatus::InProgress | MessageStatus::Failed | MessageStatus::Truncated => {
-            return refuse(Ineligibility::NotCompleted);
+            return Some(Ineligibility::NotCompleted);
         }
     }
-    let parts = || {
-        window
-            .iter()
-            .flat_map(|m| m.parts.iter().map(move |p| (m.role, &p.part)))
-    };
     // Only the terminal message's tools decide: a tool left pending in an earlier message of
     // the window belongs to a turn the user interrupted and moved on from, and the correction
     // typed after it must still be learned.
-    if terminal.parts.iter().any(|p| {
+    let pending = terminal.parts.iter().any(|p| {
         matches!(
             p.part,
             Part::ToolCall {
@@ -88,16 +101,22 @@ pub fn assess(window: &[Message], has_feedback: bool) -> Eligibility {
                 ..
             }
         )
-    }) {
-        return refuse(Ineligibility::PendingTools);
-    }
+    });
+    pending.then_some(Ineligibility::PendingTools)
+}
+
+/// The learning signals in the window, each once, in the order they first appear.
+fn signals_of(window: &[Message], has_feedback: bool) -> Vec<EligibilityReason> {
     let mut reasons = Vec::new();
     let mut push = |reason| {
         if !reasons.contains(&reason) {
             reasons.push(reason);
         }
     };
-    for (role, part) in parts() {
+    let parts = window
+        .iter()
+        .flat_map(|m| m.parts.iter().map(move |p| (m.role, &p.part)));
+    for (role, part) in parts {
         if part.is_injected() {
             continue;
         }
@@ -124,15 +143,7 @@ pub fn assess(window: &[Message], has_feedback: bool) -> Eligibility {
     if has_feedback {
         push(EligibilityReason::Feedback);
     }
-    if reasons.is_empty() {
-        return refuse(Ineligibility::NoSignal);
-    }
-    Eligibility {
-        eligible: true,
-        reasons,
-        ineligible: None,
-        consumed_external_context,
-    }
+    reasons
 }
 
 #[cfg(test)]

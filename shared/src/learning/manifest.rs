@@ -148,40 +148,9 @@ pub fn build_with_context(
     feedback: Option<&FeedbackSource>,
     max_input_bytes: usize,
 ) -> SourceManifest {
-    let mut context_drafts = drafts_of(context);
-    let last_text = context_drafts
-        .iter()
-        .rposition(|d| d.kind == SourceKind::AssistantText);
-    let mut index = 0;
-    context_drafts.retain(|draft| {
-        let keep = draft.kind != SourceKind::AssistantText || Some(index) == last_text;
-        index += 1;
-        keep && matches!(
-            draft.kind,
-            SourceKind::UserText
-                | SourceKind::AssistantText
-                | SourceKind::ToolCall
-                | SourceKind::ToolResult
-        )
-    });
+    let context_drafts = context_digest(drafts_of(context));
     let mut drafts = drafts_of(window);
-    if let Some(feedback) = feedback {
-        let raw = match &feedback.note {
-            Some(note) => format!("{} feedback: {note}", feedback.value),
-            None => format!("{} feedback", feedback.value),
-        };
-        drafts.push(Draft {
-            address: format!(
-                "feedback:{}:revision:{}",
-                feedback.message_id, feedback.revision
-            ),
-            message_id: Some(feedback.message_id.clone()),
-            part_ordinal: None,
-            kind: SourceKind::Feedback,
-            verification: Verification::UserFeedback,
-            raw,
-        });
-    }
+    drafts.extend(feedback.map(feedback_draft));
 
     let context_redacted: Vec<String> = context_drafts
         .iter()
@@ -226,6 +195,46 @@ pub fn build_with_context(
     finish(records)
 }
 
+/// The digest of the turn before: its user prompts, tool calls and results, and only the last
+/// of the assistant's texts (its final answer).
+fn context_digest(mut drafts: Vec<Draft>) -> Vec<Draft> {
+    let last_text = drafts
+        .iter()
+        .rposition(|d| d.kind == SourceKind::AssistantText);
+    let mut index = 0;
+    drafts.retain(|draft| {
+        let keep = draft.kind != SourceKind::AssistantText || Some(index) == last_text;
+        index += 1;
+        keep && matches!(
+            draft.kind,
+            SourceKind::UserText
+                | SourceKind::AssistantText
+                | SourceKind::ToolCall
+                | SourceKind::ToolResult
+        )
+    });
+    drafts
+}
+
+/// The user's feedback on the turn as a source of its own.
+fn feedback_draft(feedback: &FeedbackSource) -> Draft {
+    let raw = match &feedback.note {
+        Some(note) => format!("{} feedback: {note}", feedback.value),
+        None => format!("{} feedback", feedback.value),
+    };
+    Draft {
+        address: format!(
+            "feedback:{}:revision:{}",
+            feedback.message_id, feedback.revision
+        ),
+        message_id: Some(feedback.message_id.clone()),
+        part_ordinal: None,
+        kind: SourceKind::Feedback,
+        verification: Verification::UserFeedback,
+        raw,
+    }
+}
+
 /// The source drafts of a window's parts: injected parts and host-generated user texts are
 /// never sources.
 fn drafts_of(window: &[Message]) -> Vec<Draft> {
@@ -236,82 +245,104 @@ fn drafts_of(window: &[Message]) -> Vec<Draft> {
                 continue;
             }
             let base = format!("message:{}:part:{}", message.id, stored.ordinal);
-            let mut push = |suffix: &str, kind, verification, raw: String| {
-                if raw.trim().is_empty() {
-                    return;
+            for source in part_sources(message.role, &stored.part) {
+                if source.raw.trim().is_empty() {
+                    continue;
                 }
                 drafts.push(Draft {
-                    address: format!("{base}{suffix}"),
+                    address: format!("{base}{}", source.suffix),
                     message_id: Some(message.id.clone()),
                     part_ordinal: Some(stored.ordinal),
-                    kind,
-                    verification,
-                    raw,
+                    kind: source.kind,
+                    verification: source.verification,
+                    raw: source.raw,
                 });
-            };
-            match &stored.part {
-                Part::Text { text, .. } => match message.role {
-                    Role::User if signals::is_host_generated(text) => {}
-                    Role::User => push(
-                        "",
-                        SourceKind::UserText,
-                        Verification::UserStatement,
-                        text.clone(),
-                    ),
-                    Role::Assistant | Role::System => {
-                        push(
-                            "",
-                            SourceKind::AssistantText,
-                            Verification::AssistantClaim,
-                            text.clone(),
-                        );
-                    }
-                },
-                Part::ToolCall {
-                    tool_name,
-                    arguments,
-                    result,
-                    status,
-                    ..
-                } => {
-                    let call = format!("{tool_name} {arguments}");
-                    push(
-                        ":arguments",
-                        SourceKind::ToolCall,
-                        Verification::AssistantClaim,
-                        call,
-                    );
-                    if let Some(result) = result {
-                        let verification = match status {
-                            ToolStatus::Completed => Verification::ToolSucceeded,
-                            ToolStatus::Error | ToolStatus::Pending => Verification::ToolFailed,
-                        };
-                        push(
-                            ":result",
-                            SourceKind::ToolResult,
-                            verification,
-                            result.clone(),
-                        );
-                    }
-                }
-                Part::Artifact { name, uri, text } => {
-                    let body = [Some(name.as_str()), uri.as_deref(), text.as_deref()]
-                        .into_iter()
-                        .flatten()
-                        .collect::<Vec<_>>()
-                        .join("\n");
-                    push("", SourceKind::Artifact, Verification::AssistantClaim, body);
-                }
-                Part::Error { text } => push(
-                    "",
-                    SourceKind::Error,
-                    Verification::ToolFailed,
-                    text.clone(),
-                ),
             }
         }
     }
     drafts
+}
+
+/// One source a part yields; `suffix` extends the part's address.
+struct PartSource {
+    suffix: &'static str,
+    kind: SourceKind,
+    verification: Verification,
+    raw: String,
+}
+
+/// The sources of one part: a text, a tool call's arguments and its result, an artifact, an
+/// error. Host-generated user texts yield none.
+fn part_sources(role: Role, part: &Part) -> Vec<PartSource> {
+    let source = |suffix, kind, verification, raw| PartSource {
+        suffix,
+        kind,
+        verification,
+        raw,
+    };
+    match part {
+        Part::Text { text, .. } => match role {
+            Role::User if signals::is_host_generated(text) => Vec::new(),
+            Role::User => vec![source(
+                "",
+                SourceKind::UserText,
+                Verification::UserStatement,
+                text.clone(),
+            )],
+            Role::Assistant | Role::System => vec![source(
+                "",
+                SourceKind::AssistantText,
+                Verification::AssistantClaim,
+                text.clone(),
+            )],
+        },
+        Part::ToolCall {
+            tool_name,
+            arguments,
+            result,
+            status,
+            ..
+        } => {
+            let mut sources = vec![source(
+                ":arguments",
+                SourceKind::ToolCall,
+                Verification::AssistantClaim,
+                format!("{tool_name} {arguments}"),
+            )];
+            if let Some(result) = result {
+                let verification = match status {
+                    ToolStatus::Completed => Verification::ToolSucceeded,
+                    ToolStatus::Error | ToolStatus::Pending => Verification::ToolFailed,
+                };
+                sources.push(source(
+                    ":result",
+                    SourceKind::ToolResult,
+                    verification,
+                    result.clone(),
+                ));
+            }
+            sources
+        }
+        Part::Artifact { name, uri, text } => {
+            let body = [Some(name.as_str()), uri.as_deref(), text.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join("\n");
+            vec![source(
+                "",
+                SourceKind::Artifact,
+                Verification::AssistantClaim,
+                body,
+            )]
+        }
+        Part::Error { text } => vec![source(
+            "",
+            SourceKind::Error,
+            Verification::ToolFailed,
+            text.clone(),
+        )],
+    }
 }
 
 /// Rebuilds the manifest value (digest and size) from persisted records.

@@ -48,83 +48,113 @@ pub(crate) fn build_body(
         Turn::Assistant(text) => json!({ "role": "assistant", "content": text }),
         Turn::User(text) => json!({ "role": "user", "content": text }),
     }));
-    let limit = Value::from(model.max_output_tokens);
     match model.api {
-        ProviderApi::OpenaiChat => {
-            if !request.system.is_empty() {
-                conversation.insert(0, json!({ "role": "system", "content": request.system }));
-            }
-            body.insert(String::from("messages"), Value::Array(conversation));
-            body.insert(model.output_limit_field().to_owned(), limit);
-            if model.native_structured_output {
-                body.insert(
-                    String::from("response_format"),
-                    json!({
-                        "type": "json_schema",
-                        "json_schema": {
-                            "name": request.schema_name,
-                            "schema": request.schema,
-                            "strict": true,
-                        },
-                    }),
-                );
-            }
-        }
-        ProviderApi::OpenaiResponses => {
-            if !request.system.is_empty() {
-                body.insert(
-                    String::from("instructions"),
-                    Value::from(request.system.as_str()),
-                );
-            }
-            body.insert(String::from("input"), Value::Array(conversation));
-            body.insert(model.output_limit_field().to_owned(), limit);
-            // `text` may carry configured options (verbosity); only its `format` is ours.
-            let mut text = match body.remove("text") {
-                Some(Value::Object(text)) => text,
-                _ => Map::new(),
-            };
-            text.remove("format");
-            if model.native_structured_output {
-                text.insert(
-                    String::from("format"),
-                    json!({
-                        "type": "json_schema",
-                        "name": request.schema_name,
-                        "schema": request.schema,
-                        "strict": true,
-                    }),
-                );
-            }
-            if !text.is_empty() {
-                body.insert(String::from("text"), Value::Object(text));
-            }
-        }
-        ProviderApi::AnthropicMessages => {
-            if !request.system.is_empty() {
-                body.insert(String::from("system"), Value::from(request.system.as_str()));
-            }
-            body.insert(String::from("messages"), Value::Array(conversation));
-            body.insert(model.output_limit_field().to_owned(), limit);
-            if model.native_structured_output {
-                // Anthropic's native structured output: one tool the model is forced to call;
-                // its `input` is the answer.
-                body.insert(
-                    String::from("tools"),
-                    json!([{
-                        "name": request.schema_name,
-                        "description": "Record the answer. Its input is the complete answer.",
-                        "input_schema": request.schema,
-                    }]),
-                );
-                body.insert(
-                    String::from("tool_choice"),
-                    json!({ "type": "tool", "name": request.schema_name }),
-                );
-            }
-        }
+        ProviderApi::OpenaiChat => chat_fields(&mut body, model, request, conversation),
+        ProviderApi::OpenaiResponses => responses_fields(&mut body, model, request, conversation),
+        ProviderApi::AnthropicMessages => anthropic_fields(&mut body, model, request, conversation),
     }
     Value::Object(body)
+}
+
+/// Exactly one output-limit field, after the conversation (the order the APIs document).
+fn insert_output_limit(body: &mut Map<String, Value>, model: &ResolvedModel) {
+    body.insert(
+        model.output_limit_field().to_owned(),
+        Value::from(model.max_output_tokens),
+    );
+}
+
+/// Chat Completions: the system prompt is the first message; the schema is `response_format`.
+fn chat_fields(
+    body: &mut Map<String, Value>,
+    model: &ResolvedModel,
+    request: &LearningRequest,
+    mut conversation: Vec<Value>,
+) {
+    if !request.system.is_empty() {
+        conversation.insert(0, json!({ "role": "system", "content": request.system }));
+    }
+    body.insert(String::from("messages"), Value::Array(conversation));
+    insert_output_limit(body, model);
+    if model.native_structured_output {
+        body.insert(
+            String::from("response_format"),
+            json!({
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.schema_name,
+                    "schema": request.schema,
+                    "strict": true,
+                },
+            }),
+        );
+    }
+}
+
+/// Responses: the system prompt is `instructions`; the schema is `text.format`.
+fn responses_fields(
+    body: &mut Map<String, Value>,
+    model: &ResolvedModel,
+    request: &LearningRequest,
+    conversation: Vec<Value>,
+) {
+    if !request.system.is_empty() {
+        body.insert(
+            String::from("instructions"),
+            Value::from(request.system.as_str()),
+        );
+    }
+    body.insert(String::from("input"), Value::Array(conversation));
+    insert_output_limit(body, model);
+    // `text` may carry configured options (verbosity); only its `format` is ours.
+    let mut text = match body.remove("text") {
+        Some(Value::Object(text)) => text,
+        _ => Map::new(),
+    };
+    text.remove("format");
+    if model.native_structured_output {
+        text.insert(
+            String::from("format"),
+            json!({
+                "type": "json_schema",
+                "name": request.schema_name,
+                "schema": request.schema,
+                "strict": true,
+            }),
+        );
+    }
+    if !text.is_empty() {
+        body.insert(String::from("text"), Value::Object(text));
+    }
+}
+
+/// Anthropic Messages: the system prompt is `system`; native structured output is one tool the
+/// model is forced to call, whose `input` is the answer.
+fn anthropic_fields(
+    body: &mut Map<String, Value>,
+    model: &ResolvedModel,
+    request: &LearningRequest,
+    conversation: Vec<Value>,
+) {
+    if !request.system.is_empty() {
+        body.insert(String::from("system"), Value::from(request.system.as_str()));
+    }
+    body.insert(String::from("messages"), Value::Array(conversation));
+    insert_output_limit(body, model);
+    if model.native_structured_output {
+        body.insert(
+            String::from("tools"),
+            json!([{
+                "name": request.schema_name,
+                "description": "Record the answer. Its input is the complete answer.",
+                "input_schema": request.schema,
+            }]),
+        );
+        body.insert(
+            String::from("tool_choice"),
+            json!({ "type": "tool", "name": request.schema_name }),
+        );
+    }
 }
 
 /// What learning takes from a success response.

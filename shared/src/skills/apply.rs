@@ -515,83 +515,135 @@ impl SkillService {
             .fetch_all(pool).await
         })?;
         for (op_id, candidate_id, kind, path, before, after, project_id) in rows {
-            let mut read = self.db.begin_read().await?;
-            let worktree = worktree_in(&mut read, &project_id).await?;
-            read.rollback().await?;
-            let Some(worktree) = worktree else { continue };
-            let target = PathBuf::from(&path);
-            let observed = blocking(move || {
-                match managed_file::try_with_lock(&target, || read_skill(&worktree, &target)) {
-                    Ok(file) => Ok(Some(file.map(|f| f.content))),
-                    Err(ManagedFileError::Busy { .. }) => Ok(None),
-                    Err(error) => Err(error),
-                }
-            })
-            .await;
-            let observed = match observed {
-                Ok(Some(observed)) => observed,
-                Ok(None) => {
+            let observed = match self.observe_skill_file(&project_id, &path).await? {
+                Observed::NoWorktree => continue,
+                Observed::Busy => {
                     report.busy.push(candidate_id);
                     continue;
                 }
-                // An unreadable or redirected path is neither snapshot.
-                Err(SkillError::File(_)) => Some(String::from("\u{0}unreadable")),
-                Err(other) => return Err(other),
+                Observed::Content(content) => content,
             };
             let operation = Operation {
                 id: op_id,
                 candidate_id: candidate_id.clone(),
-                kind: kind.clone(),
+                kind,
                 path,
                 worktree: String::new(),
-                before: before.clone(),
-                after: after.clone(),
+                before,
+                after,
             };
-            let now = self.now();
             let mut tx = self.db.begin().await?;
-            if observed == after {
-                let state = if kind == "apply" {
-                    SkillCandidateState::Applied
-                } else {
-                    SkillCandidateState::Undone
-                };
-                self.settle_operation_in(
-                    &mut tx,
-                    &operation,
-                    "applied",
-                    state,
-                    Some("reconciled: the file holds the exact after snapshot"),
-                    now,
-                )
+            let verdict = self
+                .settle_interrupted_in(&mut tx, &operation, observed.as_deref())
                 .await?;
-                report.applied.push(candidate_id);
-            } else if observed == before {
-                let state = if kind == "apply" {
-                    let operation_kind: String =
-                        crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
-                            "SELECT operation FROM skill_candidate WHERE id = $1"
-                        )
-                        .bind(&candidate_id)
-                        .fetch_one(conn)
-                        .await)?;
-                    if operation_kind == "revoke" {
-                        SkillCandidateState::Pending
-                    } else {
-                        SkillCandidateState::Approved
-                    }
-                } else {
-                    SkillCandidateState::Applied
-                };
-                self.settle_operation_in(&mut tx, &operation, "not_applied", state,
-                    Some("reconciled: the file holds the exact before snapshot; the effect did not happen"), now).await?;
-                report.not_applied.push(candidate_id);
-            } else {
-                self.settle_operation_in(&mut tx, &operation, "uncertain", SkillCandidateState::Uncertain,
-                    Some("reconciled: the file matches neither snapshot; inspect it before deciding (never replayed)"), now).await?;
-                report.uncertain.push(candidate_id);
-            }
             tx.commit().await?;
+            match verdict {
+                Reconciled::Applied => report.applied.push(candidate_id),
+                Reconciled::NotApplied => report.not_applied.push(candidate_id),
+                Reconciled::Uncertain => report.uncertain.push(candidate_id),
+            }
         }
         Ok(report)
     }
+
+    /// The interrupted operation's file as it is now, read under its path lock.
+    async fn observe_skill_file(
+        &self,
+        project_id: &str,
+        path: &str,
+    ) -> Result<Observed, SkillError> {
+        let mut read = self.db.begin_read().await?;
+        let worktree = worktree_in(&mut read, project_id).await?;
+        read.rollback().await?;
+        let Some(worktree) = worktree else {
+            return Ok(Observed::NoWorktree);
+        };
+        let target = PathBuf::from(path);
+        let observed = blocking(move || {
+            match managed_file::try_with_lock(&target, || read_skill(&worktree, &target)) {
+                Ok(file) => Ok(Some(file.map(|f| f.content))),
+                Err(ManagedFileError::Busy { .. }) => Ok(None),
+                Err(error) => Err(error),
+            }
+        })
+        .await;
+        match observed {
+            Ok(Some(content)) => Ok(Observed::Content(content)),
+            Ok(None) => Ok(Observed::Busy),
+            // An unreadable or redirected path is neither snapshot.
+            Err(SkillError::File(_)) => {
+                Ok(Observed::Content(Some(String::from("\u{0}unreadable"))))
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Settles an interrupted operation by what its file holds: the after snapshot means the
+    /// effect happened, the before snapshot that it did not, anything else is uncertain (and
+    /// is never replayed).
+    async fn settle_interrupted_in(
+        &self,
+        tx: &mut Tx,
+        operation: &Operation,
+        observed: Option<&str>,
+    ) -> Result<Reconciled, SkillError> {
+        let now = self.now();
+        if observed == operation.after.as_deref() {
+            let state = if operation.kind == "apply" {
+                SkillCandidateState::Applied
+            } else {
+                SkillCandidateState::Undone
+            };
+            self.settle_operation_in(
+                tx,
+                operation,
+                "applied",
+                state,
+                Some("reconciled: the file holds the exact after snapshot"),
+                now,
+            )
+            .await?;
+            return Ok(Reconciled::Applied);
+        }
+        if observed == operation.before.as_deref() {
+            let state = if operation.kind == "apply" {
+                let operation_kind: String = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+                    "SELECT operation FROM skill_candidate WHERE id = $1"
+                )
+                .bind(&operation.candidate_id)
+                .fetch_one(conn)
+                .await)?;
+                if operation_kind == "revoke" {
+                    SkillCandidateState::Pending
+                } else {
+                    SkillCandidateState::Approved
+                }
+            } else {
+                SkillCandidateState::Applied
+            };
+            self.settle_operation_in(tx, operation, "not_applied", state,
+                Some("reconciled: the file holds the exact before snapshot; the effect did not happen"), now).await?;
+            return Ok(Reconciled::NotApplied);
+        }
+        self.settle_operation_in(tx, operation, "uncertain", SkillCandidateState::Uncertain,
+            Some("reconciled: the file matches neither snapshot; inspect it before deciding (never replayed)"), now).await?;
+        Ok(Reconciled::Uncertain)
+    }
+}
+
+/// An interrupted operation's file, as reconciliation finds it.
+enum Observed {
+    /// The project has no worktree any more: nothing to look at.
+    NoWorktree,
+    /// A live writer holds the path lock: left for a later pass.
+    Busy,
+    /// The file's content (`None`: absent).
+    Content(Option<String>),
+}
+
+/// What reconciliation decided about an interrupted operation.
+enum Reconciled {
+    Applied,
+    NotApplied,
+    Uncertain,
 }

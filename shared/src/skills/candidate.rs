@@ -333,26 +333,8 @@ pub async fn create_for_pattern_in(
             .await
             .map_err(|e| SkillError::Conflict(e.to_string()))??
     };
-    for rule in &pattern.rules {
-        crate::memory::write_check::check_text("rules", rule).map_err(|e| SkillError::Invalid {
-            field: "rules",
-            reason: e.to_string(),
-        })?;
-    }
-    let max_rules = service.config().learning.skill.max_learned_rules as usize;
-    let rules: Vec<String> = pattern.rules.iter().take(max_rules).cloned().collect();
-    // Eligible evidence only: an unresolved issue or forgotten record never supports a Skill.
-    let sql = format!(
-        "SELECT v.experience_id FROM learning_pattern_evidence v JOIN experience_record e ON e.id = v.experience_id \
-         WHERE v.pattern_id = $1 AND {} ORDER BY v.experience_id",
-        super::pattern::ELIGIBLE
-    );
-    let evidence: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(sqlx::AssertSqlSafe(
-        sql.as_str()
-    ))
-    .bind(&pattern.id)
-    .fetch_all(conn)
-    .await)?;
+    let rules = learned_rules(service, pattern)?;
+    let evidence = eligible_evidence_in(tx, &pattern.id).await?;
     if evidence.is_empty() {
         return Ok(None);
     }
@@ -369,12 +351,6 @@ pub async fn create_for_pattern_in(
         .display()
         .to_string();
     let diff = diff::unified(&label, base, Some(&content));
-    let id = crate::ids::new_id("skc");
-    let source_kind = match &target.source {
-        None => "absent",
-        Some(s) if s.read_only => "read_only",
-        Some(_) => "writable",
-    };
     // A new version supersedes earlier unapplied candidates of the same pattern.
     if pattern.scope == "project" {
         crate::on_tx!(tx, |conn| {
@@ -384,6 +360,81 @@ pub async fn create_for_pattern_in(
             .bind(&pattern.id).bind(now).execute(conn).await.map(|d| d.rows_affected())
         })?;
     }
+    let id = crate::ids::new_id("skc");
+    let candidate = NewCandidate {
+        id: &id,
+        project_id,
+        pattern,
+        target: &target,
+        content: &content,
+        diff: &diff,
+        rules: &rules,
+    };
+    insert_candidate_in(tx, &candidate, &evidence, now).await?;
+    Ok(candidate_in(tx, &id).await?)
+}
+
+/// The pattern's rules a Skill may state: each passes the Memory write check, and at most the
+/// configured number are kept.
+fn learned_rules(service: &SkillService, pattern: &Pattern) -> Result<Vec<String>, SkillError> {
+    for rule in &pattern.rules {
+        crate::memory::write_check::check_text("rules", rule).map_err(|e| SkillError::Invalid {
+            field: "rules",
+            reason: e.to_string(),
+        })?;
+    }
+    let max_rules = service.config().learning.skill.max_learned_rules as usize;
+    Ok(pattern.rules.iter().take(max_rules).cloned().collect())
+}
+
+/// The pattern's eligible evidence: an unresolved issue or forgotten record never supports a
+/// Skill.
+async fn eligible_evidence_in(tx: &mut Tx, pattern_id: &str) -> Result<Vec<String>, StoreError> {
+    let sql = format!(
+        "SELECT v.experience_id FROM learning_pattern_evidence v JOIN experience_record e ON e.id = v.experience_id \
+         WHERE v.pattern_id = $1 AND {} ORDER BY v.experience_id",
+        super::pattern::ELIGIBLE
+    );
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        sqlx::AssertSqlSafe(sql.as_str())
+    )
+    .bind(pattern_id)
+    .fetch_all(conn)
+    .await)?)
+}
+
+/// A candidate about to be written.
+struct NewCandidate<'a> {
+    id: &'a str,
+    project_id: &'a str,
+    pattern: &'a Pattern,
+    target: &'a Resolved,
+    content: &'a str,
+    diff: &'a str,
+    rules: &'a [String],
+}
+
+/// Writes a pending candidate and links the experiences it rests on.
+async fn insert_candidate_in(
+    tx: &mut Tx,
+    candidate: &NewCandidate<'_>,
+    evidence: &[String],
+    now: i64,
+) -> Result<(), StoreError> {
+    let NewCandidate {
+        id,
+        project_id,
+        pattern,
+        target,
+        content,
+        diff,
+        rules,
+    } = candidate;
+    let source_kind = match &target.source {
+        None => "absent",
+        Some(s) if s.read_only => "read_only",
+        Some(_) => "writable",
+    };
     let pattern_version = (pattern.scope == "project").then_some(pattern.version);
     crate::on_tx!(tx, |conn| {
         sqlx::query(
@@ -391,25 +442,25 @@ pub async fn create_for_pattern_in(
                source_digest, target_path, writable, companion, content, content_digest, diff, rules, state, evaluation_state, \
                created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, 'apply', $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 'pending', 'none', $16, $16)")
-        .bind(&id).bind(project_id).bind(&pattern.id).bind(pattern_version).bind(&target.name)
+        .bind(*id).bind(*project_id).bind(&pattern.id).bind(pattern_version).bind(&target.name)
         .bind(target.source_path.display().to_string()).bind(source_kind)
         .bind(target.source.as_ref().map(|s| s.digest.clone()))
         .bind(target.target_path.display().to_string()).bind(source_kind != "read_only").bind(target.companion)
-        .bind(&content).bind(sha(&content)).bind(&diff).bind(serde_json::to_string(&rules).unwrap_or_default())
+        .bind(*content).bind(sha(content)).bind(*diff).bind(serde_json::to_string(rules).unwrap_or_default())
         .bind(now).execute(conn).await.map(|d| d.rows_affected())
     })?;
-    for experience_id in &evidence {
+    for experience_id in evidence {
         crate::on_tx!(tx, |conn| sqlx::query(
             "INSERT INTO skill_candidate_evidence (candidate_id, experience_id, experience_kind) \
                  SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING"
         )
-        .bind(&id)
+        .bind(*id)
         .bind(experience_id)
         .execute(conn)
         .await
         .map(|d| d.rows_affected()))?;
     }
-    Ok(candidate_in(tx, &id).await?)
+    Ok(())
 }
 
 /// Applied candidates of `project_id` whose evidence disappeared (no eligible experience left)

@@ -434,6 +434,69 @@ pub async fn create_in(
     Ok(id)
 }
 
+/// The project pattern a group merges into: the one the model named, if it is this project's;
+/// else the most recently updated one sharing evidence with the group.
+async fn project_target_in(
+    tx: &mut Tx,
+    project_id: &str,
+    group: &Group,
+) -> Result<Option<Pattern>, StoreError> {
+    if let Some(id) = &group.pattern_id
+        && let Some(pattern) = pattern_in(tx, id).await?
+        && pattern.project_id.as_deref() == Some(project_id)
+    {
+        return Ok(Some(pattern));
+    }
+    for experience_id in &group.experience_ids {
+        let found: Option<String> = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
+                "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
+                 WHERE p.project_id = $1 AND p.scope = 'project' AND v.experience_id = $2 ORDER BY p.updated_at DESC LIMIT 1")
+            .bind(project_id).bind(experience_id).fetch_optional(conn).await
+        })?;
+        if let Some(id) = found {
+            return pattern_in(tx, &id).await;
+        }
+    }
+    Ok(None)
+}
+
+/// The experiences of the promoted project patterns `sources`, each once, with the source it
+/// came from first.
+async fn flattened_evidence_in(
+    tx: &mut Tx,
+    sources: &[String],
+) -> Result<Vec<(String, Option<String>)>, StoreError> {
+    let mut evidence: Vec<(String, Option<String>)> = Vec::new();
+    for source in sources {
+        for experience_id in evidence_ids_in(tx, source).await? {
+            if !evidence.iter().any(|(e, _)| e == &experience_id) {
+                evidence.push((experience_id, Some(source.clone())));
+            }
+        }
+    }
+    Ok(evidence)
+}
+
+/// The global pattern sharing evidence with `evidence` (the most recently updated one).
+async fn global_sharing_in(
+    tx: &mut Tx,
+    evidence: &[(String, Option<String>)],
+) -> Result<Option<Pattern>, StoreError> {
+    for (experience_id, _) in evidence {
+        let found: Option<String> = crate::on_tx!(tx, |conn| {
+            sqlx::query_scalar(
+                "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
+                 WHERE p.scope = 'global' AND v.experience_id = $1 ORDER BY p.updated_at DESC LIMIT 1")
+            .bind(experience_id).fetch_optional(conn).await
+        })?;
+        if let Some(id) = found {
+            return pattern_in(tx, &id).await;
+        }
+    }
+    Ok(None)
+}
+
 /// Merges one validated group into the project's patterns, in the caller's transaction.
 pub async fn merge_project_group_in(
     tx: &mut Tx,
@@ -443,28 +506,7 @@ pub async fn merge_project_group_in(
     job_id: Option<&str>,
     now: i64,
 ) -> Result<(Merge, String), StoreError> {
-    // The pattern the model named, if it is this project's; else one sharing evidence.
-    let mut target: Option<Pattern> = None;
-    if let Some(id) = &group.pattern_id
-        && let Some(pattern) = pattern_in(tx, id).await?
-        && pattern.project_id.as_deref() == Some(project_id)
-    {
-        target = Some(pattern);
-    }
-    if target.is_none() {
-        for experience_id in &group.experience_ids {
-            let found: Option<String> = crate::on_tx!(tx, |conn| {
-                sqlx::query_scalar(
-                    "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
-                     WHERE p.project_id = $1 AND p.scope = 'project' AND v.experience_id = $2 ORDER BY p.updated_at DESC LIMIT 1")
-                .bind(project_id).bind(experience_id).fetch_optional(conn).await
-            })?;
-            if let Some(id) = found {
-                target = pattern_in(tx, &id).await?;
-                break;
-            }
-        }
-    }
+    let target = project_target_in(tx, project_id, group).await?;
     let rules = union_rules(&[], &group.rules, max_rules);
     let Some(pattern) = target else {
         let evidence: Vec<(String, Option<String>)> = group
@@ -531,28 +573,9 @@ pub async fn upsert_global_in(
     job_id: Option<&str>,
     now: i64,
 ) -> Result<(Merge, String), StoreError> {
-    let mut evidence: Vec<(String, Option<String>)> = Vec::new();
-    for source in sources {
-        for experience_id in evidence_ids_in(tx, source).await? {
-            if !evidence.iter().any(|(e, _)| e == &experience_id) {
-                evidence.push((experience_id, Some(source.clone())));
-            }
-        }
-    }
+    let evidence = flattened_evidence_in(tx, sources).await?;
     let rules = union_rules(&[], rules, max_rules);
-    let mut existing: Option<Pattern> = None;
-    for (experience_id, _) in &evidence {
-        let found: Option<String> = crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
-                 WHERE p.scope = 'global' AND v.experience_id = $1 ORDER BY p.updated_at DESC LIMIT 1")
-            .bind(experience_id).fetch_optional(conn).await
-        })?;
-        if let Some(id) = found {
-            existing = pattern_in(tx, &id).await?;
-            break;
-        }
-    }
+    let existing = global_sharing_in(tx, &evidence).await?;
     let Some(pattern) = existing else {
         let id = create_in(
             tx,

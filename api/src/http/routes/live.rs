@@ -293,6 +293,9 @@ async fn next_wake(
     }
 }
 
+/// Sends the session's learning state whenever it changes, until the client leaves or the
+/// session is deleted. A cheap change marker decides whether the projection is built again;
+/// the periodic refresh builds it regardless.
 async fn publish(
     state: AppState,
     session_id: String,
@@ -308,75 +311,95 @@ async fn publish(
     let mut last_marker: Option<SessionMarker> = None;
     let mut forced = true;
     loop {
-        if !forced {
-            match changes::session_marker(&state.db, &session_id, &project_id).await {
-                Ok(marker) => {
-                    if last_marker.as_ref() == Some(&marker) {
-                        match next_wake(&sender, &mut changes, &mut refresh).await {
-                            Some(full) => forced = full,
-                            None => return,
-                        }
-                        continue;
-                    }
-                    last_marker = Some(marker);
-                }
-                Err(error) => {
-                    tracing::warn!(%error, session_id, "learning stream: change marker failed");
-                    match next_wake(&sender, &mut changes, &mut refresh).await {
-                        Some(full) => forced = full,
-                        None => return,
-                    }
-                    continue;
-                }
+        if forced || marker_moved(&state, &session_id, &project_id, &mut last_marker).await {
+            forced = false;
+            match send_current(&state, &session_id, &sender, &mut last_sent).await {
+                Pass::Ended => return,
+                // The marker is checked again at once; a change that happened while the
+                // projection was built moves it.
+                Pass::Done => continue,
+                Pass::Failed => last_marker = None,
             }
         }
-        forced = false;
-        let view = match projection::session_learning(
-            &state.db,
-            &state.ledger,
-            &state.config,
-            &session_id,
-            0,
-        )
-        .await
+        match next_wake(&sender, &mut changes, &mut refresh).await {
+            Some(full) => forced = full,
+            None => return,
+        }
+    }
+}
+
+/// Whether the session's change marker moved since `last_marker` (which it then records). A
+/// failed read counts as unmoved: the next wake tries again.
+async fn marker_moved(
+    state: &AppState,
+    session_id: &str,
+    project_id: &str,
+    last_marker: &mut Option<SessionMarker>,
+) -> bool {
+    match changes::session_marker(&state.db, session_id, project_id).await {
+        Ok(marker) if last_marker.as_ref() == Some(&marker) => false,
+        Ok(marker) => {
+            *last_marker = Some(marker);
+            true
+        }
+        Err(error) => {
+            tracing::warn!(%error, session_id, "learning stream: change marker failed");
+            false
+        }
+    }
+}
+
+/// How one projection pass of the stream ended.
+enum Pass {
+    /// The state was sent, or it was what the client already has.
+    Done,
+    /// The projection failed; the next wake builds it again.
+    Failed,
+    /// The session was deleted or the client left: the stream ends.
+    Ended,
+}
+
+/// Builds the session's projection and sends it unless its revision is the one last sent.
+async fn send_current(
+    state: &AppState,
+    session_id: &str,
+    sender: &tokio::sync::mpsc::Sender<Event>,
+    last_sent: &mut Option<String>,
+) -> Pass {
+    let view =
+        match projection::session_learning(&state.db, &state.ledger, &state.config, session_id, 0)
+            .await
         {
-            // The session was deleted: the stream ends.
-            Ok(None) => return,
+            Ok(None) => return Pass::Ended,
             Ok(Some(view)) => view,
             Err(error) => {
                 tracing::warn!(%error, session_id, "learning stream: projection failed");
-                last_marker = None;
-                match next_wake(&sender, &mut changes, &mut refresh).await {
-                    Some(full) => forced = full,
-                    None => return,
-                }
-                continue;
+                return Pass::Failed;
             }
         };
-        let revision = revision(&view);
-        if last_sent.as_deref() != Some(revision.as_str()) {
-            let data = LearningStateChanged {
-                session_id: session_id.clone(),
-                revision: revision.clone(),
-                learning: view,
-            };
-            match Event::default()
-                .event(STATE_CHANGED)
-                .id(revision.clone())
-                .json_data(&data)
-            {
-                Ok(event) => {
-                    if sender.send(event).await.is_err() {
-                        return;
-                    }
-                    last_sent = Some(revision);
-                }
-                Err(error) => {
-                    tracing::warn!(%error, session_id, "learning stream: encoding failed");
-                }
-            }
-        }
-        // The marker is checked again on the next pass; a change that happened while the
-        // projection was built moves it.
+    let revision = revision(&view);
+    if last_sent.as_deref() == Some(revision.as_str()) {
+        return Pass::Done;
     }
+    let data = LearningStateChanged {
+        session_id: session_id.to_owned(),
+        revision: revision.clone(),
+        learning: view,
+    };
+    match Event::default()
+        .event(STATE_CHANGED)
+        .id(revision.clone())
+        .json_data(&data)
+    {
+        Ok(event) => {
+            if sender.send(event).await.is_err() {
+                return Pass::Ended;
+            }
+            *last_sent = Some(revision);
+        }
+        Err(error) => {
+            tracing::warn!(%error, session_id, "learning stream: encoding failed");
+        }
+    }
+    Pass::Done
 }

@@ -8,7 +8,7 @@ use super::claim::{ClaimGate, GateDecision};
 use super::model::{Job, JobKind, JobState, Lease};
 use super::row::{JOB_COLUMNS, JobRow};
 use super::{Ledger, LedgerError, insert_event, notify_in, now_sql, truncate_detail};
-use crate::db::Tx;
+use crate::db::{Db, Tx};
 
 /// What a heartbeat achieved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -409,57 +409,23 @@ impl Settlement<'_> {
         retry_delay_ms: Option<i64>,
     ) -> Result<Job, LedgerError> {
         let now = self.ledger.statement_now();
+        let result = result.as_deref();
         let job = match self.tx.as_mut() {
             Some(tx) => {
-                let job = finish_returning(
-                    tx,
+                finish_in_caller_tx(tx, &self.lease, outcome, result, error, retry_delay_ms, now)
+                    .await?
+            }
+            None => {
+                finish_alone(
+                    &self.ledger.db,
                     &self.lease,
                     outcome,
-                    result.as_deref(),
+                    result,
                     error,
                     retry_delay_ms,
                     now,
                 )
-                .await?;
-                if job
-                    .as_ref()
-                    .is_some_and(|job| job.state == JobState::Queued)
-                {
-                    notify_in(tx, "retry").await?;
-                }
-                if let Some(job) = &job {
-                    successors_due_in(tx, job, now).await?;
-                }
-                job
-            }
-            None => {
-                let db = &self.ledger.db;
-                let _slot = db.write_slot().await;
-                let sql = finish_sql(db.backend());
-                let row: Option<JobRow> = crate::on_db!(db, |pool| bind_finish!(
-                    sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
-                    &self.lease,
-                    outcome,
-                    result.as_deref(),
-                    error,
-                    retry_delay_ms,
-                    now
-                )
-                .fetch_optional(pool)
-                .await)?;
-                let job = row.map(Job::try_from).transpose()?;
-                if let Some(pool) = db.as_postgres()
-                    && job
-                        .as_ref()
-                        .is_some_and(|job| job.state == JobState::Queued)
-                {
-                    sqlx::query("SELECT pg_notify($1, $2)")
-                        .bind(crate::ledger::PG_CHANNEL)
-                        .bind("retry")
-                        .execute(pool)
-                        .await?;
-                }
-                job
+                .await?
             }
         };
         let Some(job) = job else {
@@ -487,6 +453,70 @@ impl Settlement<'_> {
         crate::ledger::metrics::ledger().settled(job.kind, job.state.as_str());
         Ok(job)
     }
+}
+
+/// The settlement inside the handler's transaction: the row, the retry wake-up and the
+/// one-at-a-time successors commit together with the handler's writes. `None` when the lease
+/// was lost.
+async fn finish_in_caller_tx(
+    tx: &mut Tx,
+    lease: &Lease,
+    outcome: Outcome,
+    result: Option<&str>,
+    error: Option<&str>,
+    retry_delay_ms: Option<i64>,
+    now: Option<i64>,
+) -> Result<Option<Job>, LedgerError> {
+    let job = finish_returning(tx, lease, outcome, result, error, retry_delay_ms, now).await?;
+    if job
+        .as_ref()
+        .is_some_and(|job| job.state == JobState::Queued)
+    {
+        notify_in(tx, "retry").await?;
+    }
+    if let Some(job) = &job {
+        successors_due_in(tx, job, now).await?;
+    }
+    Ok(job)
+}
+
+/// The settlement as one statement of its own (the handler wrote nothing transactional); a
+/// retry notifies other Postgres hosts at once. `None` when the lease was lost.
+async fn finish_alone(
+    db: &Db,
+    lease: &Lease,
+    outcome: Outcome,
+    result: Option<&str>,
+    error: Option<&str>,
+    retry_delay_ms: Option<i64>,
+    now: Option<i64>,
+) -> Result<Option<Job>, LedgerError> {
+    let _slot = db.write_slot().await;
+    let sql = finish_sql(db.backend());
+    let row: Option<JobRow> = crate::on_db!(db, |pool| bind_finish!(
+        sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
+        lease,
+        outcome,
+        result,
+        error,
+        retry_delay_ms,
+        now
+    )
+    .fetch_optional(pool)
+    .await)?;
+    let job = row.map(Job::try_from).transpose()?;
+    if let Some(pool) = db.as_postgres()
+        && job
+            .as_ref()
+            .is_some_and(|job| job.state == JobState::Queued)
+    {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(crate::ledger::PG_CHANNEL)
+            .bind("retry")
+            .execute(pool)
+            .await?;
+    }
+    Ok(job)
 }
 
 /// A settled run of a one-at-a-time kind ([`JobKind::runs_one_at_a_time`]) lets the jobs of its

@@ -30,36 +30,7 @@ impl MemoryService {
             consolidation,
         } = write;
         if contents(&document.entries) == after {
-            // Adding an existing entry, or a rule an entry already states, preserves the
-            // document revision.
-            let (detail, consolidation) = match consolidation {
-                Some(consolidation) => (
-                    "no change: an entry already states this rule; the evidence now supports it",
-                    Some(
-                        settle_consolidation_in(
-                            tx,
-                            &document.id,
-                            consolidation,
-                            &HashMap::new(),
-                            evidence,
-                            document.revision,
-                            now,
-                        )
-                        .await?,
-                    ),
-                ),
-                None => ("no change: the entry already exists", None),
-            };
-            let consolidation = consolidation.as_ref().map(consolidation_json);
-            store::record_unchanged_in(
-                tx,
-                candidate_id,
-                document.revision,
-                detail,
-                consolidation.as_deref(),
-                now,
-            )
-            .await?;
+            keep_unchanged_in(tx, candidate_id, document, consolidation, evidence, now).await?;
             return Ok(document.revision);
         }
         let revision = self.advance_in(tx, document, now).await?;
@@ -315,6 +286,47 @@ async fn write_entries_in(
         store::retract_entry_in(tx, &entry.id, revision).await?;
     }
     Ok(created)
+}
+
+/// A write that leaves the document as it is (an existing entry, or a rule an entry already
+/// states) keeps the document revision; its consolidation still records the new support.
+async fn keep_unchanged_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    document: &Document,
+    consolidation: Option<Consolidation>,
+    evidence: &[String],
+    now: i64,
+) -> Result<(), MemoryError> {
+    let (detail, consolidation) = match consolidation {
+        Some(consolidation) => (
+            "no change: an entry already states this rule; the evidence now supports it",
+            Some(
+                settle_consolidation_in(
+                    tx,
+                    &document.id,
+                    consolidation,
+                    &HashMap::new(),
+                    evidence,
+                    document.revision,
+                    now,
+                )
+                .await?,
+            ),
+        ),
+        None => ("no change: the entry already exists", None),
+    };
+    let consolidation = consolidation.as_ref().map(consolidation_json);
+    store::record_unchanged_in(
+        tx,
+        candidate_id,
+        document.revision,
+        detail,
+        consolidation.as_deref(),
+        now,
+    )
+    .await?;
+    Ok(())
 }
 
 /// Carries out a consolidation in the caller's transaction once the write's entries exist:

@@ -265,30 +265,15 @@ fn tokenize(lines: &[RawLine]) -> Vec<Event> {
     let mut events = Vec::new();
     let mut index = 0;
     let mut text_start: Option<usize> = None;
-    let flush_text = |events: &mut Vec<Event>, from: Option<usize>, to: usize| {
-        let Some(from) = from else { return };
-        let block = &lines[from..to];
-        let Some(first) = block.iter().position(|l| !l.text.trim().is_empty()) else {
-            return;
-        };
-        let last = block
-            .iter()
-            .rposition(|l| !l.text.trim().is_empty())
-            .unwrap_or(first);
-        let text = block[first..=last]
-            .iter()
-            .map(|l| l.text.as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
-        events.push(Event::Text {
-            line: block[first].number,
-            text,
-        });
-    };
     while index < lines.len() {
-        match classify(&lines[index].text) {
+        let kind = classify(&lines[index].text);
+        if !matches!(kind, LineKind::Blank | LineKind::Text)
+            && let Some(text) = text_event(lines, text_start.take(), index)
+        {
+            events.push(text);
+        }
+        match kind {
             LineKind::Header(stamp) => {
-                flush_text(&mut events, text_start.take(), index);
                 events.push(Event::Header {
                     line: lines[index].number,
                     stamp: stamp.to_owned(),
@@ -296,7 +281,6 @@ fn tokenize(lines: &[RawLine]) -> Vec<Event> {
                 index += 1;
             }
             LineKind::Input(_) => {
-                flush_text(&mut events, text_start.take(), index);
                 let line = lines[index].number;
                 let mut input = Vec::new();
                 while let Some(LineKind::Input(text)) = lines.get(index).map(|l| classify(&l.text))
@@ -307,39 +291,12 @@ fn tokenize(lines: &[RawLine]) -> Vec<Event> {
                 events.push(Event::Input { line, lines: input });
             }
             LineKind::Output { text, closed } => {
-                flush_text(&mut events, text_start.take(), index);
-                let line = lines[index].number;
-                let mut record = text.to_owned();
-                let mut closed = closed;
-                let mut blanks = 0;
-                index += 1;
-                // The rest of a record: lines right after it (aider's console pads some with
-                // spaces, so only an empty line separates), and, while its closing two spaces
-                // are still missing, lines after empty ones.
-                while let Some(next) = lines.get(index) {
-                    match classify(&next.text) {
-                        LineKind::Text | LineKind::Blank if !next.text.is_empty() => {
-                            for _ in 0..blanks {
-                                record.push('\n');
-                            }
-                            blanks = 0;
-                            closed = next.text.ends_with("  ");
-                            record.push('\n');
-                            record.push_str(if closed {
-                                &next.text[..next.text.len() - 2]
-                            } else {
-                                &next.text
-                            });
-                            index += 1;
-                        }
-                        LineKind::Blank if !closed => {
-                            blanks += 1;
-                            index += 1;
-                        }
-                        _ => break,
-                    }
-                }
-                events.push(Event::Output { line, text: record });
+                let (record, next) = output_record(lines, index, text, closed);
+                events.push(Event::Output {
+                    line: lines[index].number,
+                    text: record,
+                });
+                index = next;
             }
             LineKind::Blank | LineKind::Text => {
                 text_start.get_or_insert(index);
@@ -347,8 +304,63 @@ fn tokenize(lines: &[RawLine]) -> Vec<Event> {
             }
         }
     }
-    flush_text(&mut events, text_start.take(), lines.len());
+    events.extend(text_event(lines, text_start.take(), lines.len()));
     events
+}
+
+/// The user-visible text of `lines[from..to]` without its blank edges; `None` when there is
+/// no such run or it is blank.
+fn text_event(lines: &[RawLine], from: Option<usize>, to: usize) -> Option<Event> {
+    let block = &lines[from?..to];
+    let first = block.iter().position(|l| !l.text.trim().is_empty())?;
+    let last = block
+        .iter()
+        .rposition(|l| !l.text.trim().is_empty())
+        .unwrap_or(first);
+    let text = block[first..=last]
+        .iter()
+        .map(|l| l.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    Some(Event::Text {
+        line: block[first].number,
+        text,
+    })
+}
+
+/// The output record starting at `lines[start]` (whose first text is `text`), and the index
+/// after it. The rest of a record: lines right after it (aider's console pads some with
+/// spaces, so only an empty line separates), and, while its closing two spaces are still
+/// missing, lines after empty ones.
+fn output_record(lines: &[RawLine], start: usize, text: &str, closed: bool) -> (String, usize) {
+    let mut record = text.to_owned();
+    let mut closed = closed;
+    let mut blanks = 0;
+    let mut index = start + 1;
+    while let Some(next) = lines.get(index) {
+        match classify(&next.text) {
+            LineKind::Text | LineKind::Blank if !next.text.is_empty() => {
+                for _ in 0..blanks {
+                    record.push('\n');
+                }
+                blanks = 0;
+                closed = next.text.ends_with("  ");
+                record.push('\n');
+                record.push_str(if closed {
+                    &next.text[..next.text.len() - 2]
+                } else {
+                    &next.text
+                });
+                index += 1;
+            }
+            LineKind::Blank if !closed => {
+                blanks += 1;
+                index += 1;
+            }
+            _ => break,
+        }
+    }
+    (record, index)
 }
 
 /// The kind of tool part an output section becomes.

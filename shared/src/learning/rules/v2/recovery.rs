@@ -46,18 +46,9 @@ pub fn recoveries(records: &[SourceRecord]) -> Vec<Recovery> {
         if transient(&failed.text[error.clone()]) {
             continue;
         }
-        // The next result of the same tool is what the agent did about the failure.
-        let recovered = records[index + 1..]
-            .iter()
-            .filter(|r| !r.context && r.kind == SourceKind::ToolResult)
-            .filter_map(|result| Some((result, call_of(records, result)?)))
-            .find(|(_, call)| tool(&call.text) == tool(&failed_call.text))
-            .filter(|(result, _)| is_success(result))
-            .and_then(|(_, call)| {
-                let command = command(&call.text)?;
-                same_intent(&failed_command, &command).then_some((call, command))
-            });
-        let Some((success_call, success_command)) = recovered else {
+        let Some((success_call, success_command)) =
+            recovered_by(records, index, failed_call, &failed_command)
+        else {
             continue;
         };
         if found.iter().any(|r| {
@@ -67,52 +58,93 @@ pub fn recoveries(records: &[SourceRecord]) -> Vec<Recovery> {
         }) {
             continue;
         }
-        let (Some(failed_excerpt), Some(success_excerpt)) = (
-            excerpt_of(&failed_call.text, &failed_command),
-            excerpt_of(&success_call.text, &success_command),
-        ) else {
-            continue;
+        let failure = Failure {
+            call: failed_call,
+            result: failed,
+            command: &failed_command,
+            error: &failed.text[error.clone()],
         };
-        let error_text = &failed.text[error.clone()];
-        let (from, to) = (
-            cut(&failed_command, COMMAND_BYTES),
-            cut(&success_command, COMMAND_BYTES),
-        );
-        found.push(Recovery {
-            position: index,
-            experience: ProposedExperience {
-                kind: ExperienceKind::Problem,
-                title: cut(&format!("Use `{to}`, not `{from}`"), TITLE_BYTES),
-                summary: format!(
-                    "Use `{to}` instead of `{from}`: `{from}` failed with \"{}\".",
-                    cut(error_text, ERROR_LINE_BYTES)
-                ),
-                resolution: Some(format!("`{to}` succeeded.")),
-                citations: vec![
-                    Citation {
-                        source_id: failed_call.source_id.clone(),
-                        excerpt: failed_excerpt,
-                    },
-                    Citation {
-                        source_id: failed.source_id.clone(),
-                        excerpt: error_text.to_owned(),
-                    },
-                    Citation {
-                        source_id: success_call.source_id.clone(),
-                        excerpt: success_excerpt,
-                    },
-                ],
-                confidence: CONFIDENCE,
-                keywords: [&failed_command, &success_command]
-                    .iter()
-                    .flat_map(|command| command.split_whitespace().take(2))
-                    .filter(|word| !word.starts_with('-'))
-                    .map(str::to_lowercase)
-                    .collect(),
-            },
-        });
+        if let Some(experience) = recovery_experience(&failure, success_call, &success_command) {
+            found.push(Recovery {
+                position: index,
+                experience,
+            });
+        }
     }
     found
+}
+
+/// The call and command that recovered from the failure at `index`: the next result of the same
+/// tool, when it succeeded with a command of the same intent.
+fn recovered_by<'a>(
+    records: &'a [SourceRecord],
+    index: usize,
+    failed_call: &SourceRecord,
+    failed_command: &str,
+) -> Option<(&'a SourceRecord, String)> {
+    records[index + 1..]
+        .iter()
+        .filter(|r| !r.context && r.kind == SourceKind::ToolResult)
+        .filter_map(|result| Some((result, call_of(records, result)?)))
+        .find(|(_, call)| tool(&call.text) == tool(&failed_call.text))
+        .filter(|(result, _)| is_success(result))
+        .and_then(|(_, call)| {
+            let command = command(&call.text)?;
+            same_intent(failed_command, &command).then_some((call, command))
+        })
+}
+
+/// A failed tool call, its result and the result's error line.
+struct Failure<'a> {
+    call: &'a SourceRecord,
+    result: &'a SourceRecord,
+    command: &'a str,
+    error: &'a str,
+}
+
+/// "Use `to`, not `from`", cited by the failed call, its error and the successful call; `None`
+/// when either command cannot be quoted from its call.
+fn recovery_experience(
+    failure: &Failure<'_>,
+    success_call: &SourceRecord,
+    success_command: &str,
+) -> Option<ProposedExperience> {
+    let failed_excerpt = excerpt_of(&failure.call.text, failure.command)?;
+    let success_excerpt = excerpt_of(&success_call.text, success_command)?;
+    let (from, to) = (
+        cut(failure.command, COMMAND_BYTES),
+        cut(success_command, COMMAND_BYTES),
+    );
+    Some(ProposedExperience {
+        kind: ExperienceKind::Problem,
+        title: cut(&format!("Use `{to}`, not `{from}`"), TITLE_BYTES),
+        summary: format!(
+            "Use `{to}` instead of `{from}`: `{from}` failed with \"{}\".",
+            cut(failure.error, ERROR_LINE_BYTES)
+        ),
+        resolution: Some(format!("`{to}` succeeded.")),
+        citations: vec![
+            Citation {
+                source_id: failure.call.source_id.clone(),
+                excerpt: failed_excerpt,
+            },
+            Citation {
+                source_id: failure.result.source_id.clone(),
+                excerpt: failure.error.to_owned(),
+            },
+            Citation {
+                source_id: success_call.source_id.clone(),
+                excerpt: success_excerpt,
+            },
+        ],
+        confidence: CONFIDENCE,
+        keywords: [failure.command, success_command]
+            .iter()
+            .flat_map(|command| command.split_whitespace().take(2))
+            .filter(|word| !word.starts_with('-'))
+            .map(str::to_lowercase)
+            .collect(),
+    })
 }
 
 /// The call record of a tool result (same message and part).
