@@ -13,7 +13,9 @@ pub mod tcp_proxy;
 use std::sync::Arc;
 
 use zuno_shared::clock::{ManualClock, SharedClock};
-use zuno_shared::db::{Backend, ConnectOptions, Db};
+use zuno_shared::db::{
+    Backend, ConnectOptions, Db, create_scratch_database, drop_scratch_database,
+};
 use zuno_shared::ledger::Ledger;
 
 /// The Postgres server tests create their databases on: `ZUNO_TEST_DATABASE_URL`, else a
@@ -230,16 +232,9 @@ impl TestDb {
     async fn postgres_with(migrate: bool) -> TestDb {
         let admin_url = postgres_admin_url();
         let name = format!("zuno_test_{}", uuid::Uuid::new_v4().simple());
-        let admin = Db::connect(&ConnectOptions::new(admin_url.clone()))
+        let url = create_scratch_database(&admin_url, &name)
             .await
-            .expect("connect to the Postgres test server");
-        let sql = format!("CREATE DATABASE {name}");
-        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-            .execute(admin.as_postgres().expect("postgres"))
-            .await
-            .expect("create test database");
-        admin.close().await;
-        let url = database_url(&admin_url, &name);
+            .expect("create a test database on the Postgres test server");
         let options = ConnectOptions::new(url.clone());
         let db = if migrate {
             Db::open(&options)
@@ -288,12 +283,7 @@ impl Drop for TestDb {
                     .enable_all()
                     .build()?;
                 runtime.block_on(async move {
-                    let admin = Db::connect(&ConnectOptions::new(admin_url)).await?;
-                    let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                    sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-                        .execute(admin.as_postgres().expect("postgres"))
-                        .await?;
-                    admin.close().await;
+                    drop_scratch_database(&admin_url, &name).await?;
                     anyhow::Ok(())
                 })
             })
@@ -303,25 +293,6 @@ impl Drop for TestDb {
             }
         }
     }
-}
-
-/// Replaces the database name in a Postgres URL.
-pub fn database_url(admin_url: &str, database: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (admin_url, None),
-    };
-    let authority_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[authority_end..].find('/').map(|i| authority_end + i);
-    let mut url = match path_start {
-        Some(start) => format!("{}/{database}", &base[..start]),
-        None => format!("{base}/{database}"),
-    };
-    if let Some(query) = query {
-        url.push('?');
-        url.push_str(query);
-    }
-    url
 }
 
 /// Runs each listed async test body (`async fn name(db: TestDb)`) once on SQLite and once on
@@ -364,26 +335,5 @@ where
             panic!("timed out after {timeout:?} waiting for: {what}");
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::database_url;
-
-    #[test]
-    fn database_url_swaps_only_the_name() {
-        assert_eq!(
-            database_url("postgres://u@127.0.0.1:5433/postgres", "t1"),
-            "postgres://u@127.0.0.1:5433/t1"
-        );
-        assert_eq!(
-            database_url("postgres://u:p@h/postgres?sslmode=disable", "t1"),
-            "postgres://u:p@h/t1?sslmode=disable"
-        );
-        assert_eq!(
-            database_url("postgres://h:5432", "t1"),
-            "postgres://h:5432/t1"
-        );
     }
 }

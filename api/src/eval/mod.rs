@@ -20,7 +20,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use zuno_shared::clock::system_clock;
 use zuno_shared::config::Config;
-use zuno_shared::db::{ConnectOptions, Db};
+use zuno_shared::db::{
+    ConnectOptions, Db, ScratchError, create_scratch_database, drop_scratch_database,
+};
 use zuno_shared::ledger::Ledger;
 use zuno_shared::paths::Paths;
 use zuno_shared::runtime::process::{Settings, WorkerEnv, source_gate};
@@ -320,24 +322,14 @@ impl FreshStore {
             }
             StoreChoice::Postgres { admin_url } => {
                 let name = format!("zuno_eval_{}", uuid::Uuid::new_v4().simple());
-                let admin = Db::connect(&ConnectOptions::new(admin_url.clone()))
+                let url = create_scratch_database(admin_url, &name)
                     .await
-                    .map_err(EvalError::store)?;
-                // The name is generated here (hex digits only), never taken from input.
-                let sql = format!("CREATE DATABASE {name}");
-                let created = match admin.as_postgres() {
-                    Some(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-                        .execute(pool)
-                        .await
-                        .map(|_| ())
-                        .map_err(EvalError::store),
-                    None => Err(EvalError::Store(String::from(
-                        "--database-url must name a Postgres server",
-                    ))),
-                };
-                admin.close().await;
-                created?;
-                let url = database_url(admin_url, &name);
+                    .map_err(|error| match error {
+                        ScratchError::NotPostgres => EvalError::Store(String::from(
+                            "--database-url must name a Postgres server",
+                        )),
+                        other => EvalError::store(other),
+                    })?;
                 let db = Db::open(&ConnectOptions::new(url.clone()))
                     .await
                     .map_err(EvalError::store)?;
@@ -353,33 +345,10 @@ impl FreshStore {
     async fn drop_database(&self) {
         self.db.close().await;
         if let Some((admin_url, name)) = &self.postgres
-            && let Ok(admin) = Db::connect(&ConnectOptions::new(admin_url.clone())).await
+            && let Err(error) = drop_scratch_database(admin_url, name).await
         {
-            if let Some(pool) = admin.as_postgres() {
-                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                if let Err(error) = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-                    .execute(pool)
-                    .await
-                {
-                    tracing::warn!(%error, database = %name, "could not drop the evaluation database");
-                }
-            }
-            admin.close().await;
+            tracing::warn!(%error, database = %name, "could not drop the evaluation database");
         }
-    }
-}
-
-/// `admin_url` with its database name replaced by `name` (query string kept).
-fn database_url(admin_url: &str, name: &str) -> String {
-    let (base, query) = admin_url
-        .split_once('?')
-        .map_or((admin_url, None), |(base, query)| (base, Some(query)));
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..].find('/').map(|i| scheme_end + i);
-    let root = path_start.map_or(base, |i| &base[..i]);
-    match query {
-        Some(query) => format!("{root}/{name}?{query}"),
-        None => format!("{root}/{name}"),
     }
 }
 

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use zuno_shared::clock::system_clock;
-use zuno_shared::db::{ConnectOptions, Db};
+use zuno_shared::db::{ConnectOptions, Db, create_scratch_database, drop_scratch_database};
 use zuno_shared::ledger::{Job, JobIdentity, JobKind, JobOrigin, Ledger, NewJob};
 use zuno_shared::runtime::process::{WorkerArgs, allow_all, run_worker};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler};
@@ -372,27 +372,12 @@ impl PipelineBench {
             .serial
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("zuno_pipeline_{}_{serial}", std::process::id());
-        let admin = Db::connect(&ConnectOptions::new(self.admin_url.clone())).await?;
-        let sql = format!("CREATE DATABASE {name}");
-        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-            .execute(
-                admin
-                    .as_postgres()
-                    .context("the admin URL must be Postgres")?,
-            )
-            .await?;
-        admin.close().await;
-        Ok((zuno_tests::database_url(&self.admin_url, &name), name))
+        let url = create_scratch_database(&self.admin_url, &name).await?;
+        Ok((url, name))
     }
 
     async fn drop_database(&self, name: &str) -> anyhow::Result<()> {
-        let admin = Db::connect(&ConnectOptions::new(self.admin_url.clone())).await?;
-        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-            .execute(admin.as_postgres().context("postgres")?)
-            .await?;
-        admin.close().await;
-        Ok(())
+        Ok(drop_scratch_database(&self.admin_url, name).await?)
     }
 
     /// Per-client shares of the jobs.
@@ -1149,27 +1134,12 @@ mod latency {
             std::process::id(),
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let admin = Db::connect(&ConnectOptions::new(admin_url.to_owned())).await?;
-        let sql = format!("CREATE DATABASE {name}");
-        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-            .execute(
-                admin
-                    .as_postgres()
-                    .context("the admin URL must be Postgres")?,
-            )
-            .await?;
-        admin.close().await;
-        Ok((zuno_tests::database_url(admin_url, &name), name))
+        let url = create_scratch_database(admin_url, &name).await?;
+        Ok((url, name))
     }
 
     async fn drop_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
-        let admin = Db::connect(&ConnectOptions::new(admin_url.to_owned())).await?;
-        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-            .execute(admin.as_postgres().context("postgres")?)
-            .await?;
-        admin.close().await;
-        Ok(())
+        Ok(drop_scratch_database(admin_url, name).await?)
     }
 
     /// The setup's database: a fresh Postgres database, or the home's SQLite file.

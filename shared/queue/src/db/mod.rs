@@ -9,6 +9,7 @@
 mod checkpoint;
 mod connect;
 mod migrate;
+mod scratch;
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
 pub use connect::{ConnectOptions, SqliteSynchronous, redact_url};
 pub use migrate::{MigrationError, MigrationReport, SchemaCheck};
+pub use scratch::{ScratchError, create_scratch_database, drop_scratch_database, scratch_url};
 
 /// Which database engine a [`Db`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

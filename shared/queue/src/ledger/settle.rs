@@ -69,15 +69,13 @@ impl Ledger {
                 Ok(HeartbeatOutcome::Extended { expires_at })
             }
             GateDecision::Skip { reason } => {
-                finish(
-                    &mut tx,
-                    lease,
-                    Outcome::Terminal(JobState::Skipped),
-                    Some(&skip_result(&reason)),
-                    None,
-                    now,
-                )
-                .await?;
+                let ending = Ending {
+                    outcome: Outcome::Terminal(JobState::Skipped),
+                    result: Some(&skip_result(&reason)),
+                    error: None,
+                    retry_delay_ms: None,
+                };
+                finish_returning(&mut tx, lease, &ending, now).await?;
                 insert_event(
                     &mut tx,
                     &lease.job_id,
@@ -409,24 +407,15 @@ impl Settlement<'_> {
         retry_delay_ms: Option<i64>,
     ) -> Result<Job, LedgerError> {
         let now = self.ledger.statement_now();
-        let result = result.as_deref();
+        let ending = Ending {
+            outcome,
+            result: result.as_deref(),
+            error,
+            retry_delay_ms,
+        };
         let job = match self.tx.as_mut() {
-            Some(tx) => {
-                finish_in_caller_tx(tx, &self.lease, outcome, result, error, retry_delay_ms, now)
-                    .await?
-            }
-            None => {
-                finish_alone(
-                    &self.ledger.db,
-                    &self.lease,
-                    outcome,
-                    result,
-                    error,
-                    retry_delay_ms,
-                    now,
-                )
-                .await?
-            }
+            Some(tx) => finish_in_caller_tx(tx, &self.lease, &ending, now).await?,
+            None => finish_alone(&self.ledger.db, &self.lease, &ending, now).await?,
         };
         let Some(job) = job else {
             if let Some(tx) = self.tx.take() {
@@ -461,13 +450,10 @@ impl Settlement<'_> {
 async fn finish_in_caller_tx(
     tx: &mut Tx,
     lease: &Lease,
-    outcome: Outcome,
-    result: Option<&str>,
-    error: Option<&str>,
-    retry_delay_ms: Option<i64>,
+    ending: &Ending<'_>,
     now: Option<i64>,
 ) -> Result<Option<Job>, LedgerError> {
-    let job = finish_returning(tx, lease, outcome, result, error, retry_delay_ms, now).await?;
+    let job = finish_returning(tx, lease, ending, now).await?;
     if job
         .as_ref()
         .is_some_and(|job| job.state == JobState::Queued)
@@ -485,10 +471,7 @@ async fn finish_in_caller_tx(
 async fn finish_alone(
     db: &Db,
     lease: &Lease,
-    outcome: Outcome,
-    result: Option<&str>,
-    error: Option<&str>,
-    retry_delay_ms: Option<i64>,
+    ending: &Ending<'_>,
     now: Option<i64>,
 ) -> Result<Option<Job>, LedgerError> {
     let _slot = db.write_slot().await;
@@ -496,10 +479,7 @@ async fn finish_alone(
     let row: Option<JobRow> = crate::on_db!(db, |pool| bind_finish!(
         sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
         lease,
-        outcome,
-        result,
-        error,
-        retry_delay_ms,
+        ending,
         now
     )
     .fetch_optional(pool)
@@ -580,52 +560,44 @@ fn finish_sql(backend: crate::db::Backend) -> String {
     )
 }
 
+/// How a settlement ends an attempt: its outcome and what it records.
+struct Ending<'a> {
+    outcome: Outcome,
+    result: Option<&'a str>,
+    error: Option<&'a str>,
+    /// A retry's delay (`None`: due at once).
+    retry_delay_ms: Option<i64>,
+}
+
 macro_rules! bind_finish {
-    ($query:expr, $lease:expr, $outcome:expr, $result:expr, $error:expr, $delay:expr, $now:expr) => {
+    ($query:expr, $lease:expr, $ending:expr, $now:expr) => {
         $query
             .bind(&$lease.job_id)
             .bind(&$lease.token)
-            .bind(match $outcome {
+            .bind(match $ending.outcome {
                 Outcome::Terminal(state) => Some(state.as_str()),
                 Outcome::Retry => None,
             })
-            .bind($result)
-            .bind($error.map(truncate_detail))
-            .bind($delay)
+            .bind($ending.result)
+            .bind($ending.error.map(truncate_detail))
+            .bind($ending.retry_delay_ms)
             .bind($now)
     };
 }
 use bind_finish;
 
-async fn finish(
-    tx: &mut Tx,
-    lease: &Lease,
-    outcome: Outcome,
-    result: Option<&str>,
-    error: Option<&str>,
-    now: Option<i64>,
-) -> Result<(), LedgerError> {
-    finish_returning(tx, lease, outcome, result, error, None, now).await?;
-    Ok(())
-}
-
+/// The settlement statement in `tx`; `None` when the lease was lost.
 async fn finish_returning(
     tx: &mut Tx,
     lease: &Lease,
-    outcome: Outcome,
-    result: Option<&str>,
-    error: Option<&str>,
-    retry_delay_ms: Option<i64>,
+    ending: &Ending<'_>,
     now: Option<i64>,
 ) -> Result<Option<Job>, LedgerError> {
     let sql = finish_sql(tx.backend());
     let row: Option<JobRow> = crate::on_tx!(tx, |conn| bind_finish!(
         sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
         lease,
-        outcome,
-        result,
-        error,
-        retry_delay_ms,
+        ending,
         now
     )
     .fetch_optional(conn)
