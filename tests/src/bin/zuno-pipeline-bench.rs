@@ -963,7 +963,7 @@ mod latency {
     use tokio::process::{Child, Command};
     use tokio_util::sync::CancellationToken;
     use zuno_shared::clock::system_clock;
-    use zuno_shared::db::{ConnectOptions, Db};
+    use zuno_shared::db::{ConnectOptions, Db, create_scratch_database, drop_scratch_database};
     use zuno_shared::ledger::{JobIdentity, JobOrigin, Ledger, NewJob};
     use zuno_shared::runtime::{JobHandler, Runner, RunnerConfig};
     use zuno_tests::fake_provider::{FakeProvider, RequestKind};
