@@ -179,6 +179,7 @@ pub async fn insert_extraction_in(
     };
     let mut stored = StoredExtraction::default();
     let mut ids = std::collections::HashMap::new();
+    let mut restatements: Vec<(String, &ValidExperience)> = Vec::new();
     for experience in &validated.experiences {
         let digest = content_digest(
             experience.kind,
@@ -193,7 +194,7 @@ pub async fn insert_extraction_in(
         if experience.verified
             && let Some(existing) = restated_in(tx, project_id, job_id, &experience.summary).await?
         {
-            reinforce_in(tx, &existing, job_id, &experience.citations).await?;
+            restatements.push((existing.clone(), experience));
             stored.reinforced.push((experience.ordinal, existing));
             continue;
         }
@@ -216,6 +217,12 @@ pub async fn insert_extraction_in(
     // The new records join the recall index in the transaction that stores them, so recall
     // rarely has to score pending records from their text.
     crate::learning::recall::index::catch_up_in(tx, INDEX_BATCH).await?;
+    // Reinforcing locks the existing record's row until commit: last, so the lock is held
+    // briefly, and in id order, so two jobs reinforcing the same two records cannot deadlock.
+    restatements.sort_by(|(a, _), (b, _)| a.cmp(b));
+    for (existing, experience) in &restatements {
+        reinforce_in(tx, existing, job_id, &experience.citations).await?;
+    }
     Ok(stored)
 }
 
@@ -370,6 +377,11 @@ async fn reinforce_in(
     job_id: &str,
     citations: &[super::validate::CheckedCitation],
 ) -> Result<(), StoreError> {
+    // The counter's update locks the record's row first: a concurrent reinforcer waits here
+    // until this transaction ends, and its next statement then sees the ordinals this one
+    // took. Reading the next ordinal before holding the lock let two jobs pick the same one,
+    // and the later insert was dropped as a conflict (lost evidence on Postgres).
+    super::retrieval::adjust_in(tx, experience_id, super::retrieval::ranking::REINFORCE).await?;
     let next: i64 = crate::on_tx!(tx, |conn| {
         sqlx::query_scalar(
         "SELECT COALESCE(MAX(ordinal), -1) + 1 FROM experience_evidence WHERE experience_id = $1"
@@ -378,8 +390,7 @@ async fn reinforce_in(
     .fetch_one(conn)
     .await
     })?;
-    insert_evidence_in(tx, experience_id, next, citations, Some(job_id)).await?;
-    super::retrieval::adjust_in(tx, experience_id, super::retrieval::ranking::REINFORCE).await
+    insert_evidence_in(tx, experience_id, next, citations, Some(job_id)).await
 }
 
 /// Writes `citations` as evidence rows of `experience_id` from ordinal `first` on; `job_id`
@@ -720,16 +731,26 @@ pub async fn solve_in(
     Ok(Ok(get_in(tx, id).await?.expect("exists")))
 }
 
-/// True when any of `(message_id, raw_digest)` was explicitly forgotten.
+/// True when any of `(message_id, raw_digest)` was explicitly forgotten: one lookup per
+/// [`FORGOTTEN_CHUNK`] sources (every source check of every job asks this).
 pub async fn any_forgotten_in(
     tx: &mut Tx,
     sources: &[(String, String)],
 ) -> Result<bool, StoreError> {
-    for (message_id, raw_digest) in sources {
+    for chunk in sources.chunks(FORGOTTEN_CHUNK) {
+        let pairs = (0..chunk.len())
+            .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT CAST(1 AS BIGINT) FROM forgotten_source WHERE (message_id, raw_digest) IN ({pairs}) LIMIT 1"
+        );
         let found: Option<i64> = crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT CAST(1 AS BIGINT) FROM forgotten_source WHERE message_id = $1 AND raw_digest = $2")
-            .bind(message_id).bind(raw_digest).fetch_optional(conn).await
+            let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()));
+            for (message_id, raw_digest) in chunk {
+                query = query.bind(message_id).bind(raw_digest);
+            }
+            query.fetch_optional(conn).await
         })?;
         if found.is_some() {
             return Ok(true);
@@ -737,6 +758,9 @@ pub async fn any_forgotten_in(
     }
     Ok(false)
 }
+
+/// Sources per forgotten-source lookup (two parameters each).
+const FORGOTTEN_CHUNK: usize = 200;
 
 /// Raw memory hints an extraction stored.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]

@@ -365,46 +365,69 @@ pub fn finish(records: Vec<SourceRecord>) -> SourceManifest {
     }
 }
 
-/// Persists the manifest an attempt reads on its job, before any provider request. Idempotent for
-/// a retried attempt (the bound manifest cannot differ).
+/// Persists the manifest an attempt reads on its job, before any provider request, in
+/// statements of [`PERSIST_CHUNK`] records. Idempotent for a retried attempt (the bound manifest
+/// cannot differ).
 pub async fn persist_in(
     tx: &mut crate::db::Tx,
     job_id: &str,
     manifest: &SourceManifest,
 ) -> Result<(), crate::db::StoreError> {
-    let sql = "INSERT INTO learning_source_record (job_id, source_id, address, message_id, part_ordinal, kind, \
-                 verification, text, raw_digest, redacted_digest, clipped, context) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id, source_id) DO NOTHING";
-    for record in &manifest.records {
-        let kind = serde_json::to_value(record.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let verification = serde_json::to_value(record.verification)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        crate::db::execute_in(
-            tx,
-            sql,
-            &[
+    let labels: Vec<(String, String)> = manifest
+        .records
+        .iter()
+        .map(|record| (wire_name(record.kind), wire_name(record.verification)))
+        .collect();
+    for (records, labels) in manifest
+        .records
+        .chunks(PERSIST_CHUNK)
+        .zip(labels.chunks(PERSIST_CHUNK))
+    {
+        let rows = (0..records.len())
+            .map(|row| {
+                let marks: Vec<String> =
+                    (1..=12).map(|col| format!("${}", row * 12 + col)).collect();
+                format!("({})", marks.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "INSERT INTO learning_source_record (job_id, source_id, address, message_id, part_ordinal, kind, \
+               verification, text, raw_digest, redacted_digest, clipped, context) \
+             VALUES {rows} ON CONFLICT (job_id, source_id) DO NOTHING"
+        );
+        let mut args: Vec<crate::db::Arg<'_>> = Vec::with_capacity(records.len() * 12);
+        for (record, (kind, verification)) in records.iter().zip(labels) {
+            let row: [crate::db::Arg<'_>; 12] = [
                 job_id.into(),
                 (&record.source_id).into(),
                 (&record.address).into(),
                 (&record.message_id).into(),
                 record.part_ordinal.into(),
-                (&kind).into(),
-                (&verification).into(),
+                kind.as_str().into(),
+                verification.as_str().into(),
                 (&record.text).into(),
                 (&record.raw_digest).into(),
                 (&record.redacted_digest).into(),
                 record.clipped.into(),
                 record.context.into(),
-            ],
-        )
-        .await?;
+            ];
+            args.extend(row);
+        }
+        crate::db::execute_in(tx, sqlx::AssertSqlSafe(sql.as_str()), &args).await?;
     }
     Ok(())
+}
+
+/// Source records per insert statement (twelve parameters each).
+const PERSIST_CHUNK: usize = 50;
+
+/// The serialized name of a unit enum (`kind`, `verification`), as the columns store it.
+fn wire_name(value: impl Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// The manifest persisted on a job, in source order.

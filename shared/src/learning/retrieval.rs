@@ -82,7 +82,7 @@ pub(crate) struct CandidateRow {
 }
 
 /// The columns of a [`CandidateRow`] from `experience_record`. The citation columns are kept on
-/// the record by triggers on `experience_evidence` (migration 0019), so a candidate is one row
+/// the record by triggers on `experience_evidence` (migrations 0019 and 0020), so a candidate is one row
 /// and `context` reads no evidence to label what it shows.
 pub(crate) fn candidate_columns() -> String {
     format!("{EXPERIENCE_COLUMNS}, feedback_score, violations, source_message, source_address")

@@ -298,26 +298,36 @@ pub struct ProviderHealth {
     pub status: Option<i64>,
     pub code: Option<String>,
     pub detail: Option<String>,
+    /// When this state was recorded, or last confirmed by a call (an unchanged state at most
+    /// once a minute).
     pub updated_at: i64,
 }
 
+/// How long a provider's unchanged health stands before a call confirms it again.
+pub const HEALTH_CONFIRM_MS: i64 = 60_000;
+
+/// Records a provider's health. Every model call of every worker reports it, so an unchanged
+/// state is written at most once per [`HEALTH_CONFIRM_MS`]: the guarded update neither writes
+/// nor locks the row otherwise, and the one row does not serialise a fleet's settlements. A
+/// change of state is always written.
 pub async fn set_health_in(tx: &mut Tx, health: &ProviderHealth) -> Result<(), StoreError> {
-    let sql = "INSERT INTO provider_health (provider, healthy, status, code, detail, updated_at) VALUES ($1, $2, $3, $4, $5, $6) \
-               ON CONFLICT (provider) DO UPDATE SET healthy = excluded.healthy, status = excluded.status, \
-                 code = excluded.code, detail = excluded.detail, updated_at = excluded.updated_at";
-    crate::db::execute_in(
-        tx,
-        sql,
-        &[
-            (&health.provider).into(),
-            health.healthy.into(),
-            health.status.into(),
-            (&health.code).into(),
-            (&health.detail).into(),
-            health.updated_at.into(),
-        ],
-    )
-    .await?;
+    let args = [
+        (&health.provider).into(),
+        health.healthy.into(),
+        health.status.into(),
+        (&health.code).into(),
+        (&health.detail).into(),
+        health.updated_at.into(),
+        HEALTH_CONFIRM_MS.into(),
+    ];
+    let update = "UPDATE provider_health SET healthy = $2, status = $3, code = $4, detail = $5, updated_at = $6 \
+                  WHERE provider = $1 AND (healthy <> $2 OR status IS DISTINCT FROM $3 \
+                    OR code IS DISTINCT FROM $4 OR detail IS DISTINCT FROM $5 OR updated_at <= $6 - $7)";
+    if crate::db::execute_in(tx, update, &args).await? == 0 {
+        let insert = "INSERT INTO provider_health (provider, healthy, status, code, detail, updated_at) \
+                      VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (provider) DO NOTHING";
+        crate::db::execute_in(tx, insert, &args[..6]).await?;
+    }
     Ok(())
 }
 

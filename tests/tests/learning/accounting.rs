@@ -1,5 +1,7 @@
 //! The daily token cap under concurrency: each automatic claim reserves its call's ceiling in the
 //! claim transaction, so workers claiming at the same moment near the cap cannot together pass it.
+//! Provider health, which every call reports, is written when it changes and confirmed at most
+//! once a minute otherwise.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,4 +139,69 @@ async fn concurrent_claims_near_the_cap_reserve_no_more_than_it_holds(db: TestDb
     assert_eq!(fake.request_count(), 0);
 }
 
-on_both_backends!(concurrent_claims_near_the_cap_reserve_no_more_than_it_holds);
+async fn provider_health_is_written_when_it_changes_and_confirmed_once_a_minute(db: TestDb) {
+    let world = World::new(db, zuno_shared::config::Config::default()).await;
+    let healthy = |at: i64| usage::ProviderHealth {
+        provider: "fake".to_owned(),
+        healthy: true,
+        status: None,
+        code: None,
+        detail: None,
+        updated_at: at,
+    };
+    let unhealthy = |at: i64| usage::ProviderHealth {
+        healthy: false,
+        status: Some(401),
+        code: Some("invalid_api_key".to_owned()),
+        detail: Some("the key was refused".to_owned()),
+        ..healthy(at)
+    };
+    let minute = usage::HEALTH_CONFIRM_MS;
+    let steps = [
+        (
+            healthy(1_000),
+            healthy(1_000),
+            "the first report is written",
+        ),
+        (
+            healthy(2_000),
+            healthy(1_000),
+            "an unchanged state within the minute is not rewritten",
+        ),
+        (
+            unhealthy(3_000),
+            unhealthy(3_000),
+            "a change is written at once",
+        ),
+        (
+            unhealthy(4_000),
+            unhealthy(3_000),
+            "an unchanged failure is not rewritten",
+        ),
+        (
+            healthy(5_000),
+            healthy(5_000),
+            "recovery is written at once",
+        ),
+        (
+            healthy(5_000 + minute),
+            healthy(5_000 + minute),
+            "a minute later the state is confirmed",
+        ),
+    ];
+    for (report, stored, what) in steps {
+        let mut tx = world.db.db.begin().await.unwrap();
+        usage::set_health_in(&mut tx, &report).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            usage::health(&world.db.db).await.unwrap(),
+            [stored],
+            "{what}"
+        );
+    }
+}
+
+on_both_backends!(
+    concurrent_claims_near_the_cap_reserve_no_more_than_it_holds,
+    provider_health_is_written_when_it_changes_and_confirmed_once_a_minute,
+);

@@ -1,12 +1,14 @@
 //! What the default extractor learns end to end, on both backends: a correction typed after an
 //! interrupted turn (with that turn as context), a lesson restated in another session reinforcing
-//! the experience (and a learned rule its Memory entry) instead of adding a copy, and automatic recall refusing weak matches while
+//! the experience (and a learned rule its Memory entry) instead of adding a copy (also when two
+//! restatements settle at once), and automatic recall refusing weak matches while
 //! finding a Chinese lesson for a Chinese follow-up.
 
 use zuno_shared::config::Config;
 use zuno_shared::learning::experience;
-use zuno_shared::learning::extraction::MemoryAction;
+use zuno_shared::learning::extraction::{ExperienceKind, MemoryAction};
 use zuno_shared::learning::retrieval::{self, PromptContext};
+use zuno_shared::learning::validate::{CheckedCitation, ValidExperience, ValidatedExtraction};
 use zuno_shared::memory::service::{Origin, Proposal};
 use zuno_shared::memory::store::{self, Scope};
 use zuno_shared::transcript::{MessageStatus, NewMessage, Part, Role, ToolStatus};
@@ -278,6 +280,142 @@ async fn a_lesson_restated_in_another_session_reinforces_the_experience(db: Test
     );
 }
 
+/// Two jobs restating one lesson settle at the same time, the second while the first's
+/// transaction is still open: both citations are kept and both reinforcements count. (The next
+/// ordinal used to be read before the record was locked, so on Postgres both picked the same
+/// one and the second citation was dropped as a conflict.)
+async fn concurrent_restatements_keep_every_citation(db: TestDb) {
+    let world = World::new(db, Config::default()).await;
+    let first = world.session().await;
+    world.user(&first, "No, use pnpm, not npm.").await;
+    world
+        .assistant(
+            &first,
+            vec![tool(
+                "bash",
+                r#"{"command":"pnpm install"}"#,
+                "ok",
+                ToolStatus::Completed,
+            )],
+        )
+        .await;
+    assert_eq!(world.run_extract().await.completed, 1);
+    let mut restating = Vec::new();
+    for statement in ["Use pnpm instead of npm!", "Use pnpm, never npm."] {
+        let session = world.session().await;
+        world.user(&session, statement).await;
+        world
+            .assistant(
+                &session,
+                vec![tool(
+                    "bash",
+                    r#"{"command":"pnpm install"}"#,
+                    "ok",
+                    ToolStatus::Completed,
+                )],
+            )
+            .await;
+        let job: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+            "SELECT id FROM learning_job WHERE kind = 'extract' AND session_id = $1"
+        )
+        .bind(&session)
+        .fetch_one(pool)
+        .await)
+        .unwrap();
+        restating.push((job, session, restatement(statement)));
+    }
+    let store = |db: zuno_shared::db::Db,
+                 (job, session, validated): (String, String, ValidatedExtraction)| async move {
+        let mut tx = db.begin().await.unwrap();
+        let stored = experience::insert_extraction_in(
+            &mut tx, &job, "proj", &session, "test", &validated, 1,
+        )
+        .await
+        .unwrap();
+        (tx, stored)
+    };
+    let mut restating = restating.into_iter();
+    let (open, stored) = store(world.db.db.clone(), restating.next().unwrap()).await;
+    assert_eq!(stored.reinforced.len(), 1, "{stored:?}");
+    let second = {
+        let db = world.db.reopen().await;
+        let job = restating.next().unwrap();
+        tokio::spawn(async move {
+            let (tx, stored) = store(db, job).await;
+            tx.commit().await.unwrap();
+            stored
+        })
+    };
+    if world.db.backend == zuno_shared::db::Backend::Postgres {
+        // The second job is inside its settlement and waits for the first one's transaction.
+        // (SQLite queues it at BEGIN IMMEDIATE instead.)
+        zuno_tests::eventually("the second settlement waits for the first", std::time::Duration::from_secs(20), || async {
+            let waiting: i64 = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+                .fetch_one(pool).await)
+            .unwrap();
+            (waiting > 0).then_some(())
+        })
+        .await;
+    }
+    open.commit().await.unwrap();
+    let stored = second.await.unwrap();
+    assert_eq!(stored.reinforced.len(), 1, "{stored:?}");
+
+    let (experiences, _) = experience::list(&world.db.db, "proj", 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(experiences.len(), 1, "{experiences:?}");
+    let excerpts: Vec<&str> = experiences[0]
+        .evidence
+        .iter()
+        .map(|e| e.excerpt.as_str())
+        .collect();
+    assert_eq!(
+        excerpts,
+        [
+            "No, use pnpm, not npm.",
+            "Use pnpm instead of npm!",
+            "Use pnpm, never npm."
+        ]
+    );
+    assert_eq!(
+        world
+            .scalar("SELECT reinforcements FROM experience_record")
+            .await,
+        2
+    );
+}
+
+/// What a job's validation accepts for a user's restatement of the pnpm lesson.
+fn restatement(statement: &str) -> ValidatedExtraction {
+    ValidatedExtraction {
+        experiences: vec![ValidExperience {
+            ordinal: 0,
+            kind: ExperienceKind::Correction,
+            title: "Use pnpm".to_owned(),
+            summary: "Use pnpm, not npm.".to_owned(),
+            resolution: None,
+            confidence: 0.9,
+            citations: vec![CheckedCitation {
+                source_id: "S1".to_owned(),
+                excerpt: statement.to_owned(),
+                verified: true,
+                address: None,
+                message_id: None,
+                raw_digest: None,
+                redacted_digest: None,
+                detail: None,
+            }],
+            verified: true,
+            keywords: vec!["pnpm".to_owned()],
+        }],
+        hints: Vec::new(),
+        refused_items: Vec::new(),
+        truncated: 0,
+    }
+}
+
 async fn recall_refuses_weak_matches_and_finds_chinese_lessons(db: TestDb) {
     let world = World::new(db, Config::default()).await;
     for statement in [
@@ -352,5 +490,6 @@ on_both_backends!(
     a_correction_after_an_interrupted_turn_is_learned_with_that_turn_as_context,
     a_learned_rule_that_restates_a_memory_entry_reinforces_it,
     a_lesson_restated_in_another_session_reinforces_the_experience,
+    concurrent_restatements_keep_every_citation,
     recall_refuses_weak_matches_and_finds_chinese_lessons,
 );

@@ -636,7 +636,7 @@ type StoredLabel = (
 
 /// `context` labels what it shows by the first citation: its message (the lowest ordinal that
 /// has one), else its address. The label is kept on the record when evidence is written, by
-/// whoever writes it; a later citation (a reinforcement) does not move it.
+/// whoever writes it; a later citation (a reinforcement) does not move it, an earlier one does.
 async fn the_source_label_is_the_first_citation_whoever_writes_the_evidence(db: TestDb) {
     let world = World::new(db, Config::default()).await;
     let learned = learn_correction(&world).await;
@@ -701,6 +701,40 @@ async fn the_source_label_is_the_first_citation_whoever_writes_the_evidence(db: 
         "{shown}"
     );
 
+    // The trigger skips writes that cannot change the label; these can. A citation at a lower
+    // ordinal with a message becomes the label; a still lower one without a message moves the
+    // address only.
+    let label_of = |id: String| async move {
+        stored_labels()
+            .await
+            .into_iter()
+            .find(|label| label.0 == id)
+            .map(|label| (label.1, label.2))
+            .expect("the record")
+    };
+    for (ordinal, address, message) in [
+        (-1, "message:msg_earlier:part:0", Some("msg_earlier")),
+        (-2, "transcript:S0:line:1", None),
+    ] {
+        zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+            "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, verified) \
+             VALUES ($1, $2, 'S0', $3, $4, 'use pnpm', TRUE)"
+        )
+        .bind(&correction)
+        .bind(ordinal)
+        .bind(address)
+        .bind(message)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+        .unwrap();
+        assert_eq!(
+            label_of(correction.clone()).await,
+            (Some("msg_earlier".to_owned()), Some(address.to_owned())),
+            "after the citation at ordinal {ordinal}"
+        );
+    }
+
     // A manual record cites no message: its label is its address.
     world
         .ingestion
@@ -716,6 +750,23 @@ async fn the_source_label_is_the_first_citation_whoever_writes_the_evidence(db: 
     let recalled = context(&world, &next, "pnpm install frozen lockfile in CI").await;
     let shown = section(&recalled, "learning.experiences").expect("experiences section");
     assert!(shown.contains("command:remember"), "{shown}");
+    // A later citation with a message gives a record whose citations had none its message.
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+        "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, verified) \
+         SELECT id, 5, 'S5', 'message:msg_cited:part:0', 'msg_cited', 'frozen lockfile', TRUE \
+         FROM experience_record WHERE origin = 'remember'"
+    )
+    .execute(pool)
+    .await
+    .map(|done| done.rows_affected()))
+    .unwrap();
+    let remembered: Vec<Option<String>> = stored_labels()
+        .await
+        .into_iter()
+        .filter(|label| label.2.as_deref().is_some_and(|a| a.contains("remember")))
+        .map(|label| label.1)
+        .collect();
+    assert_eq!(remembered, [Some("msg_cited".to_owned())]);
     for (id, message, address, first_message, first_address) in stored_labels().await {
         assert_eq!((message, address), (first_message, first_address), "{id}");
     }

@@ -152,8 +152,26 @@ impl MigrationLock {
 }
 
 /// Applies pending migrations after verifying what is already applied, holding the start-up
-/// lock so that processes starting together migrate one at a time.
+/// lock so that processes starting together migrate one at a time. A database that is already
+/// current (nothing pending, its fingerprint recorded for the current version and matching) is
+/// verified without the lock: a fleet starting together checks in parallel instead of queueing
+/// behind one another's schema fingerprint.
 pub(super) async fn migrate(db: &Db) -> Result<MigrationReport, MigrationError> {
+    let verified = verify(db).await?;
+    let pending = migrator(db.backend())
+        .iter()
+        .any(|m| !verified.applied.contains_key(&m.version));
+    let current_version = verified.current_version();
+    if !pending && let Some(fingerprint) = verified.fingerprint {
+        // Another process between applying and recording leaves an older record, which
+        // `verify` does not count: that case takes the lock below.
+        return Ok(MigrationReport {
+            backend: db.backend(),
+            applied_now: Vec::new(),
+            current_version,
+            fingerprint,
+        });
+    }
     let lock = MigrationLock::acquire(db).await?;
     let report = migrate_locked(db).await;
     lock.release().await;
@@ -215,15 +233,28 @@ pub(super) async fn check(db: &Db) -> Result<SchemaCheck, MigrationError> {
         .map(|m| m.version)
         .filter(|v| !verified.applied.contains_key(v))
         .collect();
+    let current_version = verified.current_version();
+    let fingerprint = match verified.fingerprint {
+        Some(fingerprint) => fingerprint,
+        None => fingerprint(db).await?,
+    };
     Ok(SchemaCheck {
-        current_version: verified.applied.keys().copied().max().unwrap_or(0),
+        current_version,
         pending,
-        fingerprint: fingerprint(db).await?,
+        fingerprint,
     })
 }
 
 struct Verified {
     applied: HashMap<i64, AppliedMigration>,
+    /// The schema's fingerprint when a record for the current version exists (and matched it).
+    fingerprint: Option<String>,
+}
+
+impl Verified {
+    fn current_version(&self) -> i64 {
+        self.applied.keys().copied().max().unwrap_or(0)
+    }
 }
 
 struct AppliedMigration {
@@ -255,18 +286,22 @@ async fn verify(db: &Db) -> Result<Verified, MigrationError> {
             Some(_) => {}
         }
     }
+    let mut verified = Verified {
+        applied,
+        fingerprint: None,
+    };
     if let Some((recorded_version, expected)) = recorded_fingerprint(db).await? {
-        let current_version = applied.keys().copied().max().unwrap_or(0);
         // A crash between applying migrations and recording the fingerprint leaves an older
         // record behind; only a record for the current version is authoritative.
-        if recorded_version == current_version {
+        if recorded_version == verified.current_version() {
             let found = fingerprint(db).await?;
             if found != expected {
                 return Err(MigrationError::SchemaAltered { expected, found });
             }
+            verified.fingerprint = Some(found);
         }
     }
-    Ok(Verified { applied })
+    Ok(verified)
 }
 
 fn map_migrate_error(error: MigrateError) -> MigrationError {
