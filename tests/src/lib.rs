@@ -319,6 +319,27 @@ macro_rules! on_both_backends {
     };
 }
 
+/// Waits until a session of `db`'s Postgres database waits on a lock (`who`, for the failure
+/// message), failing the test after 20 s: how a test knows that a second writer has reached the
+/// first one's uncommitted row before it lets the first commit.
+pub async fn until_a_session_waits_on_a_lock(db: &zuno_shared::db::Db, who: &str) {
+    eventually(
+        &format!("{who} waits on a lock"),
+        std::time::Duration::from_secs(20),
+        || async {
+            let waiting: i64 = zuno_shared::on_db!(db, |pool| sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            .fetch_one(pool)
+            .await)
+            .unwrap();
+            (waiting > 0).then_some(())
+        },
+    )
+    .await
+}
+
 /// Polls `check` until it returns `Some`, failing the test after `timeout`. For waiting on
 /// another process's progress: it asserts an observable condition, never a duration.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: std::time::Duration, mut check: F) -> T

@@ -237,19 +237,7 @@ async fn a_learned_rule_that_restates_a_memory_entry_reinforces_it(db: TestDb) {
 async fn a_lesson_restated_in_another_session_reinforces_the_experience(db: TestDb) {
     let world = World::new(db, Config::default()).await;
     for statement in ["No, use pnpm, not npm.", "Use pnpm instead of npm!"] {
-        let session = world.session().await;
-        world.user(&session, statement).await;
-        world
-            .assistant(
-                &session,
-                vec![tool(
-                    "bash",
-                    r#"{"command":"pnpm install"}"#,
-                    "ok",
-                    ToolStatus::Completed,
-                )],
-            )
-            .await;
+        pnpm_turn(&world, statement).await;
         assert_eq!(world.run_extract().await.completed, 1);
     }
     let (experiences, _) = experience::list(&world.db.db, "proj", 0, 100)
@@ -286,35 +274,11 @@ async fn a_lesson_restated_in_another_session_reinforces_the_experience(db: Test
 /// one and the second citation was dropped as a conflict.)
 async fn concurrent_restatements_keep_every_citation(db: TestDb) {
     let world = World::new(db, Config::default()).await;
-    let first = world.session().await;
-    world.user(&first, "No, use pnpm, not npm.").await;
-    world
-        .assistant(
-            &first,
-            vec![tool(
-                "bash",
-                r#"{"command":"pnpm install"}"#,
-                "ok",
-                ToolStatus::Completed,
-            )],
-        )
-        .await;
+    pnpm_turn(&world, "No, use pnpm, not npm.").await;
     assert_eq!(world.run_extract().await.completed, 1);
     let mut restating = Vec::new();
     for statement in ["Use pnpm instead of npm!", "Use pnpm, never npm."] {
-        let session = world.session().await;
-        world.user(&session, statement).await;
-        world
-            .assistant(
-                &session,
-                vec![tool(
-                    "bash",
-                    r#"{"command":"pnpm install"}"#,
-                    "ok",
-                    ToolStatus::Completed,
-                )],
-            )
-            .await;
+        let session = pnpm_turn(&world, statement).await;
         let job: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
             "SELECT id FROM learning_job WHERE kind = 'extract' AND session_id = $1"
         )
@@ -349,14 +313,7 @@ async fn concurrent_restatements_keep_every_citation(db: TestDb) {
     if world.db.backend == zuno_shared::db::Backend::Postgres {
         // The second job is inside its settlement and waits for the first one's transaction.
         // (SQLite queues it at BEGIN IMMEDIATE instead.)
-        zuno_tests::eventually("the second settlement waits for the first", std::time::Duration::from_secs(20), || async {
-            let waiting: i64 = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
-                .fetch_one(pool).await)
-            .unwrap();
-            (waiting > 0).then_some(())
-        })
-        .await;
+        zuno_tests::until_a_session_waits_on_a_lock(&world.db.db, "the second settlement").await;
     }
     open.commit().await.unwrap();
     let stored = second.await.unwrap();
@@ -385,6 +342,24 @@ async fn concurrent_restatements_keep_every_citation(db: TestDb) {
             .await,
         2
     );
+}
+
+/// A new session whose user says `statement` and whose assistant then runs `pnpm install`.
+async fn pnpm_turn(world: &World, statement: &str) -> String {
+    let session = world.session().await;
+    world.user(&session, statement).await;
+    world
+        .assistant(
+            &session,
+            vec![tool(
+                "bash",
+                r#"{"command":"pnpm install"}"#,
+                "ok",
+                ToolStatus::Completed,
+            )],
+        )
+        .await;
+    session
 }
 
 /// What a job's validation accepts for a user's restatement of the pnpm lesson.

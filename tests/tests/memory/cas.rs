@@ -103,14 +103,7 @@ async fn a_writer_queued_behind_an_uncommitted_replace_is_stale(db: TestDb) {
     if env.db.backend == zuno_shared::db::Backend::Postgres {
         // Postgres: the second writer read revision 1 and now waits on the first one's row lock
         // in its `UPDATE … WHERE revision = 1`. (SQLite queues it at BEGIN IMMEDIATE instead.)
-        zuno_tests::eventually("the second writer waits for the first", std::time::Duration::from_secs(20), || async {
-            let waiting: i64 = zuno_shared::on_db!(env.db.db, |pool| sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
-                .fetch_one(pool).await)
-            .unwrap();
-            (waiting > 0).then_some(())
-        })
-        .await;
+        zuno_tests::until_a_session_waits_on_a_lock(&env.db.db, "the second writer").await;
     }
     tx.commit().await.unwrap();
     let result = second.await.unwrap();
