@@ -680,15 +680,14 @@ async fn the_source_label_is_the_first_citation_whoever_writes_the_evidence(db: 
         .expect("the correction cites its message");
 
     // Another writer appends a citation from a later message: the label stays the first one.
-    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
-        "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, verified) \
-         VALUES ($1, 99, 'S9', 'message:msg_later:part:0', 'msg_later', 'use pnpm', TRUE)"
+    cite(
+        &world,
+        &correction,
+        99,
+        "message:msg_later:part:0",
+        Some("msg_later"),
     )
-    .bind(&correction)
-    .execute(pool)
-    .await
-    .map(|done| done.rows_affected()))
-    .unwrap();
+    .await;
     let next = world.session().await;
     let recalled = context(&world, &next, RELATED_PROMPT).await;
     assert!(
@@ -716,18 +715,7 @@ async fn the_source_label_is_the_first_citation_whoever_writes_the_evidence(db: 
         (-1, "message:msg_earlier:part:0", Some("msg_earlier")),
         (-2, "transcript:S0:line:1", None),
     ] {
-        zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
-            "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, verified) \
-             VALUES ($1, $2, 'S0', $3, $4, 'use pnpm', TRUE)"
-        )
-        .bind(&correction)
-        .bind(ordinal)
-        .bind(address)
-        .bind(message)
-        .execute(pool)
-        .await
-        .map(|done| done.rows_affected()))
-        .unwrap();
+        cite(&world, &correction, ordinal, address, message).await;
         assert_eq!(
             label_of(correction.clone()).await,
             (Some("msg_earlier".to_owned()), Some(address.to_owned())),
@@ -751,15 +739,20 @@ async fn the_source_label_is_the_first_citation_whoever_writes_the_evidence(db: 
     let shown = section(&recalled, "learning.experiences").expect("experiences section");
     assert!(shown.contains("command:remember"), "{shown}");
     // A later citation with a message gives a record whose citations had none its message.
-    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
-        "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, verified) \
-         SELECT id, 5, 'S5', 'message:msg_cited:part:0', 'msg_cited', 'frozen lockfile', TRUE \
-         FROM experience_record WHERE origin = 'remember'"
+    let remember: String = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT id FROM experience_record WHERE origin = 'remember'"
     )
-    .execute(pool)
-    .await
-    .map(|done| done.rows_affected()))
+    .fetch_one(pool)
+    .await)
     .unwrap();
+    cite(
+        &world,
+        &remember,
+        5,
+        "message:msg_cited:part:0",
+        Some("msg_cited"),
+    )
+    .await;
     let remembered: Vec<Option<String>> = stored_labels()
         .await
         .into_iter()
@@ -770,6 +763,28 @@ async fn the_source_label_is_the_first_citation_whoever_writes_the_evidence(db: 
     for (id, message, address, first_message, first_address) in stored_labels().await {
         assert_eq!((message, address), (first_message, first_address), "{id}");
     }
+}
+
+/// Appends a citation to `experience_id` by raw SQL, as a writer other than Zuno's code would.
+async fn cite(
+    world: &World,
+    experience_id: &str,
+    ordinal: i64,
+    address: &str,
+    message: Option<&str>,
+) {
+    zuno_shared::on_db!(world.db.db, |pool| sqlx::query(
+        "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, verified) \
+         VALUES ($1, $2, 'S0', $3, $4, 'use pnpm', TRUE)"
+    )
+    .bind(experience_id)
+    .bind(ordinal)
+    .bind(address)
+    .bind(message)
+    .execute(pool)
+    .await
+    .map(|done| done.rows_affected()))
+    .unwrap();
 }
 
 /// `(violations, reinforcements, feedback_score)` rounded to 1e-9.
