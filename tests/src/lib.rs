@@ -6,7 +6,9 @@ pub mod fake_embeddings;
 pub mod fake_provider;
 pub mod label_oracle;
 pub mod otlp_receiver;
+pub mod pnpm;
 pub mod processes;
+pub mod rng;
 pub mod server;
 pub mod tcp_proxy;
 

@@ -1,20 +1,12 @@
-use clap::Parser;
-use zuno_shared::runtime::process::{WorkerArgs, allow_all, run_worker};
+use zuno_shared::runtime::process::{allow_all, worker_main};
 
-/// Claims `evaluate` jobs: offline cassette evaluation of Skill candidates.
-#[derive(Parser)]
-#[command(name = "zuno-worker-eval", version)]
-struct Args {
-    #[command(flatten)]
-    worker: WorkerArgs,
-}
+const ABOUT: &str = "Claims `evaluate` jobs: offline cassette evaluation of Skill candidates.";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    run_worker(
+    worker_main(
         "zuno-worker-eval",
-        args.worker,
+        ABOUT,
         allow_all,
         zuno_worker_eval::handlers,
     )

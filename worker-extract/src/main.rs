@@ -1,20 +1,12 @@
-use clap::Parser;
-use zuno_shared::runtime::process::{WorkerArgs, run_worker, source_gate};
+use zuno_shared::runtime::process::{source_gate, worker_main};
 
-/// Claims `extract` jobs and turns closed turns into cited Experience.
-#[derive(Parser)]
-#[command(name = "zuno-worker-extract", version)]
-struct Args {
-    #[command(flatten)]
-    worker: WorkerArgs,
-}
+const ABOUT: &str = "Claims `extract` jobs and turns closed turns into cited Experience.";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    run_worker(
+    worker_main(
         "zuno-worker-extract",
-        args.worker,
+        ABOUT,
         source_gate,
         zuno_worker_extract::handlers,
     )

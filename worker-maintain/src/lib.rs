@@ -41,3 +41,13 @@ pub async fn reconcile_at_start(env: &WorkerEnv) {
         Err(error) => tracing::warn!(%error, "memory reconciliation failed"),
     }
 }
+
+/// The handlers of a `zuno-worker-maintain` process, after [`reconcile_at_start`]: before the
+/// first claim, so a host that runs only maintenance workers (no `zuno serve`) still gets its
+/// Memory files repaired when a worker starts.
+pub fn reconciled_handlers(env: &WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>> {
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(reconcile_at_start(env))
+    });
+    handlers(env)
+}

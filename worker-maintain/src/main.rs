@@ -1,25 +1,15 @@
-use clap::Parser;
-use zuno_shared::runtime::process::{WorkerArgs, run_worker, source_gate};
+use zuno_shared::runtime::process::{source_gate, worker_main};
+use zuno_worker_maintain::reconciled_handlers;
 
-/// Claims `maintain` jobs: no-tools resident Memory maintenance.
-#[derive(Parser)]
-#[command(name = "zuno-worker-maintain", version)]
-struct Args {
-    #[command(flatten)]
-    worker: WorkerArgs,
-}
+const ABOUT: &str = "Claims `maintain` jobs: no-tools resident Memory maintenance.";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    run_worker("zuno-worker-maintain", args.worker, source_gate, |env| {
-        // Before the first claim, so a host that runs only maintenance workers (no `zuno serve`)
-        // still gets its Memory files repaired when a worker starts.
-        tokio::task::block_in_place(|| {
-            tokio::runtime::Handle::current()
-                .block_on(zuno_worker_maintain::reconcile_at_start(env))
-        });
-        zuno_worker_maintain::handlers(env)
-    })
+    worker_main(
+        "zuno-worker-maintain",
+        ABOUT,
+        source_gate,
+        reconciled_handlers,
+    )
     .await
 }

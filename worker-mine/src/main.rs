@@ -1,20 +1,12 @@
-use clap::Parser;
-use zuno_shared::runtime::process::{WorkerArgs, run_worker, source_gate};
+use zuno_shared::runtime::process::{source_gate, worker_main};
 
-/// Claims `aggregate_project` and `aggregate_global` jobs: pattern mining.
-#[derive(Parser)]
-#[command(name = "zuno-worker-mine", version)]
-struct Args {
-    #[command(flatten)]
-    worker: WorkerArgs,
-}
+const ABOUT: &str = "Claims `aggregate_project` and `aggregate_global` jobs: pattern mining.";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    run_worker(
+    worker_main(
         "zuno-worker-mine",
-        args.worker,
+        ABOUT,
         source_gate,
         zuno_worker_mine::handlers,
     )

@@ -149,28 +149,9 @@ fn signals_of(window: &[Message], has_feedback: bool) -> Vec<EligibilityReason> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transcript::StoredPart;
 
     fn message(role: Role, status: MessageStatus, parts: Vec<Part>) -> Message {
-        Message {
-            id: "m".into(),
-            session_id: "s".into(),
-            seq: 1,
-            role,
-            status,
-            revision: 1,
-            created_at: 0,
-            completed_at: None,
-            parts: parts
-                .into_iter()
-                .enumerate()
-                .map(|(i, part)| StoredPart {
-                    ordinal: i as i64,
-                    content_digest: part.content_digest(),
-                    part,
-                })
-                .collect(),
-        }
+        Message::sample("m", role, status, parts)
     }
 
     fn text(t: &str) -> Part {

@@ -552,28 +552,10 @@ fn ceil_boundary(text: &str, mut index: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transcript::{MessageStatus, StoredPart};
+    use crate::transcript::MessageStatus;
 
     fn message(id: &str, role: Role, parts: Vec<Part>) -> Message {
-        Message {
-            id: id.into(),
-            session_id: "s".into(),
-            seq: 1,
-            role,
-            status: MessageStatus::Completed,
-            revision: 1,
-            created_at: 0,
-            completed_at: None,
-            parts: parts
-                .into_iter()
-                .enumerate()
-                .map(|(i, part)| StoredPart {
-                    ordinal: i as i64,
-                    content_digest: part.content_digest(),
-                    part,
-                })
-                .collect(),
-        }
+        Message::sample(id, role, MessageStatus::Completed, parts)
     }
 
     fn turn(result: &str) -> Vec<Message> {

@@ -148,6 +148,23 @@ pub struct WorkerEnv {
     pub ledger: Ledger,
 }
 
+/// The whole `main` of a worker binary: its command line is [`WorkerArgs`] under the binary's
+/// name and description, so every worker reads the same flags and environment variables.
+pub async fn worker_main(
+    name: &'static str,
+    about: &'static str,
+    gate: impl FnOnce(&WorkerEnv) -> Arc<dyn ClaimGate>,
+    handlers: impl FnOnce(&WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>>,
+) -> anyhow::Result<()> {
+    use clap::{Args as _, FromArgMatches as _};
+    let command = clap::Command::new(name)
+        .about(about)
+        .version(env!("CARGO_PKG_VERSION"));
+    let matches = WorkerArgs::augment_args(command).get_matches();
+    let args = WorkerArgs::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    run_worker(name, args, gate, handlers).await
+}
+
 /// Runs a worker process until SIGTERM/SIGINT (or until idle with `--exit-when-idle`).
 pub async fn run_worker<G, F>(
     service: &str,

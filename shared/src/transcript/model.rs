@@ -206,6 +206,33 @@ pub struct Message {
     pub parts: Vec<StoredPart>,
 }
 
+#[cfg(test)]
+impl Message {
+    /// A message of session `s` at seq 1, revision 1, with `parts` in order: what the unit tests
+    /// of turn readers (eligibility, manifests, rules) build their turns from.
+    pub(crate) fn sample(id: &str, role: Role, status: MessageStatus, parts: Vec<Part>) -> Self {
+        Message {
+            id: id.into(),
+            session_id: "s".into(),
+            seq: 1,
+            role,
+            status,
+            revision: 1,
+            created_at: 0,
+            completed_at: None,
+            parts: parts
+                .into_iter()
+                .enumerate()
+                .map(|(ordinal, part)| StoredPart {
+                    ordinal: ordinal as i64,
+                    content_digest: part.content_digest(),
+                    part,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// A part with its stored digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]

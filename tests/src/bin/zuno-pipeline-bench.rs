@@ -38,7 +38,8 @@ use zuno_shared::db::{ConnectOptions, Db, create_scratch_database, drop_scratch_
 use zuno_shared::ledger::{Job, JobIdentity, JobKind, JobOrigin, Ledger, NewJob};
 use zuno_shared::runtime::process::{WorkerArgs, allow_all, run_worker};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler};
-use zuno_tests::fake_provider::{FakeProvider, Reply};
+use zuno_tests::fake_provider::FakeProvider;
+use zuno_tests::pnpm::{self, valid_answer};
 
 #[derive(Parser)]
 struct Args {
@@ -730,22 +731,6 @@ fn machine_busy_ticks() -> u64 {
         - fields.get(4).copied().unwrap_or(0)
 }
 
-/// An extraction whose experience cites an exact excerpt of the turn's user message.
-fn valid_answer() -> Reply {
-    Reply::answer(
-        json!({
-            "experiences": [{
-                "kind": "correction", "title": "Use pnpm", "summary": "Use pnpm, not npm.",
-                "resolution": "Installed with pnpm.",
-                "citations": [{"source_id": "S1", "excerpt": "use pnpm"}],
-                "confidence": 0.85
-            }],
-            "memories": []
-        })
-        .to_string(),
-    )
-}
-
 /// One client: sessions of `turns_per_session` closed turns until `count` are admitted.
 async fn close_turns(
     http: &reqwest::Client,
@@ -753,12 +738,7 @@ async fn close_turns(
     count: usize,
     turns_per_session: usize,
 ) -> anyhow::Result<()> {
-    let user = json!({"role": "user", "parts": [{"type": "text",
-        "text": "No, don't use npm here; use pnpm. It keeps the lockfile consistent."}]});
-    let assistant = json!({"role": "assistant", "status": "completed", "parts": [
-        {"type": "tool_call", "toolName": "bash", "callId": "c1",
-         "arguments": {"command": "pnpm install"}, "result": "Done in 2.1s", "status": "completed"},
-        {"type": "text", "text": "Installed with pnpm."}]});
+    let (user, assistant) = (pnpm::user_turn(), pnpm::assistant_turn());
     let mut admitted = 0;
     while admitted < count {
         let session = post(http, base, "/api/projects/bench/sessions", json!({})).await?;

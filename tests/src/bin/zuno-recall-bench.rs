@@ -59,6 +59,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zuno_tests::rng::SplitMix64 as Rng;
 
 use clap::Parser;
 use zuno_shared::clock::{now_ms, system_clock};
@@ -158,48 +159,6 @@ async fn rank_cases(path: &std::path::Path) -> anyhow::Result<()> {
     }
     db.close().await;
     Ok(())
-}
-
-/// SplitMix64: small, fast and deterministic; the data need not be cryptographic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn range(&mut self, low: usize, high: usize) -> usize {
-        low + self.below(high - low + 1)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-
-    fn hex(&mut self, bytes: usize) -> String {
-        let mut out = String::with_capacity(bytes * 2);
-        while out.len() < bytes * 2 {
-            out.push_str(&format!("{:016x}", self.next()));
-        }
-        out.truncate(bytes * 2);
-        out
-    }
 }
 
 const KINDS: &[(&str, f64)] = &[

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use zuno_tests::rng::SplitMix64 as Rng;
 
 use clap::Parser;
 use zuno_shared::config::Config;
@@ -74,27 +75,12 @@ const WORDS: &[&str] = &[
     "export",
 ];
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f32 {
-        (self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0
-    }
-
-    fn sentence(&mut self, words: usize) -> String {
-        (0..words)
-            .map(|_| WORDS[(self.next() % WORDS.len() as u64) as usize])
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+/// `words` words of the bench's list.
+fn sentence(rng: &mut Rng, words: usize) -> String {
+    (0..words)
+        .map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize])
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn percentiles(mut samples: Vec<f64>) -> (f64, f64) {
@@ -148,7 +134,7 @@ async fn main() -> anyhow::Result<()> {
         let mut tx = db.begin().await?;
         for i in chunk * 1000..((chunk + 1) * 1000).min(args.experiences) {
             let id = format!("exp{i:07}");
-            let (title, summary) = (rng.sentence(6), rng.sentence(24));
+            let (title, summary) = (sentence(&mut rng, 6), sentence(&mut rng, 24));
             zuno_shared::on_tx!(&mut tx, |conn| {
                 sqlx::query(
                     "INSERT INTO experience_record (id, project_id, origin, kind, title, summary, confidence, \
@@ -157,7 +143,7 @@ async fn main() -> anyhow::Result<()> {
                 .bind(&id).bind(&title).bind(&summary).bind(now - i as i64)
                 .execute(conn).await.map(|d| d.rows_affected())
             })?;
-            let vector: Vec<f32> = (0..args.dims).map(|_| rng.unit()).collect();
+            let vector: Vec<f32> = (0..args.dims).map(|_| rng.signed_unit()).collect();
             semantic::store_in(
                 &mut tx,
                 &id,
@@ -178,7 +164,7 @@ async fn main() -> anyhow::Result<()> {
         seeding.elapsed().as_secs_f64()
     );
 
-    let prompts: Vec<String> = (0..args.samples).map(|_| rng.sentence(8)).collect();
+    let prompts: Vec<String> = (0..args.samples).map(|_| sentence(&mut rng, 8)).collect();
     let lexical_config = Config::default();
     let mut rows = Vec::new();
     for (name, config) in [
@@ -195,7 +181,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut samples = Vec::new();
     for _ in &prompts {
-        let query: Vec<f32> = (0..args.dims).map(|_| rng.unit()).collect();
+        let query: Vec<f32> = (0..args.dims).map(|_| rng.signed_unit()).collect();
         let started = Instant::now();
         semantic::nearest(&db, "bench", "bench-embed", &query, args.max_scan, 40).await?;
         samples.push(started.elapsed().as_secs_f64() * 1000.0);

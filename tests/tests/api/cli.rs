@@ -58,24 +58,16 @@ fn debug_paths_marks_every_missing_store_absent() {
 #[tokio::test]
 async fn all_in_one_serves_learns_and_creates_nothing_but_the_database() {
     let home = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::from(zuno(home.path()))
-        .args(["serve", "--all-in-one", "--bind", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let banner = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let base = banner
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_owned();
+    let (mut child, _, base, _stdout) = zuno_tests::processes::serve(
+        tokio::process::Command::from(zuno(home.path())).args([
+            "serve",
+            "--all-in-one",
+            "--bind",
+            "127.0.0.1:0",
+        ]),
+        Stdio::null(),
+    )
+    .await;
     let mut created: Vec<String> = std::fs::read_dir(home.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -270,19 +262,16 @@ fn a_blank_token_and_insecure_mode_off_loopback_are_refused() {
 #[tokio::test]
 async fn insecure_no_auth_serves_loopback_without_a_token_and_says_so() {
     let home = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::from(zuno(home.path()))
-        .args(["serve", "--insecure-no-auth", "--bind", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let banner = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let (mut child, banner, base, _stdout) = zuno_tests::processes::serve(
+        tokio::process::Command::from(zuno(home.path())).args([
+            "serve",
+            "--insecure-no-auth",
+            "--bind",
+            "127.0.0.1:0",
+        ]),
+        Stdio::piped(),
+    )
+    .await;
     assert!(banner.contains("--insecure-no-auth"), "{banner}");
     let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();
     let warned = tokio::time::timeout(Duration::from_secs(30), async {
@@ -296,11 +285,6 @@ async fn insecure_no_auth_serves_loopback_without_a_token_and_says_so() {
     .await
     .unwrap();
     assert!(warned, "the start-up warning is printed");
-    let base = banner
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_owned();
     let response = reqwest::Client::new()
         .post(format!("{base}/api/projects"))
         .json(&serde_json::json!({"id": "p", "name": "P"}))

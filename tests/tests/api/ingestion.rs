@@ -17,17 +17,8 @@ pub async fn project_and_session(server: &TestServer, project: &str) -> String {
     session["id"].as_str().unwrap().to_owned()
 }
 
-pub fn tool_turn() -> serde_json::Value {
-    json!({
-        "role": "assistant",
-        "status": "completed",
-        "parts": [
-            {"type": "tool_call", "toolName": "bash", "callId": "c1",
-             "arguments": {"command": "pnpm install"}, "result": "done", "status": "completed"},
-            {"type": "text", "text": "Installed with pnpm."}
-        ]
-    })
-}
+/// A completed assistant turn: a tool call, which closes the turn.
+pub use zuno_tests::pnpm::assistant_turn as tool_turn;
 
 async fn a_closed_turn_is_admitted_and_visible_as_a_job(db: TestDb) {
     let server = TestServer::start(&db, Config::default(), None).await;

@@ -139,36 +139,23 @@ async fn refused_database_connections_are_503_before_a_client_gives_up() {
     let proxy = TcpProxy::start(target).await.unwrap();
     let (proxied_url, _) = through(&db.url, proxy.address());
     let home = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(zuno_tests::processes::binary("zuno"))
-        .env("ZUNO_HOME", home.path())
-        .env_remove("ZUNO_API_TOKEN")
-        .env_remove("DATABASE_URL")
-        .env_remove("ZUNO_DATABASE_URL")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .args([
-            "--database-url",
-            &proxied_url,
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-    let banner = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("the server starts")
-        .unwrap()
-        .unwrap();
-    let base = banner
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("the banner names the address")
-        .to_owned();
+    let (mut child, _, base, _stdout) = zuno_tests::processes::serve(
+        tokio::process::Command::new(zuno_tests::processes::binary("zuno"))
+            .env("ZUNO_HOME", home.path())
+            .env_remove("ZUNO_API_TOKEN")
+            .env_remove("DATABASE_URL")
+            .env_remove("ZUNO_DATABASE_URL")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .args([
+                "--database-url",
+                &proxied_url,
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+            ]),
+        std::process::Stdio::null(),
+    )
+    .await;
     let token = std::fs::read_to_string(home.path().join("local-token")).unwrap();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))

@@ -188,26 +188,12 @@ async fn stop_imports_newly_closed_turns_from_a_durable_watermark() {
 /// another data directory is refused.
 #[tokio::test]
 async fn a_fresh_server_and_its_local_clients_need_no_configuration() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
     let home = tempfile::tempdir().unwrap();
-    let mut server = tokio::process::Command::from(zuno(home.path()))
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    let banner = tokio::time::timeout(std::time::Duration::from_secs(60), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let base = banner
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_owned();
+    let (server, banner, base, mut lines) = zuno_tests::processes::serve(
+        tokio::process::Command::from(zuno(home.path())).args(["serve", "--bind", "127.0.0.1:0"]),
+        std::process::Stdio::null(),
+    )
+    .await;
     assert!(banner.contains("local token"), "{banner}");
     let link = lines.next_line().await.unwrap().unwrap();
     assert!(link.contains("/ui#code="), "{link}");

@@ -14,23 +14,7 @@ use zuno_shared::transcript::NewSession;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::World;
-
-/// SplitMix64, so every run seeds the same corpus and prompts.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use zuno_tests::rng::SplitMix64 as Rng;
 
 /// Words with a skewed frequency (earlier ones far more often), identifiers and Chinese, so
 /// keys range from one in most records to one in a handful.

@@ -365,11 +365,7 @@ async fn the_extract_worker_binary_backfills_and_embeds_at_start(db: TestDb) {
         .output()
         .await
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    zuno_tests::processes::assert_succeeded(&output);
     let jobs = embed_jobs(&world).await;
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].state, JobState::Completed);

@@ -153,11 +153,7 @@ async fn the_maintain_worker_reconciles_and_repairs_files_when_it_starts(db: Tes
         .output()
         .await
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    zuno_tests::processes::assert_succeeded(&output);
     assert_eq!(
         std::fs::read_to_string(&rules).unwrap(),
         accepted,

@@ -355,11 +355,7 @@ async fn a_real_worker_binary_drains_and_exits(db: TestDb) {
         .output()
         .await
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    zuno_tests::processes::assert_succeeded(&output);
     let settled = ledger.get(&job.id).await.unwrap();
     assert_eq!(settled.state, JobState::Completed);
     assert_eq!(settled.attempts, 1);

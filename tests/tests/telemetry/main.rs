@@ -17,42 +17,7 @@ use zuno_tests::fake_provider::Reply;
 pub const PROVIDER: &str = "fake";
 pub const MODEL: &str = "fake-model";
 
-/// The user's correction that opens each turn; [`valid_answer`] cites an exact excerpt of it.
-pub const CORRECTION: &str = "No, don't use npm here; use pnpm. It keeps the lockfile consistent.";
-
-/// The completed assistant turn (a tool call) that closes the turn and admits extraction.
-pub fn assistant_turn() -> serde_json::Value {
-    json!({
-        "role": "assistant",
-        "status": "completed",
-        "parts": [
-            {"type": "tool_call", "toolName": "bash", "callId": "c1",
-             "arguments": {"command": "pnpm install"}, "result": "Done in 2.1s", "status": "completed"},
-            {"type": "text", "text": "Installed with pnpm."}
-        ]
-    })
-}
-
-pub fn user_turn() -> serde_json::Value {
-    json!({"role": "user", "parts": [{"type": "text", "text": CORRECTION}]})
-}
-
-/// An extraction whose one experience cites `use pnpm` in the user's message (source `S1`), so
-/// it validates and is stored verified.
-pub fn valid_answer() -> Reply {
-    Reply::answer(
-        json!({
-            "experiences": [{
-                "kind": "correction", "title": "Use pnpm", "summary": "Use pnpm, not npm.",
-                "resolution": "Installed with pnpm.",
-                "citations": [{"source_id": "S1", "excerpt": "use pnpm"}],
-                "confidence": 0.85
-            }],
-            "memories": []
-        })
-        .to_string(),
-    )
-}
+pub use zuno_tests::pnpm::{CORRECTION, assistant_turn, user_turn, valid_answer};
 
 /// A 401 with an OpenAI-style body: a permanent provider failure (error class `auth`).
 pub fn unauthorized() -> Reply {

@@ -323,24 +323,6 @@ async fn spawn_api(mut command: Command, log: &Path) -> (Child, String) {
     (child, address)
 }
 
-async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 struct Api {
     http: reqwest::Client,
     base: String,
@@ -386,7 +368,7 @@ impl Api {
 
     async fn wait_state(&self, id: &str, state: &str) {
         let what = format!("job {id} is {state}");
-        wait_until(&what, Duration::from_secs(60), || async {
+        zuno_tests::eventually(&what, Duration::from_secs(60), || async {
             let detail = self.job(id).await;
             let current = detail["job"]["state"]
                 .as_str()
@@ -403,7 +385,7 @@ impl Api {
 
     async fn wait_event(&self, id: &str, event: &str) {
         let what = format!("job {id} has a `{event}` event");
-        wait_until(&what, Duration::from_secs(60), || async {
+        zuno_tests::eventually(&what, Duration::from_secs(60), || async {
             let detail = self.job(id).await;
             detail["events"]
                 .as_array()
@@ -447,7 +429,7 @@ impl Prometheus {
             log,
             http: reqwest::Client::new(),
         };
-        wait_until("Prometheus is ready", Duration::from_secs(60), || async {
+        zuno_tests::eventually("Prometheus is ready", Duration::from_secs(60), || async {
             let response = prometheus
                 .http
                 .get(format!("{}/-/ready", prometheus.base))

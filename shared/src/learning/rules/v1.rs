@@ -409,28 +409,10 @@ fn title(sentence: &str) -> String {
 mod tests {
     use super::*;
     use crate::learning::manifest::{build, finish};
-    use crate::transcript::{Message, MessageStatus, Part, Role, StoredPart, ToolStatus};
+    use crate::transcript::{Message, MessageStatus, Part, Role, ToolStatus};
 
     fn message(id: &str, role: Role, parts: Vec<Part>) -> Message {
-        Message {
-            id: id.into(),
-            session_id: "s".into(),
-            seq: 1,
-            role,
-            status: MessageStatus::Completed,
-            revision: 1,
-            created_at: 0,
-            completed_at: None,
-            parts: parts
-                .into_iter()
-                .enumerate()
-                .map(|(i, part)| StoredPart {
-                    ordinal: i as i64,
-                    content_digest: part.content_digest(),
-                    part,
-                })
-                .collect(),
-        }
+        Message::sample(id, role, MessageStatus::Completed, parts)
     }
 
     fn text(text: &str) -> Part {

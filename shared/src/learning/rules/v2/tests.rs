@@ -1,28 +1,10 @@
 use super::*;
 use crate::learning::manifest::{FeedbackSource, build, build_with_context};
 use crate::learning::validate::validate;
-use crate::transcript::{Message, MessageStatus, Part, Role, StoredPart, ToolStatus};
+use crate::transcript::{Message, MessageStatus, Part, Role, ToolStatus};
 
 fn message(id: &str, role: Role, status: MessageStatus, parts: Vec<Part>) -> Message {
-    Message {
-        id: id.into(),
-        session_id: "s".into(),
-        seq: 1,
-        role,
-        status,
-        revision: 1,
-        created_at: 0,
-        completed_at: None,
-        parts: parts
-            .into_iter()
-            .enumerate()
-            .map(|(i, part)| StoredPart {
-                ordinal: i as i64,
-                content_digest: part.content_digest(),
-                part,
-            })
-            .collect(),
-    }
+    Message::sample(id, role, status, parts)
 }
 
 fn user(id: &str, text: &str) -> Message {
