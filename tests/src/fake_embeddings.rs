@@ -133,13 +133,7 @@ impl FakeEmbeddings {
             .route("/v1/embeddings", axum::routing::post(embeddings))
             .with_state(shared.clone());
         let shutdown = CancellationToken::new();
-        let stop = shutdown.clone();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-                .expect("fake embeddings serve");
-        });
+        let task = crate::serve_until_cancelled(listener, app, shutdown.clone(), "fake embeddings");
         Ok(FakeEmbeddings {
             base_url: format!("http://{address}/v1"),
             shared,

@@ -409,13 +409,8 @@ impl FakeProvider {
             app = app.route("/healthz", axum::routing::get(|| async { "ok" }));
         }
         let app = app.fallback(handle).with_state(shared.clone());
-        let stop = shared.shutdown.clone();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-                .expect("fake provider serve");
-        });
+        let task =
+            crate::serve_until_cancelled(listener, app, shared.shutdown.clone(), "fake provider");
         FakeProvider {
             base_url: format!("http://{address}/v1"),
             shared,

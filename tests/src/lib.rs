@@ -342,6 +342,35 @@ pub async fn until_a_session_waits_on_a_lock(db: &zuno_shared::db::Db, who: &str
     .await
 }
 
+/// Serves `app` on `listener` in a background task until `shutdown` is cancelled; `what` names
+/// the server in the panic if serving fails.
+pub fn serve_until_cancelled(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shutdown: tokio_util::sync::CancellationToken,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
+            .unwrap_or_else(|error| panic!("{what} serve: {error}"));
+    })
+}
+
+/// `value` percent-encoded for a URL query: everything but RFC 3986's unreserved characters.
+pub fn percent_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
+
 /// Polls `check` until it returns `Some`, failing the test after `timeout`. For waiting on
 /// another process's progress: it asserts an observable condition, never a duration.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: std::time::Duration, mut check: F) -> T

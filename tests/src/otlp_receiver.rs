@@ -101,13 +101,7 @@ impl OtlpReceiver {
             .layer(DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(shared.clone());
         let shutdown = CancellationToken::new();
-        let stop = shutdown.clone();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-                .expect("OTLP receiver serve");
-        });
+        let task = crate::serve_until_cancelled(listener, app, shutdown.clone(), "OTLP receiver");
         OtlpReceiver {
             endpoint: format!("http://{address}"),
             shared,

@@ -93,6 +93,27 @@ impl TestServer {
         }
     }
 
+    /// Runs an extract worker in this process on the server's ledger and configuration, gated as
+    /// `zuno-worker-extract` is, until the queue is empty.
+    pub async fn drain_extraction(&self, worker_id: &str) {
+        let mut runner = zuno_shared::runtime::RunnerConfig::new(worker_id);
+        runner.exit_when_idle = true;
+        let config = self.state.config.clone();
+        let gate = zuno_shared::learning::SourceGate::new(
+            config.clone(),
+            self.state.ledger.clock().clone(),
+        );
+        let extract = zuno_worker_extract::extract::ExtractHandler::new(
+            config,
+            zuno_shared::provider::LearningModelClient::new(),
+        );
+        zuno_shared::runtime::Runner::new(self.state.ledger.clone(), runner)
+            .with_gate(Arc::new(gate))
+            .register(Arc::new(extract))
+            .run(CancellationToken::new())
+            .await;
+    }
+
     /// The server's own token (what a local client finds in the data directory).
     pub fn token(&self) -> &str {
         &self.token

@@ -1,12 +1,7 @@
 //! Learning over HTTP: the done-when path with both extractors, and the 409/400/404 paths.
 
-use std::sync::Arc;
-
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use zuno_shared::config::{Config, ProviderApi, ProviderConfig};
-use zuno_shared::learning::SourceGate;
-use zuno_shared::runtime::{Runner, RunnerConfig};
 use zuno_tests::fake_provider::{FakeProvider, Reply};
 use zuno_tests::server::{TestServer, decode};
 use zuno_tests::{TestDb, on_both_backends};
@@ -14,20 +9,7 @@ use zuno_tests::{TestDb, on_both_backends};
 use crate::ingestion::project_and_session;
 
 pub(crate) async fn drain_extraction(server: &TestServer) {
-    let mut config = RunnerConfig::new("api-test-extract");
-    config.exit_when_idle = true;
-    let learning = server.state.config.clone();
-    Runner::new(server.state.ledger.clone(), config)
-        .with_gate(Arc::new(SourceGate::new(
-            learning.clone(),
-            server.state.ledger.clock().clone(),
-        )))
-        .register(Arc::new(zuno_worker_extract::extract::ExtractHandler::new(
-            learning,
-            zuno_worker_extract::provider::LearningModelClient::new(),
-        )))
-        .run(CancellationToken::new())
-        .await;
+    server.drain_extraction("api-test-extract").await;
 }
 
 pub(crate) async fn post_correction_turn(server: &TestServer, session: &str) {

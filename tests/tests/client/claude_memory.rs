@@ -108,14 +108,7 @@ async fn claude_code_memory_becomes_the_users_entries_once(db: TestDb) {
         .await;
     assert_eq!(status, 201);
     // Memory already states one of the CLAUDE.md rules, in other words.
-    let (status, outcome) = server
-        .post(
-            &format!("/api/projects/{project}/memory"),
-            json!({"target": "project", "action": "add", "content": "Run tests with cargo nextest run.",
-                   "reason": "learned", "confidence": 0.9, "origin": "user"}),
-        )
-        .await;
-    assert_eq!(status, 201, "{outcome}");
+    add_project_rule(&server, &project, "Run tests with cargo nextest run.").await;
 
     let dry = run(import_command(&server, &files, &["--dry-run"]), None).await;
     assert_eq!(dry.code, 0, "{}", dry.stderr);

@@ -54,14 +54,7 @@ async fn codex_hooks_inject_memory_and_context_per_the_output_schema(db: TestDb)
     assert_eq!(status, 200, "the hook created the session: {session}");
     assert_eq!(session["projectId"], project.as_str());
 
-    let (status, outcome) = server
-        .post(
-            &format!("/api/projects/{project}/memory"),
-            json!({"target": "project", "action": "add", "content": "Always use pnpm, never npm, to install dependencies.",
-                   "reason": "the user said so", "confidence": 0.95, "origin": "user"}),
-        )
-        .await;
-    assert_eq!(status, 201, "{outcome}");
+    add_project_rule(&server, &project, PNPM_RULE).await;
 
     let answer = codex_hook(home, &server.base, "UserPromptSubmit", &prompt_input).await;
     assert_eq!(answer.code, 0, "{}", answer.stderr);

@@ -437,3 +437,23 @@ pub fn claude_code_rewind_lines() -> Vec<String> {
         ),
     ]
 }
+
+/// The project rule the hook tests expect the agent to be told.
+pub const PNPM_RULE: &str = "Always use pnpm, never npm, to install dependencies.";
+
+/// Adds `content` as a user's project rule through the Memory API, and returns the outcome.
+pub async fn add_project_rule(
+    server: &zuno_tests::server::TestServer,
+    project: &str,
+    content: &str,
+) -> Value {
+    let (status, outcome) = server
+        .post(
+            &format!("/api/projects/{project}/memory"),
+            json!({"target": "project", "action": "add", "content": content,
+                   "reason": "the user said so", "confidence": 0.95, "origin": "user"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{outcome}");
+    outcome
+}

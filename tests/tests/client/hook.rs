@@ -61,14 +61,7 @@ async fn session_start_injects_memory_and_prompt_submit_returns_the_context_sect
     assert_eq!(status, 200, "{created}");
     assert_eq!(created["worktree"], cwd.as_str());
 
-    let (status, outcome) = server
-        .post(
-            &format!("/api/projects/{project}/memory"),
-            json!({"target": "project", "action": "add", "content": "Always use pnpm, never npm, to install dependencies.",
-                   "reason": "the user said so", "confidence": 0.95, "origin": "user"}),
-        )
-        .await;
-    assert_eq!(status, 201, "{outcome}");
+    let outcome = add_project_rule(&server, &project, PNPM_RULE).await;
     assert_eq!(outcome["applied"], true, "{outcome}");
 
     let start = hook(

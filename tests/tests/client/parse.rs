@@ -13,6 +13,15 @@ fn parse(host: Host, lines: &[String]) -> import::Parsed {
     import::parse(host, Cursor::new(text.into_bytes()), Position::default()).unwrap()
 }
 
+/// Each message's role and status, in order.
+fn shape(session: &import::ImportedSession) -> Vec<(Role, MessageStatus)> {
+    session
+        .messages
+        .iter()
+        .map(|m| (m.role, m.status))
+        .collect()
+}
+
 fn tool_calls(parts: &[Part]) -> Vec<(&str, ToolStatus, Option<&str>)> {
     parts
         .iter()
@@ -42,13 +51,8 @@ fn claude_code_turns_tool_results_errors_and_a_malformed_line() {
     assert_eq!(session.external_ref, CC_SESSION);
     assert_eq!(session.cwd.as_deref(), Some(CWD));
     assert_eq!(session.title.as_deref(), Some("Install the dependencies"));
-    let shape: Vec<(Role, MessageStatus)> = session
-        .messages
-        .iter()
-        .map(|m| (m.role, m.status))
-        .collect();
     assert_eq!(
-        shape,
+        shape(session),
         vec![
             (Role::User, MessageStatus::Completed),
             (Role::Assistant, MessageStatus::Completed),
@@ -182,13 +186,8 @@ fn codex_turns_exit_codes_custom_tools_aborts_and_a_malformed_line() {
     assert_eq!(session.session_id(), format!("cx-{CODEX_SESSION}"));
     assert_eq!(session.cwd.as_deref(), Some("/home/someone/src/chess"));
     assert_eq!(session.title.as_deref(), Some("Run the tests"));
-    let shape: Vec<(Role, MessageStatus)> = session
-        .messages
-        .iter()
-        .map(|m| (m.role, m.status))
-        .collect();
     assert_eq!(
-        shape,
+        shape(session),
         vec![
             (Role::User, MessageStatus::Completed),
             (Role::Assistant, MessageStatus::Completed),

@@ -229,25 +229,12 @@ async fn healthy_again(stack: &Stack, service: &str, what: &str, restarts: u64) 
     .await;
 }
 
-/// A query-string value: everything but RFC 3986 unreserved characters percent-encoded.
-fn percent_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                char::from(byte).to_string()
-            }
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
-}
-
 /// Instant query against the stack's Prometheus.
 async fn prometheus_query(http: &reqwest::Client, base: &str, expression: &str) -> Option<Value> {
     let body: Value = http
         .get(format!(
             "{base}/api/v1/query?query={}",
-            percent_encode(expression)
+            zuno_tests::percent_encode(expression)
         ))
         .send()
         .await

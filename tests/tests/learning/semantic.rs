@@ -374,6 +374,18 @@ async fn the_extract_worker_binary_backfills_and_embeds_at_start(db: TestDb) {
     assert_eq!(fake.requests().len(), 1);
 }
 
+/// `POST /api/projects/web/learn/embed-backfill`, which must answer 200.
+async fn embed_backfill(server: &zuno_tests::server::TestServer) -> serde_json::Value {
+    let (status, report) = server
+        .post(
+            "/api/projects/web/learn/embed-backfill",
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{report}");
+    report
+}
+
 /// Over HTTP: `/learn remember` queues the embedding, and `embed-backfill` finds nothing more to
 /// queue for the project (the job exists); without a provider the route says it is off.
 async fn the_remember_and_embed_backfill_routes(db: TestDb) {
@@ -404,13 +416,7 @@ async fn the_remember_and_embed_backfill_routes(db: TestDb) {
         .unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].payload["experienceId"], experience["id"]);
-    let (status, report) = server
-        .post(
-            "/api/projects/web/learn/embed-backfill",
-            serde_json::json!({}),
-        )
-        .await;
-    assert_eq!(status, 200, "{report}");
+    let report = embed_backfill(&server).await;
     assert_eq!(
         report,
         serde_json::json!({"configured": true, "missing": 1, "queued": 0, "existing": 1})
@@ -418,13 +424,7 @@ async fn the_remember_and_embed_backfill_routes(db: TestDb) {
     drop(server);
 
     let server = zuno_tests::server::TestServer::start(&db, Config::default(), None).await;
-    let (status, report) = server
-        .post(
-            "/api/projects/web/learn/embed-backfill",
-            serde_json::json!({}),
-        )
-        .await;
-    assert_eq!(status, 200, "{report}");
+    let report = embed_backfill(&server).await;
     assert_eq!(report["configured"], false);
     assert!(fake.requests().is_empty());
 }

@@ -129,6 +129,18 @@ async fn forgetting_evidence_retracts_only_unsupported_automatic_entries(db: Tes
     );
 }
 
+/// Forgets experience `id` and retracts the Memory entries it alone supported, in `tx`; returns
+/// the documents the retraction changed.
+async fn forget_and_retract(tx: &mut zuno_shared::db::Tx, id: &str, now: i64) -> Vec<String> {
+    zuno_shared::learning::experience::forget_in(tx, id, now)
+        .await
+        .unwrap()
+        .unwrap();
+    zuno_shared::memory::service::retract_unsupported_in(tx, id, now)
+        .await
+        .unwrap()
+}
+
 async fn forgetting_the_last_support_of_several_entries_retracts_them_all(db: TestDb) {
     let env = Env::new(db).await;
     let a = env.experience("Remember: use pnpm.").await;
@@ -141,37 +153,19 @@ async fn forgetting_the_last_support_of_several_entries_retracts_them_all(db: Te
 
     // The first forget leaves "Use pnpm." with independent support.
     let mut tx = env.db.db.begin().await.unwrap();
-    zuno_shared::learning::experience::forget_in(&mut tx, &b, now)
-        .await
-        .unwrap()
-        .unwrap();
-    let documents = zuno_shared::memory::service::retract_unsupported_in(&mut tx, &b, now)
-        .await
-        .unwrap();
+    let documents = forget_and_retract(&mut tx, &b, now).await;
     tx.commit().await.unwrap();
     assert_eq!(documents.len(), 1);
     assert_eq!(env.entries(Scope::Project).await, ["Use pnpm."]);
 
     let mut tx = env.db.db.begin().await.unwrap();
-    zuno_shared::learning::experience::forget_in(&mut tx, &a, now)
-        .await
-        .unwrap()
-        .unwrap();
-    zuno_shared::memory::service::retract_unsupported_in(&mut tx, &a, now)
-        .await
-        .unwrap();
+    forget_and_retract(&mut tx, &a, now).await;
     // Rolled back: forgetting is atomic with the retraction.
     tx.rollback().await.unwrap();
     assert_eq!(env.entries(Scope::Project).await, ["Use pnpm."]);
 
     let mut tx = env.db.db.begin().await.unwrap();
-    zuno_shared::learning::experience::forget_in(&mut tx, &a, now)
-        .await
-        .unwrap()
-        .unwrap();
-    zuno_shared::memory::service::retract_unsupported_in(&mut tx, &a, now)
-        .await
-        .unwrap();
+    forget_and_retract(&mut tx, &a, now).await;
     tx.commit().await.unwrap();
     assert!(env.entries(Scope::Project).await.is_empty());
     assert_eq!(env.revision(Scope::Project).await, 4);

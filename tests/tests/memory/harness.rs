@@ -215,18 +215,7 @@ impl Env {
         let mut tx = self.db.db.begin().await.unwrap();
         let mut ids = Vec::new();
         for text in texts {
-            let experience = experience::insert_manual_in(
-                &mut tx,
-                PROJECT,
-                None,
-                ExperienceOrigin::Remember,
-                text,
-                now,
-            )
-            .await
-            .unwrap()
-            .unwrap();
-            ids.push(experience.id);
+            ids.push(remember_in(&mut tx, text, now).await);
         }
         let trigger = ids.last().expect("a batch has records").clone();
         maintenance::admit_in(&self.db.ledger(), &mut tx, PROJECT, &trigger)
@@ -271,20 +260,20 @@ impl Env {
     /// An explicit user statement (`remember`) in the project: evidence Memory may cite.
     pub async fn experience(&self, text: &str) -> String {
         let mut tx = self.db.db.begin().await.unwrap();
-        let experience = experience::insert_manual_in(
-            &mut tx,
-            PROJECT,
-            None,
-            ExperienceOrigin::Remember,
-            text,
-            system_clock().now_ms(),
-        )
+        let id = remember_in(&mut tx, text, system_clock().now_ms()).await;
+        tx.commit().await.unwrap();
+        id
+    }
+}
+
+/// Records `text` as an explicit user statement (`remember`) in the project, in `tx`; returns its
+/// id.
+async fn remember_in(tx: &mut zuno_shared::db::Tx, text: &str, now: i64) -> String {
+    experience::insert_manual_in(tx, PROJECT, None, ExperienceOrigin::Remember, text, now)
         .await
         .unwrap()
-        .unwrap();
-        tx.commit().await.unwrap();
-        experience.id
-    }
+        .unwrap()
+        .id
 }
 
 pub fn contents(view: &DocumentView) -> Vec<String> {

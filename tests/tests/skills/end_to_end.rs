@@ -76,20 +76,7 @@ async fn three_sessions_repeating_one_correction_become_an_applied_and_undone_sk
     }
     // Extraction (the fake derives one cited correction per turn).
     provider.push([Reply::auto(), Reply::auto(), Reply::auto()]);
-    let mut config = RunnerConfig::new("e2e-extract");
-    config.exit_when_idle = true;
-    let learning = server.state.config.clone();
-    Runner::new(server.state.ledger.clone(), config)
-        .with_gate(Arc::new(SourceGate::new(
-            learning.clone(),
-            server.state.ledger.clock().clone(),
-        )))
-        .register(Arc::new(zuno_worker_extract::extract::ExtractHandler::new(
-            learning,
-            LearningModelClient::new(),
-        )))
-        .run(CancellationToken::new())
-        .await;
+    server.drain_extraction("e2e-extract").await;
     let (_, experiences) = server.get("/api/projects/web/learn/experiences").await;
     let ids: Vec<String> = experiences["experiences"]
         .as_array()

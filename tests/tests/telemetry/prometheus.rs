@@ -242,19 +242,6 @@ fn has_number(series: &[Value]) -> bool {
     })
 }
 
-/// A query-string value: everything but RFC 3986 unreserved characters percent-encoded.
-fn percent_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                char::from(byte).to_string()
-            }
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
-}
-
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -449,7 +436,7 @@ impl Prometheus {
             .get(format!(
                 "{}/api/v1/query?query={}",
                 self.base,
-                percent_encode(expression)
+                zuno_tests::percent_encode(expression)
             ))
             .send()
             .await
