@@ -116,16 +116,8 @@ impl ProviderError {
         match self {
             ProviderError::RateLimited { retry_after, .. }
             | ProviderError::Unavailable { retry_after, .. } => *retry_after,
-            ProviderError::MissingCredential { .. }
-            | ProviderError::InvalidHeader { .. }
-            | ProviderError::Auth(_)
-            | ProviderError::ModelUnavailable(_)
-            | ProviderError::OutputLimitRejected(_)
-            | ProviderError::BadRequest(_)
-            | ProviderError::Network { .. }
-            | ProviderError::Timeout { .. }
-            | ProviderError::InvalidResponse(_)
-            | ProviderError::MalformedAnswer { .. } => None,
+            // Only those two answers carry a Retry-After header worth honouring.
+            _ => None,
         }
     }
 

@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::model::{Job, NewJob};
 use super::row::{JOB_COLUMNS, JobRow};
 use super::{Ledger, LedgerError};
-use crate::db::{Backend, Pool, Tx};
+use crate::db::{Backend, Tx};
 
 /// The outcome of admitting a job identity.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -106,39 +106,28 @@ impl Ledger {
         let now = self.now_ms();
         let id = crate::ids::new_id("job");
         let payload = job.payload.to_string();
-        let inserted: Option<JobRow> = match self.db.pool() {
-            Pool::Postgres(pool) => {
-                let sql = format!(
-                    "WITH inserted AS ({}) SELECT inserted.*, pg_notify('{}', inserted.kind) AS notified FROM inserted",
-                    insert_sql(Backend::Postgres),
-                    crate::ledger::PG_CHANNEL
-                );
-                bind_new_job!(
-                    sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
-                    &id,
-                    job,
-                    &payload,
-                    self.statement_now(),
-                    now
-                )
-                .fetch_optional(pool)
-                .await?
-            }
-            Pool::Sqlite(pool) => {
-                let _slot = self.db.write_slot().await;
-                let sql = insert_sql(Backend::Sqlite);
-                bind_new_job!(
-                    sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
-                    &id,
-                    job,
-                    &payload,
-                    self.statement_now(),
-                    now
-                )
-                .fetch_optional(pool)
-                .await?
-            }
+        let sql = match self.db.backend() {
+            // Postgres wakes other hosts' workers in the same statement.
+            Backend::Postgres => format!(
+                "WITH inserted AS ({}) SELECT inserted.*, pg_notify('{}', inserted.kind) AS notified FROM inserted",
+                insert_sql(Backend::Postgres),
+                crate::ledger::PG_CHANNEL
+            ),
+            Backend::Sqlite => insert_sql(Backend::Sqlite),
         };
+        // SQLite's one writer: this process's writers queue here (none on Postgres).
+        let slot = self.db.write_slot().await;
+        let inserted: Option<JobRow> = crate::on_db!(self.db, |pool| bind_new_job!(
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
+            &id,
+            job,
+            &payload,
+            self.statement_now(),
+            now
+        )
+        .fetch_optional(pool)
+        .await)?;
+        drop(slot);
         match inserted {
             Some(row) => {
                 self.db.wake_bus().wake();

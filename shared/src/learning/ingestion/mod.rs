@@ -61,6 +61,18 @@ pub struct TurnOutcome {
     pub not_admitted: Option<String>,
 }
 
+impl TurnOutcome {
+    /// A stored message that closes no turn: nothing was judged or admitted.
+    fn open(message: Message) -> Self {
+        TurnOutcome {
+            message,
+            eligibility: None,
+            admission: None,
+            not_admitted: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LearningIngestion {
     store: TranscriptStore,
@@ -131,12 +143,7 @@ impl LearningIngestion {
             self.close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, false, trace_parent)
                 .await?
         } else {
-            TurnOutcome {
-                message,
-                eligibility: None,
-                admission: None,
-                not_admitted: None,
-            }
+            TurnOutcome::open(message)
         };
         tx.commit().await?;
         Ok(outcome)
@@ -190,12 +197,7 @@ impl LearningIngestion {
             self.close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, true, trace_parent)
                 .await?
         } else {
-            TurnOutcome {
-                message,
-                eligibility: None,
-                admission: None,
-                not_admitted: None,
-            }
+            TurnOutcome::open(message)
         };
         tx.commit().await?;
         Ok(Ok((feedback, outcome)))

@@ -242,15 +242,7 @@ impl Builder {
     /// Splits one whitespace/bracket-delimited candidate into CJK and non-CJK pieces. Returns
     /// false once the term cap is reached.
     fn candidate(&mut self, candidate: &str) -> bool {
-        let mut rest = candidate;
-        while let Some(first) = rest.chars().next() {
-            let cjk = is_cjk(first);
-            let end = rest
-                .char_indices()
-                .find(|&(_, c)| is_cjk(c) != cjk)
-                .map_or(rest.len(), |(at, _)| at);
-            let (piece, tail) = rest.split_at(end);
-            rest = tail;
+        for (cjk, piece) in script_runs(candidate) {
             let open = if cjk {
                 self.cjk_run(piece)
             } else {
@@ -334,21 +326,29 @@ pub(crate) enum Piece {
     Cjk(String),
 }
 
+/// The runs of `candidate` that are all CJK or all other characters, in order, each with
+/// whether it is CJK: the one split both the query parser and the index builder make.
+fn script_runs(candidate: &str) -> impl Iterator<Item = (bool, &str)> {
+    let mut rest = candidate;
+    std::iter::from_fn(move || {
+        let cjk = is_cjk(rest.chars().next()?);
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| is_cjk(c) != cjk)
+            .map_or(rest.len(), |(at, _)| at);
+        let (piece, tail) = rest.split_at(end);
+        rest = tail;
+        Some((cjk, piece))
+    })
+}
+
 /// Every piece of `text`, in order, split exactly as [`parse`] splits a query but without its
 /// caps (no length limit, no term limit, no deduplication) and with stopwords kept, so an index
 /// built from stored text meets the terms of a query.
 pub(crate) fn pieces(text: &str, mut visit: impl FnMut(Piece)) {
     let mut candidate = String::new();
     let flush = |candidate: &str, visit: &mut dyn FnMut(Piece)| {
-        let mut rest = candidate;
-        while let Some(first) = rest.chars().next() {
-            let cjk = is_cjk(first);
-            let end = rest
-                .char_indices()
-                .find(|&(_, c)| is_cjk(c) != cjk)
-                .map_or(rest.len(), |(at, _)| at);
-            let (piece, tail) = rest.split_at(end);
-            rest = tail;
+        for (cjk, piece) in script_runs(candidate) {
             if cjk {
                 visit(Piece::Cjk(piece.to_lowercase()));
             } else if let Some(word) = latin_word(piece) {

@@ -326,13 +326,8 @@ impl MemoryService {
             .await?;
         let candidate = store::candidate_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
-        let projection = Some(self.publish(&document.id).await?);
-        Ok(Outcome {
-            candidate,
-            applied: true,
-            revision,
-            projection,
-        })
+        self.published(&document.id, candidate, true, revision)
+            .await
     }
 
     /// Rejects a pending candidate; its proposed text is not proposed again automatically.

@@ -161,13 +161,8 @@ impl MemoryService {
         store::record_undone_in(&mut tx, id, revision, now).await?;
         let candidate = store::candidate_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
-        let projection = Some(self.publish(&document.id).await?);
-        Ok(Outcome {
-            candidate,
-            applied: false,
-            revision,
-            projection,
-        })
+        self.published(&document.id, candidate, false, revision)
+            .await
     }
 
     /// Sets the document's entries to `target` (keeping entries that survive, retracting the rest,

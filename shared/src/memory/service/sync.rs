@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::managed_file::{self, CreateDir, ManagedFileError, Publish};
 use crate::memory::markdown;
-use crate::memory::store::{self, Scope};
+use crate::memory::store::{self, Candidate, Scope};
 use crate::memory::write_check::{self, WriteRefusal};
 
 use super::{Inspection, MemoryError, MemoryService, Outcome, ProjectionReport, contents, json};
@@ -80,6 +80,45 @@ impl MemoryService {
         })
     }
 
+    /// Records that the file at `path` holds `revision` of the document (`digest`), with the
+    /// reason in `detail`.
+    async fn record_synced(
+        &self,
+        document_id: &str,
+        path: &std::path::Path,
+        digest: &str,
+        revision: i64,
+        detail: &str,
+    ) -> Result<(), MemoryError> {
+        self.record_projection(
+            document_id,
+            path,
+            "synced",
+            Some(digest),
+            Some(revision),
+            Some(detail),
+        )
+        .await
+    }
+
+    /// Publishes the document's projection after a committed change to it, and reports what
+    /// became of `candidate`.
+    pub(super) async fn published(
+        &self,
+        document_id: &str,
+        candidate: Candidate,
+        applied: bool,
+        revision: i64,
+    ) -> Result<Outcome, MemoryError> {
+        let projection = Some(self.publish(document_id).await?);
+        Ok(Outcome {
+            candidate,
+            applied,
+            revision,
+            projection,
+        })
+    }
+
     pub(super) async fn record_projection(
         &self,
         document_id: &str,
@@ -138,13 +177,12 @@ impl MemoryService {
             .await?;
         store::set_owner_in(&mut tx, &document.id, revision, "imported").await?;
         tx.commit().await?;
-        self.record_projection(
+        self.record_synced(
             &document.id,
             &path,
-            "synced",
-            Some(&file.digest),
-            Some(revision),
-            Some("adopted the existing file"),
+            &file.digest,
+            revision,
+            "adopted the existing file",
         )
         .await?;
         Ok(())
@@ -257,22 +295,10 @@ impl MemoryService {
             .expect("inserted");
         tx.commit().await?;
         // The file now is the accepted version: record its digest so the next write proceeds.
-        self.record_projection(
-            &document.id,
-            &path,
-            "synced",
-            Some(&file.digest),
-            Some(revision),
-            Some("imported"),
-        )
-        .await?;
-        let projection = Some(self.publish(&document.id).await?);
-        Ok(Outcome {
-            candidate,
-            applied: true,
-            revision,
-            projection,
-        })
+        self.record_synced(&document.id, &path, &file.digest, revision, "imported")
+            .await?;
+        self.published(&document.id, candidate, true, revision)
+            .await
     }
 }
 
