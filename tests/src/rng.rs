@@ -5,7 +5,7 @@
 pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -15,7 +15,7 @@ impl SplitMix64 {
 
     /// A number in `0..n`.
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 
     /// A number in `low..=high`.
@@ -25,12 +25,12 @@ impl SplitMix64 {
 
     /// A number in `[0, 1)` with 53 random bits.
     pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// A number in `[-1, 1]` in steps of a millionth: a component of a random test vector.
     pub fn signed_unit(&mut self) -> f32 {
-        (self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0
+        (self.next_u64() % 2_000_001) as f32 / 1_000_000.0 - 1.0
     }
 
     /// True with probability `p`.
@@ -46,7 +46,7 @@ impl SplitMix64 {
     pub fn hex(&mut self, bytes: usize) -> String {
         let mut out = String::with_capacity(bytes * 2);
         while out.len() < bytes * 2 {
-            out.push_str(&format!("{:016x}", self.next()));
+            out.push_str(&format!("{:016x}", self.next_u64()));
         }
         out.truncate(bytes * 2);
         out

@@ -286,6 +286,14 @@ impl WatermarkStore {
             .unwrap_or_default()
     }
 
+    /// [`WatermarkStore::store`], warning on stderr when it fails: the next run re-imports from
+    /// the older mark, which is idempotent, so a hook does not fail for it.
+    pub fn store_or_warn(&self, transcript: &Path, mark: Mark) {
+        if let Err(error) = self.store(transcript, mark) {
+            eprintln!("zuno hook: cannot store the import watermark: {error}");
+        }
+    }
+
     /// Stores the mark atomically (write a temporary file, then rename).
     pub fn store(&self, transcript: &Path, mark: Mark) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
@@ -372,17 +380,20 @@ pub async fn import_incrementally(
                 .import(&file.display().to_string(), &parsed, None)
                 .await?;
         }
-        if let Err(error) = store.store(&file, next) {
-            eprintln!("zuno hook: cannot store the import watermark: {error}");
-        }
+        store.store_or_warn(&file, next);
     }
+    Ok(reported(&importer))
+}
+
+/// Prints the lines the import skipped, on stderr, and returns how many messages it added.
+fn reported(importer: &Importer) -> usize {
     for issue in &importer.report.issues {
         eprintln!(
             "zuno hook: {}:{}: skipped: {}",
             issue.file, issue.line, issue.reason
         );
     }
-    Ok(importer.report.messages_added)
+    importer.report.messages_added
 }
 
 /// A whole-file reading split at a watermark: the messages that start at or before line
@@ -487,14 +498,6 @@ pub async fn import_rollout_incrementally(
         session,
         last_record: None,
     };
-    if let Err(error) = store.store(rollout, next) {
-        eprintln!("zuno hook: cannot store the import watermark: {error}");
-    }
-    for issue in &importer.report.issues {
-        eprintln!(
-            "zuno hook: {}:{}: skipped: {}",
-            issue.file, issue.line, issue.reason
-        );
-    }
-    Ok(importer.report.messages_added)
+    store.store_or_warn(rollout, next);
+    Ok(reported(&importer))
 }

@@ -78,7 +78,7 @@ const WORDS: &[&str] = &[
 /// `words` words of the bench's list.
 fn sentence(rng: &mut Rng, words: usize) -> String {
     (0..words)
-        .map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize])
+        .map(|_| WORDS[(rng.next_u64() % WORDS.len() as u64) as usize])
         .collect::<Vec<_>>()
         .join(" ")
 }
