@@ -29,6 +29,24 @@ pub fn model_config(base_url: &str) -> Config {
 }
 
 impl World {
+    /// `context` for `prompt` in `session` now: what the prompt hook would insert.
+    pub async fn context(
+        &self,
+        session: &str,
+        prompt: &str,
+    ) -> zuno_shared::learning::retrieval::PromptContext {
+        zuno_shared::learning::retrieval::assemble(
+            &self.db.db,
+            &self.config,
+            session,
+            prompt,
+            self.ledger.now_ms(),
+        )
+        .await
+        .unwrap()
+        .expect("the session exists")
+    }
+
     pub async fn new(db: TestDb, config: Config) -> World {
         let config = Arc::new(config);
         let clock = zuno_shared::clock::system_clock();

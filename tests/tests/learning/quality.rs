@@ -17,16 +17,7 @@ use zuno_tests::{TestDb, on_both_backends};
 use crate::harness::{World, text, tool};
 
 async fn context(world: &World, session: &str, prompt: &str) -> PromptContext {
-    retrieval::assemble(
-        &world.db.db,
-        &world.config,
-        session,
-        prompt,
-        world.ledger.now_ms(),
-    )
-    .await
-    .unwrap()
-    .expect("the session exists")
+    world.context(session, prompt).await
 }
 
 async fn assistant_with_status(

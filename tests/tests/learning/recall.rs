@@ -15,16 +15,7 @@ use crate::harness::World;
 const RELATED_PROMPT: &str = "Install the dependencies for the web package with npm please";
 
 async fn context(world: &World, session: &str, prompt: &str) -> PromptContext {
-    retrieval::assemble(
-        &world.db.db,
-        &world.config,
-        session,
-        prompt,
-        world.ledger.now_ms(),
-    )
-    .await
-    .unwrap()
-    .expect("the session exists")
+    world.context(session, prompt).await
 }
 
 fn section<'a>(context: &'a PromptContext, name: &str) -> Option<&'a str> {

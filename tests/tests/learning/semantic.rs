@@ -76,16 +76,7 @@ async fn embed_jobs(world: &World) -> Vec<zuno_shared::ledger::Job> {
 }
 
 async fn context(world: &World, session: &str, prompt: &str) -> PromptContext {
-    retrieval::assemble(
-        &world.db.db,
-        &world.config,
-        session,
-        prompt,
-        world.ledger.now_ms(),
-    )
-    .await
-    .unwrap()
-    .expect("the session exists")
+    world.context(session, prompt).await
 }
 
 async fn receipt_retrieval(world: &World, receipt_id: &str) -> serde_json::Value {
