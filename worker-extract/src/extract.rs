@@ -1,8 +1,9 @@
 //! The extraction job: one closed turn's bound source in, cited Experience out.
 //!
-//! 1. Rebuild the bound manifest from stored rows; a changed source is skipped.
+//! 1. The bound manifest, rebuilt from stored rows by the claim gate in the claim transaction
+//!    (or here, when the job was claimed without it); a changed source is skipped.
 //! 2. Persist the exact manifest and a `learning.extraction.request` event on the job, fenced by
-//!    the lease, before any provider request.
+//!    the lease, before any provider request (one transaction with step 1's reads).
 //! 3. Run the extractor: the built-in rules (`rules-1`) or the model (`model-1`), the latter
 //!    with no tools, no filesystem and no foreground identity.
 //! 4. Record token usage and provider health, whatever the outcome.
@@ -16,13 +17,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 use zuno_shared::config::Config;
-use zuno_shared::db::{Db, Tx};
+use zuno_shared::db::Tx;
 use zuno_shared::learning::events::{self, EventScope};
 use zuno_shared::learning::extraction::ExtractionOutput;
 use zuno_shared::learning::manifest::{self, SourceManifest};
 use zuno_shared::learning::validate::{RefusedItem, ValidatedExtraction, validate};
 use zuno_shared::learning::{
-    RULES_EXTRACTOR_VERSION, SourceCheck, SourceSnapshot, experience, policy, rules,
+    CheckedSource, RULES_EXTRACTOR_VERSION, SourceCheck, SourceSnapshot, experience, policy, rules,
 };
 use zuno_shared::ledger::{Job, JobKind};
 use zuno_shared::provider::Diagnostic;
@@ -206,8 +207,9 @@ impl JobHandler for ExtractHandler {
 
     async fn run(&self, ctx: JobContext) -> Result<Job, JobError> {
         let job = ctx.job().clone();
-        // 1. The bound source, rebuilt from stored rows.
-        let bound = load_bound_source(ctx.ledger.db(), &job.id).await?;
+        // 1. The bound source, in the lease-proven transaction that records the request.
+        let mut tx = ctx.fenced_tx().await?;
+        let bound = bound_source_in(&mut tx, &ctx).await?;
         let version = job
             .extractor_version
             .clone()
@@ -221,7 +223,8 @@ impl JobHandler for ExtractHandler {
         let extractor = self.extractor(&version, bound.session_model.as_deref())?;
         // 2. The exact input and the request receipt, durable before any provider call.
         let (request, receipt) = build_request(&extractor, &version, &bound.manifest);
-        record_request(&ctx, &scope, &receipt, &version, &bound.manifest).await?;
+        record_request_in(&mut tx, &ctx, &scope, &receipt, &version, &bound.manifest).await?;
+        tx.commit().await?;
         // 3–4. Run the extractor; the model call records usage and provider health whatever
         // the outcome.
         let request_id = receipt.request_id().to_owned();
@@ -249,23 +252,27 @@ impl JobHandler for ExtractHandler {
     }
 }
 
-/// Rebuilds the job's bound source from stored rows; a changed or unavailable source skips
-/// the job.
-async fn load_bound_source(db: &Db, job_id: &str) -> Result<Bound, JobError> {
-    let mut read = db.begin_read().await?;
-    let snapshot = SourceSnapshot::load_in(&mut read, job_id)
-        .await?
-        .ok_or_else(|| {
-            JobError::SourceChanged(String::from("the job has no bound source snapshot"))
-        })?;
-    let manifest = match snapshot.check_in(&mut read).await? {
-        SourceCheck::Current(manifest) => manifest,
-        SourceCheck::Changed(reason) | SourceCheck::Unavailable(reason) => {
-            return Err(JobError::SourceChanged(reason));
+/// The job's bound source: as the claim gate checked it in the claim transaction, or rebuilt
+/// from stored rows when the job was claimed without that gate. A changed or unavailable source
+/// skips the job.
+async fn bound_source_in(tx: &mut Tx, ctx: &JobContext) -> Result<Bound, JobError> {
+    let (snapshot, manifest) = match ctx.gate_findings::<CheckedSource>() {
+        Some(checked) => (checked.snapshot.clone(), checked.manifest.clone()),
+        None => {
+            let snapshot = SourceSnapshot::load_in(tx, &ctx.job().id)
+                .await?
+                .ok_or_else(|| {
+                    JobError::SourceChanged(String::from("the job has no bound source snapshot"))
+                })?;
+            match snapshot.check_in(tx).await? {
+                SourceCheck::Current(manifest) => (snapshot, manifest),
+                SourceCheck::Changed(reason) | SourceCheck::Unavailable(reason) => {
+                    return Err(JobError::SourceChanged(reason));
+                }
+            }
         }
     };
-    let session_model = transcript::session_model_in(&mut read, &snapshot.session_id).await?;
-    read.rollback().await?;
+    let session_model = transcript::session_model_in(tx, &snapshot.session_id).await?;
     Ok(Bound {
         snapshot,
         manifest,
@@ -312,9 +319,10 @@ fn build_request(
     }
 }
 
-/// Persists the exact manifest and the `learning.extraction.request` event, fenced by the
-/// lease.
-async fn record_request(
+/// Persists the exact manifest and the `learning.extraction.request` event in `tx`, the
+/// lease-proven transaction the caller commits.
+async fn record_request_in(
+    tx: &mut Tx,
     ctx: &JobContext,
     scope: &EventScope<'_>,
     receipt: &Receipt,
@@ -327,17 +335,15 @@ async fn record_request(
         extractor_version: version,
         manifest_digest: &manifest.digest,
     })?;
-    let mut tx = ctx.fenced_tx().await?;
-    manifest::persist_in(&mut tx, &ctx.job().id, manifest).await?;
+    manifest::persist_in(tx, &ctx.job().id, manifest).await?;
     events::append_in(
-        &mut tx,
+        tx,
         events::EXTRACTION_REQUEST,
         scope,
         &event,
         ctx.ledger.now_ms(),
     )
     .await?;
-    tx.commit().await?;
     Ok(())
 }
 
@@ -462,7 +468,7 @@ impl ExtractHandler {
             return Err(JobError::SourceChanged(reason));
         }
         let now = ctx.ledger.now_ms();
-        let stored = experience::insert_extraction_in(
+        let (stored, reinforcements) = experience::stage_extraction_in(
             tx,
             &ctx.job().id,
             &bound.snapshot.project_id,
@@ -488,6 +494,7 @@ impl ExtractHandler {
             now,
         )
         .await?;
+        reinforcements.apply_in(tx).await?;
         let settled = settlement.complete(to_json(&result)?).await?;
         let metrics = zuno_shared::telemetry::metrics::learning();
         for _ in 0..stored.verified {

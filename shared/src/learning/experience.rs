@@ -161,7 +161,8 @@ pub struct StoredExtraction {
 /// Pending records a writer indexes in its own transaction (its own and any left behind).
 const INDEX_BATCH: i64 = 256;
 /// Inserts an extraction's accepted experiences, evidence and hints in the caller's (settlement)
-/// transaction. `(job, ordinal)` is unique, so a resumed attempt stores nothing twice.
+/// transaction, and reinforces the experiences it restates. `(job, ordinal)` is unique, so a
+/// resumed attempt stores nothing twice.
 pub async fn insert_extraction_in(
     tx: &mut Tx,
     job_id: &str,
@@ -171,6 +172,52 @@ pub async fn insert_extraction_in(
     validated: &ValidatedExtraction,
     now: i64,
 ) -> Result<StoredExtraction, StoreError> {
+    let (stored, reinforcements) = stage_extraction_in(
+        tx,
+        job_id,
+        project_id,
+        session_id,
+        extractor_version,
+        validated,
+        now,
+    )
+    .await?;
+    reinforcements.apply_in(tx).await?;
+    Ok(stored)
+}
+
+/// Existing experiences an extraction restates, to reinforce with its citations.
+#[must_use = "the restatements are recorded only when applied"]
+pub struct Reinforcements<'v> {
+    job_id: String,
+    restatements: Vec<(String, &'v ValidExperience)>,
+}
+
+impl Reinforcements<'_> {
+    /// Reinforcing locks each existing record's row until commit, and a lesson restated across
+    /// sessions makes that row hot: callers apply these as the last writes before settling, so
+    /// the lock is held briefly; in id order, so two jobs reinforcing the same two records
+    /// cannot deadlock.
+    pub async fn apply_in(mut self, tx: &mut Tx) -> Result<(), StoreError> {
+        self.restatements.sort_by(|(a, _), (b, _)| a.cmp(b));
+        for (existing, experience) in &self.restatements {
+            reinforce_in(tx, existing, &self.job_id, &experience.citations).await?;
+        }
+        Ok(())
+    }
+}
+
+/// [`insert_extraction_in`] without the reinforcements, which it returns for the caller to
+/// apply last in the same transaction.
+pub async fn stage_extraction_in<'v>(
+    tx: &mut Tx,
+    job_id: &str,
+    project_id: &str,
+    session_id: &str,
+    extractor_version: &str,
+    validated: &'v ValidatedExtraction,
+    now: i64,
+) -> Result<(StoredExtraction, Reinforcements<'v>), StoreError> {
     let job = ExtractionJob {
         job_id,
         project_id,
@@ -215,15 +262,18 @@ pub async fn insert_extraction_in(
         stored.hints += 1;
     }
     // The new records join the recall index in the transaction that stores them, so recall
-    // rarely has to score pending records from their text.
-    crate::learning::recall::index::catch_up_in(tx, INDEX_BATCH).await?;
-    // Reinforcing locks the existing record's row until commit: last, so the lock is held
-    // briefly, and in id order, so two jobs reinforcing the same two records cannot deadlock.
-    restatements.sort_by(|(a, _), (b, _)| a.cmp(b));
-    for (existing, experience) in &restatements {
-        reinforce_in(tx, existing, job_id, &experience.citations).await?;
+    // rarely has to score pending records from their text (records left pending by others are
+    // the background drain's, when this stores none).
+    if !stored.experiences.is_empty() {
+        crate::learning::recall::index::catch_up_in(tx, INDEX_BATCH).await?;
     }
-    Ok(stored)
+    Ok((
+        stored,
+        Reinforcements {
+            job_id: job_id.to_owned(),
+            restatements,
+        },
+    ))
 }
 
 /// The extraction job whose answer is being stored.
@@ -382,15 +432,22 @@ async fn reinforce_in(
     // took. Reading the next ordinal before holding the lock let two jobs pick the same one,
     // and the later insert was dropped as a conflict (lost evidence on Postgres).
     super::retrieval::adjust_in(tx, experience_id, super::retrieval::ranking::REINFORCE).await?;
-    let next: i64 = crate::on_tx!(tx, |conn| {
-        sqlx::query_scalar(
-        "SELECT COALESCE(MAX(ordinal), -1) + 1 FROM experience_evidence WHERE experience_id = $1"
-    )
-    .bind(experience_id)
-    .fetch_one(conn)
-    .await
-    })?;
-    insert_evidence_in(tx, experience_id, next, citations, Some(job_id)).await
+    // Each citation takes the next ordinal in its own insert: one statement fewer under the
+    // lock than reading the ordinal first.
+    let sql = "INSERT INTO experience_evidence (experience_id, ordinal, source_id, address, message_id, excerpt, \
+                 raw_digest, redacted_digest, verified, detail, job_id) \
+               SELECT $1, COALESCE(MAX(ordinal), -1) + 1, $2, $3, $4, $5, $6, $7, $8, $9, $10 \
+               FROM experience_evidence WHERE experience_id = $1 \
+               ON CONFLICT (experience_id, ordinal) DO NOTHING";
+    for citation in citations {
+        crate::db::execute_in(
+            tx,
+            sql,
+            &evidence_args(experience_id, None, citation, Some(job_id)),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Writes `citations` as evidence rows of `experience_id` from ordinal `first` on; `job_id`
@@ -409,23 +466,35 @@ async fn insert_evidence_in(
         crate::db::execute_in(
             tx,
             sql,
-            &[
-                experience_id.into(),
-                (first + index as i64).into(),
-                (&citation.source_id).into(),
-                (&citation.address).into(),
-                (&citation.message_id).into(),
-                (&citation.excerpt).into(),
-                (&citation.raw_digest).into(),
-                (&citation.redacted_digest).into(),
-                citation.verified.into(),
-                (&citation.detail).into(),
-                job_id.into(),
-            ],
+            &evidence_args(experience_id, Some(first + index as i64), citation, job_id),
         )
         .await?;
     }
     Ok(())
+}
+
+/// An evidence row's values in column order, the ordinal left out when the statement takes the
+/// next one itself.
+fn evidence_args<'a>(
+    experience_id: &'a str,
+    ordinal: Option<i64>,
+    citation: &'a super::validate::CheckedCitation,
+    job_id: Option<&'a str>,
+) -> Vec<crate::db::Arg<'a>> {
+    let mut args = vec![experience_id.into()];
+    args.extend(ordinal.map(crate::db::Arg::from));
+    args.extend::<[crate::db::Arg<'a>; 9]>([
+        (&citation.source_id).into(),
+        (&citation.address).into(),
+        (&citation.message_id).into(),
+        (&citation.excerpt).into(),
+        (&citation.raw_digest).into(),
+        (&citation.redacted_digest).into(),
+        citation.verified.into(),
+        (&citation.detail).into(),
+        job_id.into(),
+    ]);
+    args
 }
 
 /// A manual record (`remember`, `issue`): explicit user evidence, verified by construction.

@@ -24,4 +24,6 @@ pub use ingestion::{
     RULES_2_EXTRACTOR_VERSION, RULES_EXTRACTOR_VERSION, ReflectOutcome, ReflectScope, RepairAction,
     RepairReport, SessionDeletion, TurnOutcome, extractor_version,
 };
-pub use snapshot::{SourceCheck, SourceGate, SourceSnapshot, cited_sources, manifest_for};
+pub use snapshot::{
+    CheckedSource, SourceCheck, SourceGate, SourceSnapshot, cited_sources, manifest_for,
+};

@@ -17,7 +17,7 @@ use super::{
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::{StoreError, Tx};
-use crate::ledger::{ClaimGate, GateDecision, Job, JobKind};
+use crate::ledger::{ClaimGate, GateDecision, GateFindings, Job, JobKind};
 use crate::transcript::{Message, MessageStatus, TranscriptStore};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -295,8 +295,23 @@ impl ClaimGate for SourceGate {
                 "a source of this turn was explicitly forgotten",
             ));
         }
-        self.reserve_tokens(tx, job).await
+        Ok(match self.reserve_tokens(tx, job).await? {
+            // The handler starts from what was checked here instead of rebuilding it.
+            GateDecision::Proceed => {
+                GateDecision::ProceedWith(GateFindings::new(CheckedSource { snapshot, manifest }))
+            }
+            other => other,
+        })
     }
+}
+
+/// What the claim gate checked for an extraction job in the claim transaction: the bound
+/// snapshot and the manifest rebuilt from stored rows, found current. Settlement checks the
+/// source again in its own transaction, so the attempt may start from these.
+#[derive(Debug, Clone)]
+pub struct CheckedSource {
+    pub snapshot: SourceSnapshot,
+    pub manifest: SourceManifest,
 }
 
 /// How long a follow-up aggregation waits at most before it looks again whether the run before

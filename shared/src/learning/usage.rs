@@ -217,7 +217,7 @@ pub async fn reserve_in(
 const RESERVATION_LOCK: i64 = 0x007a_756e_6f63_6170;
 
 /// Releases the reservation of one attempt: its call's actual spend is recorded now.
-pub async fn release_in(tx: &mut Tx, job_id: &str, attempt: i64) -> Result<(), StoreError> {
+async fn release_in(tx: &mut Tx, job_id: &str, attempt: i64) -> Result<(), StoreError> {
     crate::db::execute_in(
         tx,
         "UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $1 AND attempt = $2",
@@ -334,17 +334,30 @@ pub async fn set_health_in(tx: &mut Tx, health: &ProviderHealth) -> Result<(), S
 /// Records one model call of a learning job: the tokens in `provider_usage` (so job, project and day totals, the daily budget and
 /// status include them) and the provider's health — any answer marks it healthy, a credential
 /// or unknown-model failure unhealthy, transient failures say nothing.
-pub async fn record_call_in(
+async fn record_call_in(
     tx: &mut Tx,
     usage: &UsageRecord<'_>,
     failure: Option<&crate::provider::ProviderError>,
     now: i64,
 ) -> Result<(), StoreError> {
-    use crate::provider::ProviderError;
     record_in(tx, usage, now).await?;
-    let health = match failure {
+    if let Some(health) = health_after(usage.provider, failure, now) {
+        set_health_in(tx, &health).await?;
+    }
+    Ok(())
+}
+
+/// What a call's outcome says of its provider's health: any answer marks it healthy, a
+/// credential or unknown-model failure unhealthy, transient failures say nothing.
+fn health_after(
+    provider: &str,
+    failure: Option<&crate::provider::ProviderError>,
+    now: i64,
+) -> Option<ProviderHealth> {
+    use crate::provider::ProviderError;
+    match failure {
         None => Some(ProviderHealth {
-            provider: usage.provider.to_owned(),
+            provider: provider.to_owned(),
             healthy: true,
             status: None,
             code: None,
@@ -358,7 +371,7 @@ pub async fn record_call_in(
         ) => {
             let diagnostic = error.diagnostic();
             Some(ProviderHealth {
-                provider: usage.provider.to_owned(),
+                provider: provider.to_owned(),
                 healthy: false,
                 status: diagnostic.and_then(|d| d.status).map(i64::from),
                 code: diagnostic.and_then(|d| d.code.clone()),
@@ -367,12 +380,88 @@ pub async fn record_call_in(
             })
         }
         Some(_) => None,
-    };
-    if let Some(health) = health {
-        set_health_in(tx, &health).await?;
     }
+}
+
+/// A job attempt's model call, recorded as [`record_call_in`] records it, with the release of
+/// the attempt's token reservation ([`release_in`]), committed on its own. On Postgres it is
+/// one statement (the usage insert, the release and the health check as data-modifying
+/// `WITH` parts): the job path records a call per attempt, and five round trips of a
+/// transaction were a fifth of an extraction's statements.
+pub async fn record_job_call(
+    db: &Db,
+    usage: &UsageRecord<'_>,
+    attempt: i64,
+    failure: Option<&crate::provider::ProviderError>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let job_id = usage.job_id.unwrap_or_default();
+    let Some(pool) = db.as_postgres() else {
+        let mut tx = db.begin().await?;
+        record_call_in(&mut tx, usage, failure, now).await?;
+        release_in(&mut tx, job_id, attempt).await?;
+        return tx.commit().await;
+    };
+    let health = health_after(usage.provider, failure, now);
+    let (sql, health) = match &health {
+        Some(health) => (RECORD_CALL_WITH_HEALTH_SQL, Some(health)),
+        None => (RECORD_CALL_SQL, None),
+    };
+    let id = crate::ids::new_id("use");
+    let mut query = sqlx::query(sql)
+        .bind(&id)
+        .bind(usage.job_id)
+        .bind(usage.project_id)
+        .bind(usage.provider)
+        .bind(usage.model)
+        .bind(usage.automatic)
+        .bind(day_of(now))
+        .bind(i64::try_from(usage.input_tokens).unwrap_or(i64::MAX))
+        .bind(i64::try_from(usage.output_tokens).unwrap_or(i64::MAX))
+        .bind(now)
+        .bind(job_id)
+        .bind(attempt);
+    if let Some(health) = health {
+        query = query
+            .bind(health.healthy)
+            .bind(health.status)
+            .bind(&health.code)
+            .bind(&health.detail)
+            .bind(HEALTH_CONFIRM_MS);
+    }
+    query.execute(pool).await?;
+    crate::telemetry::metrics::provider().tokens(
+        usage.provider,
+        usage.model,
+        usage.input_tokens,
+        usage.output_tokens,
+    );
     Ok(())
 }
+
+/// [`record_job_call`]'s statement when the outcome says nothing of health: `$1`–`$10` the
+/// usage row, `$11`/`$12` the reservation's job and attempt.
+const RECORD_CALL_SQL: &str = "WITH released AS (\
+       UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $11 AND attempt = $12) \
+     INSERT INTO provider_usage (id, job_id, project_id, provider, model, automatic, day, input_tokens, output_tokens, at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+/// The same with the provider's health (`$13`–`$16`, confirmed after `$17` ms), as
+/// [`set_health_in`] writes it: the guarded update, else an insert for a missing row. Neither
+/// locks the row when the state is fresh and unchanged.
+const RECORD_CALL_WITH_HEALTH_SQL: &str = "WITH released AS (\
+       UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $11 AND attempt = $12), \
+     used AS (\
+       INSERT INTO provider_usage (id, job_id, project_id, provider, model, automatic, day, input_tokens, output_tokens, at) \
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)), \
+     confirmed AS (\
+       UPDATE provider_health SET healthy = $13, status = $14, code = $15, detail = $16, updated_at = $10 \
+       WHERE provider = $4 AND (healthy <> $13 OR status IS DISTINCT FROM $14 \
+         OR code IS DISTINCT FROM $15 OR detail IS DISTINCT FROM $16 OR updated_at <= $10 - $17) \
+       RETURNING 1) \
+     INSERT INTO provider_health (provider, healthy, status, code, detail, updated_at) \
+     SELECT $4, $13, $14, $15, $16, $10 WHERE NOT EXISTS (SELECT 1 FROM confirmed) \
+     ON CONFLICT (provider) DO NOTHING";
 
 pub async fn health(db: &Db) -> Result<Vec<ProviderHealth>, StoreError> {
     let sql = "SELECT provider, healthy, status, code, detail, updated_at FROM provider_health ORDER BY provider";

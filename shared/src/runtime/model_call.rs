@@ -55,9 +55,8 @@ pub async fn call_for_job(
     };
     let job = ctx.job();
     let now = ctx.ledger.now_ms();
-    let mut tx = ctx.ledger.db().begin().await?;
-    usage::record_call_in(
-        &mut tx,
+    usage::record_job_call(
+        ctx.ledger.db(),
         &UsageRecord {
             job_id: Some(&job.id),
             project_id,
@@ -67,12 +66,11 @@ pub async fn call_for_job(
             input_tokens: tokens.input_tokens,
             output_tokens: tokens.output_tokens,
         },
+        ctx.lease().attempt,
         failure,
         now,
     )
     .await?;
-    usage::release_in(&mut tx, &job.id, ctx.lease().attempt).await?;
-    tx.commit().await?;
     Ok(called)
 }
 

@@ -90,6 +90,11 @@ enum Bench {
         /// Jobs each worker claims per wake (`--max-jobs-per-wake`; default: the binaries').
         #[arg(long)]
         max_jobs_per_wake: Option<u32>,
+        /// Every session teaches a lesson of its own (the fake provider cites each session's
+        /// correction), instead of all sessions restating one lesson, which makes every
+        /// settlement reinforce the same experience row.
+        #[arg(long)]
+        distinct_lessons: bool,
     },
     /// Turn → settled experience latency, one turn at a time, on SQLite and Postgres, with a
     /// ledger-only baseline (admit → no-op settle) through the same harness in the same run.
@@ -231,6 +236,7 @@ async fn main() -> anyhow::Result<()> {
             provider_delay_ms,
             concurrency,
             max_jobs_per_wake,
+            distinct_lessons,
         } => {
             let bin_dir = match bin_dir {
                 Some(dir) => dir,
@@ -255,13 +261,19 @@ async fn main() -> anyhow::Result<()> {
                 provider_delay: Duration::from_millis(provider_delay_ms),
                 concurrency,
                 max_jobs_per_wake,
+                distinct_lessons,
             };
             eprintln!(
-                "{} jobs, {} rounds, workers {workers:?}, {} mode, provider delay {provider_delay_ms} ms, \
+                "{} jobs, {} rounds, workers {workers:?}, {} mode, {}, provider delay {provider_delay_ms} ms, \
                  concurrency {}, max jobs per wake {}; Postgres CPU {}",
                 jobs,
                 rounds,
                 if drain { "drain" } else { "concurrent" },
+                if distinct_lessons {
+                    "a lesson per session"
+                } else {
+                    "one lesson restated"
+                },
                 concurrency.map_or_else(|| String::from("default"), |c| c.to_string()),
                 max_jobs_per_wake.map_or_else(|| String::from("default"), |c| c.to_string()),
                 if bench.postmaster.is_some() {
@@ -311,6 +323,7 @@ struct PipelineBench {
     provider_delay: Duration,
     concurrency: Option<usize>,
     max_jobs_per_wake: Option<u32>,
+    distinct_lessons: bool,
 }
 
 /// One timed run.
@@ -392,8 +405,14 @@ impl PipelineBench {
     async fn pipeline(&self, worker_count: usize) -> anyhow::Result<RunResult> {
         let (url, name) = self.create_database().await?;
         let home = tempfile::tempdir()?;
-        let fake = FakeProvider::start().await;
-        fake.push((0..self.jobs).map(|_| valid_answer()));
+        let fake = if self.distinct_lessons {
+            // Each answer cites the correction of the session it extracts.
+            FakeProvider::start_auto("127.0.0.1:0").await?
+        } else {
+            let fake = FakeProvider::start().await;
+            fake.push((0..self.jobs).map(|_| valid_answer()));
+            fake
+        };
         fake.set_delay(self.provider_delay);
         let config = json!({
             "providers": { "fake": { "api": "openai_chat", "base_url": fake.base_url() } },
@@ -436,11 +455,14 @@ impl PipelineBench {
         });
         let mut started = Instant::now();
         let mut clients = tokio::task::JoinSet::new();
-        for share in self.shares() {
+        for (client, share) in self.shares().into_iter().enumerate() {
             let http = http.clone();
             let base = base.clone();
-            let turns_per_session = self.turns_per_session;
-            clients.spawn(async move { close_turns(&http, &base, share, turns_per_session).await });
+            let turns = Turns {
+                per_session: self.turns_per_session,
+                distinct_lessons: self.distinct_lessons.then_some(client),
+            };
+            clients.spawn(async move { close_turns(&http, &base, share, turns).await });
         }
         while let Some(done) = clients.join_next().await {
             done??;
@@ -731,20 +753,44 @@ fn machine_busy_ticks() -> u64 {
         - fields.get(4).copied().unwrap_or(0)
 }
 
-/// One client: sessions of `turns_per_session` closed turns until `count` are admitted.
+/// What one client's sessions say.
+#[derive(Clone, Copy)]
+struct Turns {
+    per_session: usize,
+    /// `Some(client)`: each session corrects the agent with a rule of its own (named by the
+    /// client and the session's number); `None`: every session restates the pnpm correction.
+    distinct_lessons: Option<usize>,
+}
+
+impl Turns {
+    fn user_turn(&self, session_number: usize) -> Value {
+        match self.distinct_lessons {
+            None => pnpm::user_turn(),
+            Some(client) => json!({"role": "user", "parts": [{"type": "text", "text": format!(
+                "No, don't call build-{client}-{session_number} here; run check-{client}-{session_number} first. \
+                 It keeps the lockfile consistent."
+            )}]}),
+        }
+    }
+}
+
+/// One client: sessions of `turns.per_session` closed turns until `count` are admitted.
 async fn close_turns(
     http: &reqwest::Client,
     base: &str,
     count: usize,
-    turns_per_session: usize,
+    turns: Turns,
 ) -> anyhow::Result<()> {
-    let (user, assistant) = (pnpm::user_turn(), pnpm::assistant_turn());
+    let assistant = pnpm::assistant_turn();
     let mut admitted = 0;
+    let mut session_number = 0;
     while admitted < count {
         let session = post(http, base, "/api/projects/bench/sessions", json!({})).await?;
         let session = session["id"].as_str().context("session id")?.to_owned();
         let path = format!("/api/session/{session}/messages");
-        for _ in 0..turns_per_session.min(count - admitted) {
+        let user = turns.user_turn(session_number);
+        session_number += 1;
+        for _ in 0..turns.per_session.min(count - admitted) {
             post(http, base, &path, user.clone()).await?;
             let outcome = post(http, base, &path, assistant.clone()).await?;
             anyhow::ensure!(

@@ -201,7 +201,107 @@ async fn provider_health_is_written_when_it_changes_and_confirmed_once_a_minute(
     }
 }
 
+/// A job's model call is recorded in one write (one statement on Postgres): its tokens, the
+/// release of the attempt's reservation, and the provider's health as [`usage::set_health_in`]
+/// writes it — at once on a change, not again for an unchanged state within the minute, and not
+/// at all for a transient failure.
+async fn a_job_call_records_tokens_releases_the_reservation_and_reports_health(db: TestDb) {
+    use zuno_shared::provider::ProviderError;
+    let world = World::new(db, zuno_shared::config::Config::default()).await;
+    let session = world.session().await;
+    let job_id = world
+        .corrected_turn(&session)
+        .await
+        .admission
+        .expect("admitted")
+        .job()
+        .id
+        .clone();
+    let mut tx = world.db.db.begin().await.unwrap();
+    let reserved = usage::reserve_in(&mut tx, &job_id, 1, 100, 1_000_000, 1_000)
+        .await
+        .unwrap();
+    assert_eq!(reserved, usage::Reservation::Held);
+    tx.commit().await.unwrap();
+    let call = |input_tokens: u64| UsageRecord {
+        job_id: Some(&job_id),
+        project_id: Some("proj"),
+        provider: "fake",
+        model: "fake-model",
+        automatic: true,
+        input_tokens,
+        output_tokens: 7,
+    };
+    let refused = ProviderError::MissingCredential {
+        variable: String::from("FAKE_API_KEY"),
+    };
+    let timeout = ProviderError::Timeout {
+        deadline: Duration::from_secs(30),
+    };
+    let minute = usage::HEALTH_CONFIRM_MS;
+    // (the call's failure, when, the health then stored: (healthy, updated_at), what)
+    type Step<'a> = (Option<&'a ProviderError>, i64, (bool, i64), &'a str);
+    let steps: [Step; 5] = [
+        (None, 2_000, (true, 2_000), "the first report is written"),
+        (
+            None,
+            3_000,
+            (true, 2_000),
+            "unchanged within the minute: not rewritten",
+        ),
+        (
+            Some(&timeout),
+            4_000,
+            (true, 2_000),
+            "a transient failure says nothing",
+        ),
+        (
+            Some(&refused),
+            5_000,
+            (false, 5_000),
+            "a refused credential is written at once",
+        ),
+        (
+            None,
+            6_000 + minute,
+            (true, 6_000 + minute),
+            "recovery is written at once",
+        ),
+    ];
+    for (calls, (failure, at, (healthy, updated_at), what)) in steps.into_iter().enumerate() {
+        usage::record_job_call(&world.db.db, &call(100 + calls as u64), 1, failure, at)
+            .await
+            .unwrap();
+        let health = usage::health(&world.db.db).await.unwrap();
+        assert_eq!(health.len(), 1, "{what}");
+        assert_eq!(
+            (health[0].healthy, health[0].updated_at),
+            (healthy, updated_at),
+            "{what}"
+        );
+        assert_eq!(
+            world.scalar("SELECT COUNT(*) FROM provider_usage").await,
+            calls as i64 + 1,
+            "every call's tokens are recorded ({what})"
+        );
+    }
+    assert_eq!(
+        world
+            .scalar("SELECT COUNT(*) FROM provider_token_reservation WHERE released")
+            .await,
+        1,
+        "the attempt's reservation is released"
+    );
+    assert_eq!(
+        world
+            .scalar("SELECT CAST(SUM(input_tokens) AS BIGINT) FROM provider_usage")
+            .await,
+        100 + 101 + 102 + 103 + 104
+    );
+}
+
 on_both_backends!(
     concurrent_claims_near_the_cap_reserve_no_more_than_it_holds,
     provider_health_is_written_when_it_changes_and_confirmed_once_a_minute,
+    a_job_call_records_tokens_releases_the_reservation_and_reports_health,
 );

@@ -3,10 +3,11 @@
 use serde_json::json;
 use zuno_shared::config::Config;
 use zuno_shared::learning::events;
+use zuno_shared::learning::feedback::{self, FeedbackValue};
 use zuno_shared::learning::projection;
 use zuno_shared::ledger::{JobFilter, JobKind, JobState};
 use zuno_shared::transcript::{Part, ToolStatus};
-use zuno_tests::fake_provider::{FakeProvider, Reply};
+use zuno_tests::fake_provider::{FakeProvider, Gate, Reply};
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{World, model_config, text, tool};
@@ -457,7 +458,63 @@ async fn verified_extractions_in_one_bucket_admit_one_aggregation_check(db: Test
     assert_eq!(checks[0].state, JobState::Queued);
 }
 
+/// The claim gate checked the source, and the attempt starts from what the gate read. Feedback
+/// given while the model answers changes the source: the settlement's own check still catches
+/// it, so nothing of the answer commits and the job is skipped.
+async fn a_source_changed_while_the_model_answers_commits_nothing(db: TestDb) {
+    let fake = FakeProvider::start().await;
+    let world = World::new(db, model_config(fake.base_url())).await;
+    let session = world.session().await;
+    let turn = world.corrected_turn(&session).await;
+    let job_id = turn.admission.expect("admitted").job().id.clone();
+    let gate = Gate::new();
+    fake.push([Reply::held(
+        &gate,
+        answer(
+            json!([experience("Use pnpm, not npm.", "S1", "use pnpm")]),
+            json!([]),
+        ),
+    )]);
+    let run = world.run_extract();
+    tokio::pin!(run);
+    let meanwhile = async {
+        zuno_tests::eventually(
+            "the model request is in flight",
+            std::time::Duration::from_secs(30),
+            || async { (fake.request_count() == 1).then_some(()) },
+        )
+        .await;
+        // Straight to the store: through the ingestion path the feedback would also admit a
+        // second extraction of the turn as it now reads.
+        let mut tx = world.db.db.begin().await.unwrap();
+        feedback::set_in(
+            &mut tx,
+            &turn.message.id,
+            FeedbackValue::Negative,
+            Some("not what I asked"),
+            0,
+            world.ledger.now_ms(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        tx.commit().await.unwrap();
+        gate.open();
+    };
+    let (report, ()) = tokio::join!(run, meanwhile);
+    let job = world.ledger.get(&job_id).await.unwrap();
+    assert_eq!(job.state, JobState::Skipped, "{report:?} {job:?}");
+    let result = job.result.unwrap().to_string();
+    assert!(result.contains("changed"), "{result}");
+    assert_eq!(
+        world.scalar("SELECT COUNT(*) FROM experience_record").await,
+        0
+    );
+    assert_eq!(fake.request_count(), 1, "the answer was asked for once");
+}
+
 on_both_backends!(
+    a_source_changed_while_the_model_answers_commits_nothing,
     verified_extractions_in_one_bucket_admit_one_aggregation_check,
     the_rules_extractor_turns_a_correction_into_a_verified_cited_experience,
     the_model_extractor_stores_verified_and_unverified_experiences,

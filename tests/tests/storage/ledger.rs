@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use zuno_shared::db::Tx;
 use zuno_shared::ledger::{
-    AllowAll, ClaimGate, ClaimRequest, GateDecision, HeartbeatOutcome, Job, JobIdentity, JobKind,
-    JobOrigin, JobState, Ledger, LedgerError, MAX_ATTEMPTS, MAX_RETURNED_RELEASES, NewJob,
-    bucket_start,
+    AllowAll, ClaimGate, ClaimRequest, GateDecision, GateFindings, HeartbeatOutcome, Job,
+    JobIdentity, JobKind, JobOrigin, JobState, Ledger, LedgerError, MAX_ATTEMPTS,
+    MAX_RETURNED_RELEASES, NewJob, bucket_start,
 };
 use zuno_tests::{TestDb, on_both_backends};
 
@@ -427,6 +427,46 @@ async fn a_gate_skip_settles_skipped_without_spending_an_attempt(db: TestDb) {
         job.result,
         Some(serde_json::json!({"skipped": "source changed"}))
     );
+}
+
+/// A gate that hands each job's handler what it read: the job's identity key, as it saw it.
+struct ReadsTheIdentity;
+
+#[async_trait::async_trait]
+impl ClaimGate for ReadsTheIdentity {
+    async fn check(
+        &self,
+        _tx: &mut Tx,
+        job: &Job,
+    ) -> Result<GateDecision, zuno_shared::db::StoreError> {
+        Ok(GateDecision::ProceedWith(GateFindings::new(
+            job.identity_key.clone(),
+        )))
+    }
+}
+
+async fn a_gate_hands_what_it_read_to_the_claimed_job(db: TestDb) {
+    let ledger = db.ledger();
+    for key in ["f1", "f2"] {
+        ledger.admit(maintain_job(key)).await.unwrap();
+    }
+    let kinds = [JobKind::Maintain];
+    let batch = ledger
+        .claim(&request("w1", &kinds, 2), &ReadsTheIdentity)
+        .await
+        .unwrap();
+    assert_eq!(batch.claimed.len(), 2);
+    for claimed in &batch.claimed {
+        let findings = claimed.findings.as_ref().expect("the gate's findings");
+        assert_eq!(findings.get::<String>(), Some(&claimed.job.identity_key));
+        assert_eq!(findings.get::<i64>(), None, "findings of another type");
+        assert_eq!(claimed.job.state, JobState::Running);
+        assert_eq!(claimed.lease.attempt, 1);
+    }
+    // A gate that only says "proceed" hands nothing on.
+    ledger.admit(maintain_job("f3")).await.unwrap();
+    let plain = claim_one(&ledger, "w2").await.expect("claimable");
+    assert!(plain.findings.is_none());
 }
 
 async fn closed_turns_are_claimed_before_legacy_backlog(db: TestDb) {
@@ -923,6 +963,7 @@ on_both_backends!(
     a_worker_that_keeps_dying_still_reaches_the_ceiling,
     a_permanent_failure_fails_at_once,
     a_gate_skip_settles_skipped_without_spending_an_attempt,
+    a_gate_hands_what_it_read_to_the_claimed_job,
     closed_turns_are_claimed_before_legacy_backlog,
     one_interval_bucket_creates_one_job_across_hosts,
     a_release_returns_the_attempt_only_once,

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::model::{ClaimedJob, Job, JobKind, JobState, Lease};
+use super::model::{ClaimedJob, GateFindings, Job, JobKind, JobState, Lease};
 use super::row::{JOB_COLUMNS, JobRow};
 use super::{Ledger, LedgerError, insert_event, notify_in, now_sql, truncate_detail};
 use crate::db::{Backend, StoreError, Tx};
@@ -26,6 +26,8 @@ pub struct ClaimRequest<'a> {
 pub enum GateDecision {
     /// The job may run.
     Proceed,
+    /// The job may run, and here is what the gate read about it (see [`GateFindings`]).
+    ProceedWith(GateFindings),
     /// The job's source changed, became unavailable, or its policy forbids the work: it settles
     /// `skipped` without consuming an attempt.
     Skip { reason: String },
@@ -281,7 +283,19 @@ async fn apply_decision(
     match decision {
         GateDecision::Proceed => {
             let lease = lease_of(&job, request.worker_id)?;
-            batch.claimed.push(ClaimedJob { job, lease });
+            batch.claimed.push(ClaimedJob {
+                job,
+                lease,
+                findings: None,
+            });
+        }
+        GateDecision::ProceedWith(findings) => {
+            let lease = lease_of(&job, request.worker_id)?;
+            batch.claimed.push(ClaimedJob {
+                job,
+                lease,
+                findings: Some(findings),
+            });
         }
         GateDecision::Defer { until, reason } => {
             defer_in(tx, &job.id, until, now).await?;

@@ -21,8 +21,8 @@ pub use claim::{
     AllowAll, ClaimBatch, ClaimGate, ClaimRequest, GateDecision, QuarantinedAtClaim, SkippedAtClaim,
 };
 pub use model::{
-    ClaimedJob, Job, JobIdentity, JobKind, JobOrigin, JobState, Lease, MAX_ATTEMPTS, NewJob,
-    bucket_start,
+    ClaimedJob, GateFindings, Job, JobIdentity, JobKind, JobOrigin, JobState, Lease, MAX_ATTEMPTS,
+    NewJob, bucket_start,
 };
 pub use query::{JobEvent, JobFilter, QueueCount, earlier_run_in};
 pub use settle::{HeartbeatOutcome, MAX_RETURNED_RELEASES, Settlement, retry_backoff_ms};

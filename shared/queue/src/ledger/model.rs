@@ -411,7 +411,42 @@ pub struct Lease {
 pub struct ClaimedJob {
     pub job: Job,
     pub lease: Lease,
+    /// What the claim gate read about the job in the claim transaction, when it passed that on
+    /// ([`GateDecision::ProceedWith`](super::GateDecision::ProceedWith)).
+    pub findings: Option<GateFindings>,
 }
+
+/// What a claim gate read while it checked a job, handed to the job's handler so the attempt
+/// does not read and rebuild the same rows a second time. Opaque to the ledger: the gate and
+/// the handler of a kind agree on the type, and [`GateFindings::get`] recovers it.
+#[derive(Clone)]
+pub struct GateFindings(std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl GateFindings {
+    pub fn new<T: std::any::Any + Send + Sync>(findings: T) -> GateFindings {
+        GateFindings(std::sync::Arc::new(findings))
+    }
+
+    /// The findings, when they are a `T`.
+    pub fn get<T: std::any::Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for GateFindings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GateFindings(..)")
+    }
+}
+
+/// Two findings are equal when they are the same value (the gate's decisions compare by them).
+impl PartialEq for GateFindings {
+    fn eq(&self, other: &GateFindings) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for GateFindings {}
 
 #[cfg(test)]
 mod tests {

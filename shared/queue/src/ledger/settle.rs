@@ -64,7 +64,7 @@ impl Ledger {
         let expires_at = job.lease_expires_at.unwrap_or_default();
         match gate.check(&mut tx, &job).await? {
             // A deferral concerns new work; a running attempt may finish.
-            GateDecision::Proceed | GateDecision::Defer { .. } => {
+            GateDecision::Proceed | GateDecision::ProceedWith(_) | GateDecision::Defer { .. } => {
                 tx.commit().await?;
                 Ok(HeartbeatOutcome::Extended { expires_at })
             }

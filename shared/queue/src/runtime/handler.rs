@@ -46,6 +46,11 @@ impl JobContext {
         &self.claimed.lease
     }
 
+    /// What the claim gate read about this job in the claim transaction, when it is a `T`.
+    pub fn gate_findings<T: std::any::Any>(&self) -> Option<&T> {
+        self.claimed.findings.as_ref()?.get()
+    }
+
     /// Opens the fenced settlement transaction for this attempt (stopping heartbeats first).
     /// Every result of the job must be written through it.
     pub async fn begin_settlement(&self) -> Result<Settlement<'_>, LedgerError> {
