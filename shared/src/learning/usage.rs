@@ -63,13 +63,18 @@ pub async fn record_in(tx: &mut Tx, usage: &UsageRecord<'_>, now: i64) -> Result
         ],
     )
     .await?;
+    report_tokens(usage);
+    Ok(())
+}
+
+/// The provider metrics' token counters, for a call whose usage row was written.
+fn report_tokens(usage: &UsageRecord<'_>) {
     crate::telemetry::metrics::provider().tokens(
         usage.provider,
         usage.model,
         usage.input_tokens,
         usage.output_tokens,
     );
-    Ok(())
 }
 
 /// Instructions, schema and framing around a call's bounded input, in tokens.
@@ -386,8 +391,8 @@ fn health_after(
 /// A job attempt's model call, recorded as [`record_call_in`] records it, with the release of
 /// the attempt's token reservation ([`release_in`]), committed on its own. On Postgres it is
 /// one statement (the usage insert, the release and the health check as data-modifying
-/// `WITH` parts): the job path records a call per attempt, and five round trips of a
-/// transaction were a fifth of an extraction's statements.
+/// `WITH` parts) instead of a transaction of five: every attempt that asks the model records
+/// one call, so this is on the job path.
 pub async fn record_job_call(
     db: &Db,
     usage: &UsageRecord<'_>,
@@ -430,12 +435,7 @@ pub async fn record_job_call(
             .bind(HEALTH_CONFIRM_MS);
     }
     query.execute(pool).await?;
-    crate::telemetry::metrics::provider().tokens(
-        usage.provider,
-        usage.model,
-        usage.input_tokens,
-        usage.output_tokens,
-    );
+    report_tokens(usage);
     Ok(())
 }
 
