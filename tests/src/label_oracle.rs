@@ -116,7 +116,7 @@ async fn complete(
         .find(|m| m["role"] == "user")
         .and_then(|m| m["content"].as_str())
         .unwrap_or_default();
-    let answer = if system.starts_with("You extract durable learning") {
+    let answer = if system.starts_with("You extract") {
         extraction(&lessons, user)
     } else if system.contains("\"changes\"") {
         json!({ "changes": [] })

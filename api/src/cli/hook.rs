@@ -80,8 +80,13 @@ struct HookInput {
     prompt: Option<String>,
 }
 
-/// Runs the hook; never fails (errors are reported on stderr only).
+/// Runs the hook; never fails (errors are reported on stderr only). Inside a learning model
+/// call (an agent's command line that Zuno itself started, provider/cli.rs) it does nothing:
+/// that session is Zuno's own question, not the user's work.
 pub async fn run(global: &GlobalArgs, args: HookArgs) -> Result<(), CliError> {
+    if std::env::var_os(zuno_shared::provider::CHILD_ENV).is_some() {
+        return Ok(());
+    }
     let stop = args.event == "Stop" || args.event == "SubagentStop";
     let budget = Duration::from_millis(args.budget_ms.unwrap_or(if stop { 20_000 } else { 4_000 }));
     let mut input = Vec::new();

@@ -11,6 +11,11 @@
 //!   `[mcp_servers.zuno]` in `config.toml` (edited in place, comments and layout kept), and the
 //!   hooks feature switched on (`[features] codex_hooks = true`) unless the user set it either way.
 //!
+//! Without a model configured, both also propose one in Zuno's own `config.json` (same diff,
+//! same `--yes`): the agent's command line as a provider (`claude_cli`, `codex_cli`) when its
+//! executable is on `PATH`, else a local Ollama's OpenAI-compatible endpoint with one of its
+//! models. A configured provider is never replaced, and `--uninstall` leaves the model alone.
+//!
 //! No token is ever written into these files (a project-scope file is often committed): the
 //! installed commands read the local token from Zuno's data directory when they run, and a
 //! non-default data directory (`--home`/`ZUNO_HOME` at install time) is written into them so they
@@ -183,7 +188,7 @@ impl Commands {
 pub async fn run(global: &GlobalArgs, command: InstallCommand) -> Result<(), CliError> {
     match command {
         InstallCommand::ClaudeCode(args) => claude_code(global, args).await,
-        InstallCommand::Codex(args) => codex(global, &args),
+        InstallCommand::Codex(args) => codex(global, &args).await,
     }
 }
 
@@ -253,6 +258,9 @@ async fn claude_code(global: &GlobalArgs, args: InstallArgs) -> Result<(), CliEr
             after,
         });
     }
+    if !uninstall {
+        edits.extend(model_edit(global, Agent::ClaudeCode).await?);
+    }
     apply(&edits, common.yes)?;
     if !uninstall {
         offer_memory_import(global, &args, &project_dir).await?;
@@ -298,7 +306,7 @@ async fn offer_memory_import(
     Ok(())
 }
 
-fn codex(global: &GlobalArgs, args: &CodexInstallArgs) -> Result<(), CliError> {
+async fn codex(global: &GlobalArgs, args: &CodexInstallArgs) -> Result<(), CliError> {
     let common = &args.common;
     let dir = match common.scope {
         Scope::User => match std::env::var_os("CODEX_HOME").filter(|dir| !dir.is_empty()) {
@@ -349,12 +357,18 @@ fn codex(global: &GlobalArgs, args: &CodexInstallArgs) -> Result<(), CliError> {
     } else {
         Some(text)
     };
-    let config = Edit {
-        path: config_path.clone(),
-        before,
-        after,
-    };
-    apply(&[hooks, config], common.yes)?;
+    let mut edits = vec![
+        hooks,
+        Edit {
+            path: config_path.clone(),
+            before,
+            after,
+        },
+    ];
+    if !uninstall {
+        edits.extend(model_edit(global, Agent::Codex).await?);
+    }
+    apply(&edits, common.yes)?;
     if !uninstall {
         if let Some(key) = disabled {
             println!(
@@ -368,6 +382,145 @@ fn codex(global: &GlobalArgs, args: &CodexInstallArgs) -> Result<(), CliError> {
         token_note(global, common)?;
     }
     Ok(())
+}
+
+/// The agent an installer wires, for the model it proposes.
+#[derive(Debug, Clone, Copy)]
+enum Agent {
+    ClaudeCode,
+    Codex,
+}
+
+/// A model to propose: the provider entry to add to `config.json` and the extractor model.
+struct ModelProposal {
+    provider: &'static str,
+    entry: Value,
+    model: String,
+    why: String,
+}
+
+/// Plans the model edit of Zuno's `config.json`, or `None` when a provider or an extractor
+/// model is configured already, or no model was found.
+async fn model_edit(global: &GlobalArgs, agent: Agent) -> Result<Option<Edit>, CliError> {
+    let path = match &global.config {
+        Some(path) => path.clone(),
+        None => zuno_shared::paths::Paths::resolve(global.home.as_deref()).config_file(),
+    };
+    let current = match read_optional(&path)? {
+        Some(text) if !text.trim().is_empty() => match serde_json::from_str::<Value>(&text) {
+            Ok(value) => value,
+            // `zuno` itself reports an unreadable configuration; the hooks still install.
+            Err(_) => return Ok(None),
+        },
+        _ => json!({}),
+    };
+    let has_providers = current
+        .get("providers")
+        .is_some_and(|providers| providers.as_object().is_none_or(|map| !map.is_empty()));
+    let has_model = current.pointer("/learning/extractor_model").is_some();
+    if !current.is_object() || has_providers || has_model {
+        return Ok(None);
+    }
+    let Some(proposal) = propose_model(agent).await else {
+        println!(
+            "learning: no model configured (rules-2). {}",
+            zuno_shared::learning::projection::NO_MODEL_HINT
+        );
+        return Ok(None);
+    };
+    println!(
+        "learning: no model configured; {} — the diff below adds it as the extraction model `{}`",
+        proposal.why, proposal.model
+    );
+    let edit = json_edit(&path, |config| {
+        let Some(root) = config.as_object_mut() else {
+            return;
+        };
+        let providers = root.entry("providers").or_insert_with(|| json!({}));
+        if let Some(providers) = providers.as_object_mut() {
+            providers.insert(proposal.provider.to_owned(), proposal.entry.clone());
+        }
+        let learning = root.entry("learning").or_insert_with(|| json!({}));
+        if let Some(learning) = learning.as_object_mut() {
+            learning.insert(
+                String::from("extractor_model"),
+                Value::from(proposal.model.as_str()),
+            );
+        }
+    })?;
+    Ok(Some(edit))
+}
+
+/// The agent's own command line when its executable is on `PATH`, else a local Ollama.
+async fn propose_model(agent: Agent) -> Option<ModelProposal> {
+    let (executable, provider, api, model) = match agent {
+        Agent::ClaudeCode => ("claude", "claude-code", "claude_cli", "haiku"),
+        Agent::Codex => (
+            "codex",
+            "codex",
+            "codex_cli",
+            zuno_shared::provider::CLI_DEFAULT_MODEL,
+        ),
+    };
+    if let Some(found) = find_on_path(executable) {
+        let command = found.to_string_lossy().into_owned();
+        return Some(ModelProposal {
+            provider,
+            entry: json!({ "api": api, "command": command, "small_model": model }),
+            model: format!("{provider}/{model}"),
+            why: format!(
+                "`{executable}` is on PATH ({command}): learning can ask it under your own login"
+            ),
+        });
+    }
+    let (base_url, model) = ollama_model().await?;
+    Some(ModelProposal {
+        provider: "ollama",
+        entry: json!({ "api": "openai_chat", "base_url": base_url, "small_model": model }),
+        model: format!("ollama/{model}"),
+        why: format!("a local Ollama answers at {base_url}"),
+    })
+}
+
+/// The first executable file named `name` in a `PATH` directory.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(name))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// A local Ollama's OpenAI-compatible base URL and one of its chat models (`GET /api/tags`,
+/// with a short timeout). The server is `OLLAMA_HOST` (Ollama's own variable), else
+/// 127.0.0.1:11434. Embedding models are passed over: they cannot answer.
+async fn ollama_model() -> Option<(String, String)> {
+    let host = std::env::var("OLLAMA_HOST")
+        .ok()
+        .filter(|host| !host.trim().is_empty())
+        .unwrap_or_else(|| String::from("127.0.0.1:11434"));
+    let origin = if host.starts_with("http://") || host.starts_with("https://") {
+        host.trim_end_matches('/').to_owned()
+    } else {
+        format!("http://{}", host.trim_end_matches('/'))
+    };
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(std::time::Duration::from_millis(1500))
+        .build()
+        .ok()?;
+    let response = client.get(format!("{origin}/api/tags")).send().await.ok()?;
+    let tags: Value = response.error_for_status().ok()?.json().await.ok()?;
+    let model = tags["models"]
+        .as_array()?
+        .iter()
+        .filter_map(|model| model["name"].as_str())
+        .find(|name| !name.contains("embed"))?;
+    Some((format!("{origin}/v1"), model.to_owned()))
 }
 
 fn token_note(global: &GlobalArgs, common: &CommonArgs) -> Result<(), CliError> {

@@ -145,6 +145,14 @@ pub struct EvalArgs {
     /// machine, and a request without a recording fails its job.
     #[arg(long)]
     pub replay_cassettes: Option<std::path::PathBuf>,
+    /// With --record-cassettes: call no provider; write each request without a recording to
+    /// `DIR/<key>.request.json` and wait for its answer text in `DIR/<key>.answer.json` (the
+    /// blind recordings: the answerer sees only the request file).
+    #[arg(long, value_name = "DIR", requires = "record_cassettes")]
+    pub answers_from: Option<std::path::PathBuf>,
+    /// How long to wait for one answer file, in seconds.
+    #[arg(long, default_value_t = 7200, requires = "answers_from")]
+    pub answer_wait_secs: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -579,6 +587,13 @@ async fn eval(global: &GlobalArgs, common: &Common, args: EvalArgs) -> Result<()
         store,
         config: settings.config,
         cassettes: match (args.record_cassettes, args.replay_cassettes) {
+            (Some(cassettes), _) if args.answers_from.is_some() => {
+                Some(crate::eval::CassetteMode::AwaitAnswers {
+                    cassettes,
+                    exchange: args.answers_from.unwrap_or_default(),
+                    wait: std::time::Duration::from_secs(args.answer_wait_secs),
+                })
+            }
             (Some(dir), _) => Some(crate::eval::CassetteMode::Record(dir)),
             (None, Some(dir)) => Some(crate::eval::CassetteMode::Replay(dir)),
             (None, None) => None,

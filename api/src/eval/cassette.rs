@@ -4,6 +4,14 @@
 //! recordings and nothing leaves the machine. A regression test can so pin the pipeline's
 //! behaviour on one set of model answers, and a user can measure their model once and replay it.
 //!
+//! With `--answers-from DIR` (and `--record-cassettes`) no provider is called at all: every request
+//! without a recording is written to `DIR/<key>.request.json` and the run waits for
+//! `DIR/<key>.answer.json`, the model's answer text, written by whoever answers (a person, or a
+//! language model that sees only the request file: the *blind* recordings of
+//! `docs/learning-eval.md`). The answer is stored as a recording in the provider's wire format
+//! and given back, so the pipeline goes on; a maintenance plan, which rests on the extraction
+//! answers before it, is asked only when its turn comes, and answered as it comes.
+//!
 //! A recording is keyed by the provider, the path and the request body with every generated id
 //! (`exp_…`, `job_…`: a prefix and 32 hex digits) replaced by its order of first appearance, so a
 //! maintenance plan that cites this run's experience ids replays in the next run; the answer is
@@ -12,6 +20,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -31,7 +40,31 @@ pub enum CassetteMode {
     Record(PathBuf),
     /// Answer from the directory; a request without a recording gets a 400 naming it.
     Replay(PathBuf),
+    /// Answer from `cassettes` when a recording exists; otherwise write the request to
+    /// `exchange`, wait (at most `wait`) for its answer file there, and record it.
+    AwaitAnswers {
+        cassettes: PathBuf,
+        exchange: PathBuf,
+        wait: Duration,
+    },
 }
+
+impl CassetteMode {
+    /// The directory holding the recordings.
+    pub fn cassettes(&self) -> &Path {
+        match self {
+            CassetteMode::Record(dir)
+            | CassetteMode::Replay(dir)
+            | CassetteMode::AwaitAnswers { cassettes: dir, .. } => dir,
+        }
+    }
+}
+
+/// The provider the harness uses when cassettes answer and the configuration names none: an
+/// OpenAI-compatible one that only ever reaches the cassette proxy.
+pub const RECORDED_PROVIDER: &str = "recorded";
+/// Its model (part of every request body, so part of every recording's key).
+pub const RECORDED_MODEL: &str = "recorded-model";
 
 /// One stored answer (the request is not stored: its digest is the file name, and requests
 /// carry the transcripts' text).
@@ -68,15 +101,24 @@ impl Cassettes {
         mode: CassetteMode,
         providers: &BTreeMap<String, ProviderConfig>,
     ) -> Result<(Cassettes, BTreeMap<String, ProviderConfig>), EvalError> {
-        let dir = match &mode {
-            CassetteMode::Record(dir) | CassetteMode::Replay(dir) => dir.clone(),
-        };
-        if let CassetteMode::Record(dir) = &mode {
+        let dir = mode.cassettes().to_path_buf();
+        let mut writable = vec![];
+        match &mode {
+            CassetteMode::Record(dir) => writable.push(dir.clone()),
+            CassetteMode::AwaitAnswers {
+                cassettes,
+                exchange,
+                ..
+            } => writable.extend([cassettes.clone(), exchange.clone()]),
+            CassetteMode::Replay(_) => {}
+        }
+        for dir in &writable {
             std::fs::create_dir_all(dir).map_err(|source| EvalError::Read {
                 path: dir.clone(),
                 source,
             })?;
-        } else if !dir.is_dir() {
+        }
+        if !dir.is_dir() {
             return Err(EvalError::Read {
                 path: dir,
                 source: std::io::Error::new(
@@ -119,6 +161,27 @@ impl Cassettes {
     }
 }
 
+/// One request to the proxy, keyed for its recording.
+struct Exchange {
+    provider: String,
+    path: String,
+    /// The request body with generated ids replaced by placeholders.
+    normalized: String,
+    key: String,
+    ids: Ids,
+}
+
+impl Exchange {
+    /// The recorded answer, with this run's ids put back.
+    fn replayed(&self, recording: &Recording) -> Response {
+        answer(
+            recording.status,
+            &recording.content_type,
+            self.ids.show(&recording.body),
+        )
+    }
+}
+
 async fn handle(
     State(proxy): State<Arc<Proxy>>,
     method: Method,
@@ -138,60 +201,155 @@ async fn handle(
         serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
     let mut ids = Ids::default();
     let normalized = ids.hide(&request.to_string());
-    let key = key(&provider, &path, &normalized);
+    let exchange = Exchange {
+        key: key(&provider, &path, &normalized),
+        provider,
+        path,
+        normalized,
+        ids,
+    };
     match &proxy.mode {
-        CassetteMode::Replay(dir) => match read(dir, &key) {
-            Some(recording) => answer(
-                recording.status,
-                &recording.content_type,
-                ids.show(&recording.body),
-            ),
+        CassetteMode::AwaitAnswers {
+            cassettes,
+            exchange: answers,
+            wait,
+        } => match read(cassettes, &exchange.key) {
+            Some(recording) => exchange.replayed(&recording),
+            None => match await_answer(cassettes, answers, *wait, &exchange).await {
+                Ok(recording) => exchange.replayed(&recording),
+                Err(message) => problem(StatusCode::GATEWAY_TIMEOUT, &message),
+            },
+        },
+        CassetteMode::Replay(dir) => match read(dir, &exchange.key) {
+            Some(recording) => exchange.replayed(&recording),
             None => problem(
                 StatusCode::BAD_REQUEST,
-                &format!("no recorded answer for this request (cassette {key}.json is missing)"),
+                &format!(
+                    "no recorded answer for this request (cassette {}.json is missing)",
+                    exchange.key
+                ),
             ),
         },
-        CassetteMode::Record(dir) => {
-            let Some(base) = proxy.upstream.get(&provider) else {
-                return problem(StatusCode::NOT_FOUND, "unknown provider");
-            };
-            let mut outgoing = proxy
-                .http
-                .request(method, format!("{base}{path}"))
-                .body(body.clone());
-            for (name, value) in &headers {
-                if !matches!(
-                    name.as_str(),
-                    "host" | "content-length" | "connection" | "accept-encoding"
-                ) {
-                    outgoing = outgoing.header(name, value);
-                }
-            }
-            let response = match outgoing.send().await {
-                Ok(response) => response,
-                Err(error) => return problem(StatusCode::BAD_GATEWAY, &error.to_string()),
-            };
-            let status = response.status().as_u16();
-            let content_type = response
-                .headers()
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("application/json")
-                .to_owned();
-            let text = response.text().await.unwrap_or_default();
-            let recording = Recording {
-                provider,
-                path,
-                status,
-                content_type: content_type.clone(),
-                body: ids.hide(&text),
-            };
-            if let Err(error) = write(dir, &key, &recording) {
-                return problem(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string());
-            }
-            answer(status, &content_type, text)
+        CassetteMode::Record(dir) => record(&proxy, dir, method, &headers, body, exchange).await,
+    }
+}
+
+/// Forwards the request to the real provider and stores its answer.
+async fn record(
+    proxy: &Proxy,
+    dir: &Path,
+    method: Method,
+    headers: &HeaderMap,
+    body: Bytes,
+    mut exchange: Exchange,
+) -> Response {
+    let Some(base) = proxy.upstream.get(&exchange.provider) else {
+        return problem(StatusCode::NOT_FOUND, "unknown provider");
+    };
+    let mut outgoing = proxy
+        .http
+        .request(method, format!("{base}{}", exchange.path))
+        .body(body);
+    for (name, value) in headers {
+        if !matches!(
+            name.as_str(),
+            "host" | "content-length" | "connection" | "accept-encoding"
+        ) {
+            outgoing = outgoing.header(name, value);
         }
     }
+    let response = match outgoing.send().await {
+        Ok(response) => response,
+        Err(error) => return problem(StatusCode::BAD_GATEWAY, &error.to_string()),
+    };
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let text = response.text().await.unwrap_or_default();
+    let recording = Recording {
+        provider: exchange.provider,
+        path: exchange.path,
+        status,
+        content_type: content_type.clone(),
+        body: exchange.ids.hide(&text),
+    };
+    if let Err(error) = write(dir, &exchange.key, &recording) {
+        return problem(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string());
+    }
+    answer(status, &content_type, text)
+}
+
+/// Writes the request for `key` to the exchange directory, waits for its answer file, and stores
+/// the answer as a Chat Completions recording (the only wire format the recorded provider
+/// speaks). The request keeps the placeholders of generated ids, so the answer may cite them.
+async fn await_answer(
+    cassettes: &Path,
+    answers: &Path,
+    wait: Duration,
+    exchange: &Exchange,
+) -> Result<Recording, String> {
+    let Exchange {
+        key,
+        normalized,
+        provider,
+        path,
+        ..
+    } = exchange;
+    let request: serde_json::Value =
+        serde_json::from_str(normalized).unwrap_or(serde_json::Value::Null);
+    let pretty = serde_json::to_string_pretty(&request).unwrap_or_else(|_| normalized.to_owned());
+    let request_path = answers.join(format!("{key}.request.json"));
+    write_atomically(&request_path, &pretty).map_err(|e| e.to_string())?;
+    let answer_path = answers.join(format!("{key}.answer.json"));
+    let deadline = tokio::time::Instant::now() + wait;
+    let text = loop {
+        match std::fs::read_to_string(&answer_path) {
+            Ok(text) if !text.trim().is_empty() => break text,
+            _ if tokio::time::Instant::now() >= deadline => {
+                return Err(format!(
+                    "no answer in {} within {} s",
+                    answer_path.display(),
+                    wait.as_secs()
+                ));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    };
+    let model = request
+        .get("model")
+        .and_then(|m| m.as_str())
+        .unwrap_or(RECORDED_MODEL);
+    let body = serde_json::json!({
+        "id": format!("chatcmpl-{key}"),
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text.trim()}, "finish_reason": "stop"}],
+        // Estimated (four characters a token): the answerer reports none.
+        "usage": {
+            "prompt_tokens": normalized.len() / 4,
+            "completion_tokens": text.len() / 4,
+            "total_tokens": (normalized.len() + text.len()) / 4,
+        },
+    });
+    let recording = Recording {
+        provider: provider.clone(),
+        path: path.clone(),
+        status: 200,
+        content_type: String::from("application/json"),
+        body: body.to_string(),
+    };
+    write(cassettes, key, &recording).map_err(|e| e.to_string())?;
+    Ok(recording)
+}
+
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, text)?;
+    std::fs::rename(partial, path)
 }
 
 /// Generated ids and their placeholders, in order of first appearance.

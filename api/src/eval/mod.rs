@@ -28,7 +28,7 @@ use zuno_shared::paths::Paths;
 use zuno_shared::runtime::process::{Settings, WorkerEnv, source_gate};
 use zuno_shared::runtime::{JobHandler, RunReport, Runner, RunnerConfig};
 
-pub use cassette::CassetteMode;
+pub use cassette::{CassetteMode, RECORDED_MODEL, RECORDED_PROVIDER};
 pub use report::{Report, print_text};
 pub use score::{Figures, FileReport};
 
@@ -207,6 +207,14 @@ async fn run_config(
     config.server.worktree_roots = vec![home.display().to_string()];
     let cassettes = match &options.cassettes {
         Some(mode) => {
+            if config.providers.is_empty() {
+                use_recorded_provider(&mut config);
+            }
+            if let CassetteMode::AwaitAnswers { wait, .. } = mode {
+                // The answerer may take minutes; the model call waits for it.
+                config.learning.execution.timeout_ms =
+                    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+            }
             let (cassettes, providers) =
                 cassette::Cassettes::start(mode.clone(), &config.providers).await?;
             config.providers = providers;
@@ -215,6 +223,29 @@ async fn run_config(
         None => None,
     };
     Ok((config, cassettes))
+}
+
+/// Points the model path at the cassettes' own provider: with cassettes and no configured
+/// provider the harness still runs (and records, or replays) the model path.
+fn use_recorded_provider(config: &mut Config) {
+    use zuno_shared::config::{ProviderApi, ProviderConfig};
+    config.providers.insert(
+        cassette::RECORDED_PROVIDER.to_owned(),
+        ProviderConfig {
+            api: ProviderApi::OpenaiChat,
+            // Never reached: the proxy replaces it, and answers without a provider.
+            base_url: String::from("http://127.0.0.1:9"),
+            api_key_env: None,
+            header_envs: Default::default(),
+            small_model: None,
+            models: Default::default(),
+        },
+    );
+    config.learning.extractor_model = Some(format!(
+        "{}/{}",
+        cassette::RECORDED_PROVIDER,
+        cassette::RECORDED_MODEL
+    ));
 }
 
 /// Creates each project with a worktree of its own under `home`.

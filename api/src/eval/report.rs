@@ -31,6 +31,9 @@ pub struct FigureView {
     pub lesson_recall: Option<f64>,
     pub recall_at_5: Option<f64>,
     pub recall_at_5_all: Option<f64>,
+    /// recall@5 counting the retrieved items alone (resident Memory left out).
+    pub recall_at_5_items: Option<f64>,
+    pub recall_at_5_items_all: Option<f64>,
     /// recall@5 with the semantic layer off, beside `recall_at_5` (only when it is configured).
     pub recall_at_5_without_semantic: Option<f64>,
     pub recall_at_5_all_without_semantic: Option<f64>,
@@ -44,6 +47,8 @@ impl FigureView {
             lesson_recall: counts.lesson_recall(),
             recall_at_5: counts.recall_at_5(),
             recall_at_5_all: counts.recall_at_5_all(),
+            recall_at_5_items: counts.recall_at_5_items(),
+            recall_at_5_items_all: counts.recall_at_5_items_all(),
             recall_at_5_without_semantic: counts.recall_at_5_without_semantic(),
             recall_at_5_all_without_semantic: counts.recall_at_5_all_without_semantic(),
             false_recall: counts.false_recall(),
@@ -78,7 +83,7 @@ fn percent(value: Option<f64>) -> String {
 fn line(figures: &FigureView) -> String {
     let c = &figures.counts;
     let mut text = format!(
-        "precision {} ({}/{}) · lesson recall {} ({}/{}) · recall@5 {} ({}/{}; all follow-ups {}) · false recall {} ({}/{}) · cross-project items {} · user-wide reached {}/{} · Memory {} (junk {}) · duplicates {}",
+        "precision {} ({}/{}) · lesson recall {} ({}/{}) · recall@5 {} ({}/{}; all follow-ups {}; items only {}, all {}) · false recall {} ({}/{}) · cross-project items {} · user-wide reached {}/{} · Memory {} (junk {}) · duplicates {}",
         percent(figures.precision),
         c.precise,
         c.experiences,
@@ -89,6 +94,8 @@ fn line(figures: &FigureView) -> String {
         c.follow_up_hits_extracted,
         c.follow_ups_extracted,
         percent(figures.recall_at_5_all),
+        percent(figures.recall_at_5_items),
+        percent(figures.recall_at_5_items_all),
         percent(figures.false_recall),
         c.false_recalls,
         c.negatives,

@@ -30,6 +30,10 @@ pub struct Figures {
     pub follow_up_hits_extracted: usize,
     /// Follow-up hits that came from resident Memory rather than retrieval.
     pub memory_hits: usize,
+    /// Follow-up hits among the ≤ 5 retrieved items alone (resident Memory not counted): over
+    /// every follow-up, and over those of extracted lessons.
+    pub item_hits: usize,
+    pub item_hits_extracted: usize,
     pub negatives: usize,
     pub false_recalls: usize,
     pub cross_project_items: usize,
@@ -58,6 +62,8 @@ impl Figures {
         self.follow_ups_extracted += other.follow_ups_extracted;
         self.follow_up_hits_extracted += other.follow_up_hits_extracted;
         self.memory_hits += other.memory_hits;
+        self.item_hits += other.item_hits;
+        self.item_hits_extracted += other.item_hits_extracted;
         self.negatives += other.negatives;
         self.false_recalls += other.false_recalls;
         self.cross_project_items += other.cross_project_items;
@@ -87,6 +93,16 @@ impl Figures {
     /// recall@5 over every follow-up.
     pub fn recall_at_5_all(&self) -> Option<f64> {
         ratio(self.follow_up_hits, self.follow_ups)
+    }
+
+    /// recall@5 counting only the retrieved items, not resident Memory (extracted lessons).
+    pub fn recall_at_5_items(&self) -> Option<f64> {
+        ratio(self.item_hits_extracted, self.follow_ups_extracted)
+    }
+
+    /// The same over every follow-up.
+    pub fn recall_at_5_items_all(&self) -> Option<f64> {
+        ratio(self.item_hits, self.follow_ups)
     }
 
     /// recall@5 over the follow-ups of extracted lessons with the semantic layer off (only when
@@ -507,9 +523,11 @@ impl Scoring<'_> {
             report.figures.follow_ups += 1;
             report.figures.follow_up_hits += usize::from(hit);
             report.figures.memory_hits += usize::from(by_memory && !by_retrieval);
+            report.figures.item_hits += usize::from(by_retrieval);
             if self.found.contains(&group) {
                 report.figures.follow_ups_extracted += 1;
                 report.figures.follow_up_hits_extracted += usize::from(hit);
+                report.figures.item_hits_extracted += usize::from(by_retrieval);
                 if !hit {
                     report
                         .missed_follow_ups

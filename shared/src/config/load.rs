@@ -177,8 +177,9 @@ fn validate_providers(config: &Config) -> Result<(), ConfigError> {
                 "provider names are 1–128 of [A-Za-z0-9._:@-]",
             );
         }
-        if !(provider.base_url.starts_with("http://") || provider.base_url.starts_with("https://"))
-        {
+        let http_url =
+            provider.base_url.starts_with("http://") || provider.base_url.starts_with("https://");
+        if !(provider.api.is_cli() || http_url) {
             return invalid(
                 &format!("providers.{name}.base_url"),
                 "must be an http(s) URL",
@@ -321,6 +322,60 @@ mod tests {
         let error = parse(r#"{"memory":{"auto_confidence":1.5}}"#, "t").unwrap_err();
         assert!(
             matches!(error, ConfigError::Invalid { ref path, .. } if path == "memory.auto_confidence")
+        );
+    }
+
+    #[test]
+    fn command_line_providers_name_a_command_not_an_endpoint() {
+        use super::super::ProviderApi;
+        let config = parse(
+            r#"{"providers":{"cc":{"api":"claude_cli","small_model":"haiku"},
+                "cx":{"api":"codex_cli","command":"/opt/codex/bin/codex"},
+                "http":{"api":"openai_chat","base_url":"http://127.0.0.1:11434/v1"}}}"#,
+            "t",
+        )
+        .unwrap();
+        assert_eq!(config.providers["cc"].api, ProviderApi::ClaudeCli);
+        assert_eq!(config.providers["cc"].command(), Some("claude"));
+        assert_eq!(
+            config.providers["cx"].command(),
+            Some("/opt/codex/bin/codex")
+        );
+        assert_eq!(config.providers["http"].command(), None);
+        // Written back in the file's own shape.
+        let written = serde_json::to_value(&config.providers).unwrap();
+        assert_eq!(written["cx"]["command"], "/opt/codex/bin/codex");
+        assert!(written["cc"].get("command").is_none() && written["cc"].get("base_url").is_none());
+        assert_eq!(written["http"]["base_url"], "http://127.0.0.1:11434/v1");
+        for (text, needle) in [
+            (
+                r#"{"api":"claude_cli","base_url":"https://x"}"#,
+                "`base_url` is not used",
+            ),
+            (r#"{"api":"codex_cli","api_key_env":"K"}"#, "own login"),
+            (r#"{"api":"codex_cli","command":" "}"#, "must not be empty"),
+            (
+                r#"{"api":"openai_chat","base_url":"https://x","command":"claude"}"#,
+                "only for",
+            ),
+            (r#"{"api":"openai_chat"}"#, "`base_url` is required"),
+        ] {
+            let error = parse(&format!(r#"{{"providers":{{"p":{text}}}}}"#), "t").unwrap_err();
+            assert!(
+                matches!(error, ConfigError::Invalid { ref path, ref reason } if path == "providers.p" && reason.contains(needle)),
+                "{text}: {error:?}"
+            );
+        }
+        let error = parse(
+            r#"{"providers":{"p":{"api":"claude_cli","colour":1}}}"#,
+            "t",
+        )
+        .unwrap_err();
+        assert_eq!(
+            error,
+            ConfigError::UnknownKey {
+                path: "providers.p.colour".into()
+            }
         );
     }
 

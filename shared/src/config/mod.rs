@@ -141,6 +141,10 @@ pub struct ExecutionConfig {
     /// Optional daily cap on provider tokens of automatic model calls (never manual commands),
     /// reserved at claim; absent = unlimited.
     pub max_tokens_per_day: Option<u64>,
+    /// Daily cap on automatic model calls (never manual commands), reserved at claim; absent =
+    /// 200 when the learning model is an agent's command line (`claude_cli`, `codex_cli`: the
+    /// calls spend the user's subscription), unlimited for API providers.
+    pub max_calls_per_day: Option<u64>,
 }
 
 impl Default for ExecutionConfig {
@@ -152,6 +156,7 @@ impl Default for ExecutionConfig {
             max_steps: 8,
             structured_output: false,
             max_tokens_per_day: None,
+            max_calls_per_day: None,
         }
     }
 }
@@ -322,6 +327,7 @@ mod tests {
         assert_eq!(learning.execution.max_steps, 8);
         assert!(!learning.execution.structured_output);
         assert_eq!(learning.execution.max_tokens_per_day, None);
+        assert_eq!(learning.execution.max_calls_per_day, None);
         assert_eq!(learning.aggregation.interval_ms, 86_400_000);
         assert_eq!(learning.aggregation.min_new_records, 3);
         assert_eq!(learning.global_promotion.interval_ms, 604_800_000);
@@ -336,6 +342,11 @@ mod tests {
         assert_eq!(config.memory.global_char_limit, 2200);
         assert_eq!(config.memory.project_char_limit, 3000);
         assert_eq!(config.database.sqlite_synchronous, SqliteSynchronous::Full);
+        assert!(config.providers.is_empty() && config.embeddings.is_none());
+        // A command-line provider without `command` runs the agent's own executable.
+        assert_eq!(ProviderApi::ClaudeCli.default_command(), Some("claude"));
+        assert_eq!(ProviderApi::CodexCli.default_command(), Some("codex"));
+        assert_eq!(ProviderApi::OpenaiChat.default_command(), None);
     }
 
     #[test]

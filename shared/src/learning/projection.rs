@@ -88,6 +88,8 @@ pub struct ProjectStatus {
     pub extractor_version: String,
     /// `rules` (built-in, no provider) or `model`.
     pub extractor: String,
+    /// Which model extraction asks, or that none is configured.
+    pub model_path: ModelPath,
     pub learning_enabled: bool,
     pub use_available: bool,
     pub generation_available: bool,
@@ -95,15 +97,135 @@ pub struct ProjectStatus {
     pub history_batch_limit: i64,
     pub queue: QueueView,
     pub experiences: i64,
+    /// Why nothing was learned yet, when nothing was (`null` once there is an experience):
+    /// how many prompts were read and turns admitted, and what the extractor in force keeps.
+    pub explanation: Option<String>,
     pub tokens_today: TokenTotals,
     pub tokens_total: TokenTotals,
     pub automatic_tokens_today: i64,
     pub max_tokens_per_day: Option<u64>,
-    /// True when the daily token cap holds automatic model calls back: today's automatic spend
-    /// and the calls in flight leave less than one more call's ceiling.
+    /// Automatic model calls recorded today, and the daily call budget in force (configured, or
+    /// the default of a command-line model).
+    pub automatic_calls_today: i64,
+    pub max_calls_per_day: Option<u64>,
+    /// True when a daily cap holds automatic model calls back: today's automatic spend and the
+    /// calls in flight leave no room for one more call.
     pub automatic_paused: bool,
     pub providers: Vec<ProviderHealth>,
     pub warnings: Vec<Warning>,
+}
+
+/// The model path `learn status` shows: the provider kind and model extraction asks, or the
+/// rules extractor with a word on what a model would add.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelPath {
+    /// `claude_cli claude-code/haiku`, `rules-2, no model configured`, …
+    pub active: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The provider kind (`openai_chat`, …, `claude_cli`, `codex_cli`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Without a model: what one would add and how to get one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+/// What a model adds over the rules extractor, and the ways to get one without a key of your own.
+pub const NO_MODEL_HINT: &str = "A model extractor also learns lessons stated without a marker \
+    word and recalls them in other words; get one with `zuno install claude-code` or `zuno install \
+    codex` (your agent's own login), a local Ollama, or an API provider block in config.json \
+    (docs/configuration.md#providers).";
+
+/// Prompts read, extraction jobs admitted (and still waiting) and experiences of a project.
+const LEARNED_SQL: &str = "SELECT \
+    (SELECT COUNT(*) FROM message m JOIN session s ON s.id = m.session_id \
+       WHERE s.project_id = $1 AND m.role = 'user'), \
+    (SELECT COUNT(*) FROM learning_job WHERE project_id = $1 AND kind = 'extract'), \
+    (SELECT COUNT(*) FROM learning_job WHERE project_id = $1 AND kind = 'extract' \
+       AND state IN ('queued', 'running')), \
+    (SELECT COUNT(*) FROM experience_record WHERE project_id = $1)";
+
+/// What a project's learning has read and kept so far.
+struct Learned {
+    prompts: i64,
+    turns: i64,
+    waiting: i64,
+    experiences: i64,
+}
+
+impl Learned {
+    /// An empty result explained: what was read, and why the extractor in force kept nothing.
+    fn explain(&self, config: &Config) -> Option<String> {
+        let Learned {
+            prompts,
+            turns,
+            waiting,
+            experiences,
+        } = *self;
+        if experiences > 0 {
+            return None;
+        }
+        if prompts == 0 {
+            return Some(String::from(
+                "Nothing read yet: no prompt was sent or imported in this project.",
+            ));
+        }
+        let read = format!("{prompts} prompts read, {turns} closed turns admitted for extraction");
+        if waiting > 0 {
+            return Some(format!(
+                "{read}, {waiting} of them still waiting (see the queue): no lesson yet."
+            ));
+        }
+        let version = extractor_version(config);
+        Some(if super::rules::is_rules_version(version) {
+            format!(
+                "{read}, 0 lessons: the rules extractor ({version}) keeps only explicit \
+                 corrections and rules (\"no, use X\", \"always …\", \"never …\", \"from now on …\", \
+                 a recovered command) and none of these turns carried one. {NO_MODEL_HINT}"
+            )
+        } else {
+            format!("{read}; the model found no lesson in them.")
+        })
+    }
+}
+
+/// The model path of `config`: with providers configured, the model `learning.extractor_model`
+/// (else the only provider's `small_model`) names; with several and neither, each session's own.
+pub fn model_path(config: &Config) -> ModelPath {
+    if config.providers.is_empty() {
+        return ModelPath {
+            active: format!("{}, no model configured", extractor_version(config)),
+            provider: None,
+            api: None,
+            model: None,
+            hint: Some(String::from(NO_MODEL_HINT)),
+        };
+    }
+    match crate::provider::resolve_model(config, None) {
+        Ok(model) => ModelPath {
+            active: format!("{} {}/{}", model.api.as_str(), model.provider, model.model),
+            api: Some(model.api.as_str().to_owned()),
+            provider: Some(model.provider),
+            model: Some(model.model),
+            hint: None,
+        },
+        Err(unavailable) => ModelPath {
+            active: match unavailable {
+                crate::provider::ModelUnavailable::NoModel => String::from(
+                    "the session's own provider and model (no learning.extractor_model)",
+                ),
+                other => format!("unavailable: {other}"),
+            },
+            provider: None,
+            api: None,
+            model: None,
+            hint: None,
+        },
+    }
 }
 
 async fn queue_view(
@@ -283,12 +405,17 @@ pub async fn project_status(
     let now = ledger.now_ms();
     let today = usage::day_of(now);
     let budget = usage::automatic_budget(db, today).await?;
-    let experiences: i64 = crate::on_db!(db, |pool| sqlx::query_scalar(
-        "SELECT COUNT(*) FROM experience_record WHERE project_id = $1"
-    )
-    .bind(project_id)
-    .fetch_one(pool)
-    .await)?;
+    let (prompts, turns, waiting, experiences): (i64, i64, i64, i64) =
+        crate::on_db!(db, |pool| sqlx::query_as(LEARNED_SQL)
+            .bind(project_id)
+            .fetch_one(pool)
+            .await)?;
+    let learned = Learned {
+        prompts,
+        turns,
+        waiting,
+        experiences,
+    };
     let jobs = ledger
         .list(&JobFilter {
             projects: Some(vec![project_id.to_owned()]),
@@ -298,7 +425,7 @@ pub async fn project_status(
         })
         .await
         .map_err(ledger_store)?;
-    let cap = learning.execution.max_tokens_per_day;
+    let caps = usage::DailyCaps::of(config);
     let version = extractor_version(config);
     Ok(ProjectStatus {
         project_id: project_id.to_owned(),
@@ -308,6 +435,7 @@ pub async fn project_status(
         } else {
             "model"
         }),
+        model_path: model_path(config),
         learning_enabled: learning.enabled,
         use_available: learning.use_enabled(),
         generation_available: learning.generate_enabled(),
@@ -315,12 +443,15 @@ pub async fn project_status(
         history_batch_limit: super::ingestion::REPAIR_BATCH_LIMIT,
         queue: queue_view(ledger, project_id, None).await?,
         experiences,
+        explanation: learned.explain(config),
         tokens_today: usage::project_totals(db, project_id, Some(today)).await?,
         tokens_total: usage::project_totals(db, project_id, None).await?,
         automatic_tokens_today: budget.spent,
-        max_tokens_per_day: cap,
-        automatic_paused: cap
-            .is_some_and(|cap| !budget.admits(usage::call_ceiling(&learning.execution), cap)),
+        max_tokens_per_day: caps.tokens,
+        automatic_calls_today: budget.calls_spent,
+        max_calls_per_day: caps.calls,
+        automatic_paused: caps.any()
+            && !budget.admits(usage::call_ceiling(&learning.execution), caps),
         providers: usage::health(db).await?,
         warnings: warnings(&jobs),
     })

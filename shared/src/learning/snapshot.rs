@@ -258,6 +258,16 @@ impl ClaimGate for SourceGate {
                     ));
                 }
             }
+            if crate::ledger::another_run_in(tx, job).await? {
+                // One writer per document: a plan made beside another over the same revision
+                // would lose its compare-and-set and spend an attempt.
+                return Ok(GateDecision::Defer {
+                    until: self.clock.now_ms() + FOLLOW_UP_WAIT_MS,
+                    reason: String::from(
+                        "another maintenance job of this project's Memory is running",
+                    ),
+                });
+            }
             return self.reserve_tokens(tx, job).await;
         }
         if job.kind.runs_one_at_a_time() && crate::ledger::earlier_run_in(tx, job).await? {
@@ -341,37 +351,58 @@ impl SourceGate {
         }
     }
 
-    /// The daily cap, last: proceeds when there is no cap, the work is manual or spends nothing,
-    /// or the call's ceiling was reserved; defers otherwise, without spending an attempt.
+    /// The daily caps, last: proceeds when there is no cap, the work is manual or spends
+    /// nothing, or the call was reserved; defers otherwise, without spending an attempt.
     async fn reserve_tokens(&self, tx: &mut Tx, job: &Job) -> Result<GateDecision, StoreError> {
-        let Some(cap) = self.config.learning.execution.max_tokens_per_day else {
-            return Ok(GateDecision::Proceed);
-        };
-        if !job.origin.is_automatic() || !self.calls_model(job) {
+        let caps = usage::DailyCaps::of(&self.config);
+        if !caps.any() || !job.origin.is_automatic() || !self.calls_model(job) {
             return Ok(GateDecision::Proceed);
         }
         let now = self.clock.now_ms();
         let ceiling = usage::call_ceiling(&self.config.learning.execution);
         Ok(
-            match usage::reserve_in(tx, &job.id, job.attempts, ceiling, cap, now).await? {
+            match usage::reserve_in(tx, &job.id, job.attempts, ceiling, caps, now).await? {
                 usage::Reservation::Held => GateDecision::Proceed,
                 usage::Reservation::WaitForInFlight { budget } => GateDecision::Defer {
                     until: now + IN_FLIGHT_WAIT_MS,
                     reason: format!(
-                        "automatic model calls wait: {} tokens spent and {} reserved by calls in \
-                         flight leave less than one call's {ceiling} of today's {cap}-token cap",
-                        budget.spent, budget.reserved
+                        "automatic model calls wait: the calls in flight hold the rest of \
+                         today's budget ({})",
+                        spent_of(&budget, ceiling, caps)
                     ),
                 },
-                usage::Reservation::Exhausted { budget } => GateDecision::Defer {
-                    until: usage::next_day_start(now),
-                    reason: format!(
-                        "automatic model calls paused: {} tokens spent leave less than one \
-                         call's {ceiling} of today's {cap}-token cap",
-                        budget.spent
-                    ),
-                },
+                usage::Reservation::Exhausted { budget } => {
+                    let spent = spent_of(&budget, ceiling, caps);
+                    tracing::warn!(job.id = %job.id, job.kind = %job.kind, %spent,
+                        "today's budget for automatic model calls is spent; learning waits for tomorrow");
+                    GateDecision::Defer {
+                        until: usage::next_day_start(now),
+                        reason: format!(
+                            "automatic model calls paused until tomorrow: today's budget is \
+                             spent ({spent})"
+                        ),
+                    }
+                }
             },
         )
     }
+}
+
+/// Today's spend against each cap in force, for the deferral reason (`learn status` and the
+/// job's events show it).
+fn spent_of(budget: &usage::AutomaticBudget, ceiling: u64, caps: usage::DailyCaps) -> String {
+    let mut parts = Vec::new();
+    if let Some(cap) = caps.calls {
+        parts.push(format!(
+            "{} of {cap} calls done, {} in flight",
+            budget.calls_spent, budget.calls_reserved
+        ));
+    }
+    if let Some(cap) = caps.tokens {
+        parts.push(format!(
+            "{} tokens spent and {} reserved of the {cap}-token cap, one call reserves {ceiling}",
+            budget.spent, budget.reserved
+        ));
+    }
+    parts.join("; ")
 }

@@ -93,22 +93,76 @@ pub fn call_ceiling(execution: &ExecutionConfig) -> u64 {
         .saturating_add(execution.max_output_tokens.saturating_mul(3))
 }
 
-/// Today's automatic tokens: spent (recorded calls) and reserved (calls in flight).
+/// Today's automatic model work: tokens and calls, each spent (recorded calls) and reserved
+/// (calls in flight).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AutomaticBudget {
     pub spent: i64,
     pub reserved: i64,
+    pub calls_spent: i64,
+    pub calls_reserved: i64,
+}
+
+/// The daily caps on automatic model work (manual commands are never held back).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DailyCaps {
+    /// `learning.execution.max_tokens_per_day`.
+    pub tokens: Option<u64>,
+    /// `learning.execution.max_calls_per_day`, else [`DEFAULT_COMMAND_LINE_CALLS_PER_DAY`] when
+    /// the learning model is an agent's command line.
+    pub calls: Option<u64>,
+}
+
+/// The daily call budget of automatic learning when the model is an agent's command line and
+/// none is configured: those calls spend the user's own subscription (ADR 0008).
+pub const DEFAULT_COMMAND_LINE_CALLS_PER_DAY: u64 = 200;
+
+impl DailyCaps {
+    /// The caps in force under `config`.
+    pub fn of(config: &crate::config::Config) -> DailyCaps {
+        let execution = &config.learning.execution;
+        let command_line =
+            crate::provider::resolve_model(config, None).is_ok_and(|model| model.api.is_cli());
+        DailyCaps {
+            tokens: execution.max_tokens_per_day,
+            calls: execution
+                .max_calls_per_day
+                .or(command_line.then_some(DEFAULT_COMMAND_LINE_CALLS_PER_DAY)),
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        self.tokens.is_some() || self.calls.is_some()
+    }
 }
 
 impl AutomaticBudget {
-    /// Whether one more call of `ceiling` tokens fits under `cap`.
-    pub fn admits(&self, ceiling: u64, cap: u64) -> bool {
-        let ceiling = i64::try_from(ceiling).unwrap_or(i64::MAX);
-        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
-        self.spent
-            .saturating_add(self.reserved)
-            .saturating_add(ceiling)
-            <= cap
+    /// Whether one more call of `ceiling` tokens fits under `caps`.
+    pub fn admits(&self, ceiling: u64, caps: DailyCaps) -> bool {
+        let fits = |used: i64, more: u64, cap: Option<u64>| {
+            cap.is_none_or(|cap| {
+                let more = i64::try_from(more).unwrap_or(i64::MAX);
+                used.saturating_add(more) <= i64::try_from(cap).unwrap_or(i64::MAX)
+            })
+        };
+        fits(
+            self.spent.saturating_add(self.reserved),
+            ceiling,
+            caps.tokens,
+        ) && fits(
+            self.calls_spent.saturating_add(self.calls_reserved),
+            1,
+            caps.calls,
+        )
+    }
+
+    /// The same budget without the calls in flight.
+    fn recorded_only(self) -> AutomaticBudget {
+        AutomaticBudget {
+            reserved: 0,
+            calls_reserved: 0,
+            ..self
+        }
     }
 }
 
@@ -119,23 +173,38 @@ const BUDGET_SQL: &str = "SELECT \
        WHERE day = $1 AND automatic = TRUE), \
     (SELECT CAST(COALESCE(SUM(r.tokens), 0) AS BIGINT) FROM provider_token_reservation r \
        JOIN learning_job j ON j.id = r.job_id \
+       WHERE r.day = $1 AND r.released = FALSE AND j.state = 'running' AND j.attempts = r.attempt), \
+    (SELECT CAST(COUNT(*) AS BIGINT) FROM provider_usage WHERE day = $1 AND automatic = TRUE), \
+    (SELECT CAST(COUNT(*) AS BIGINT) FROM provider_token_reservation r \
+       JOIN learning_job j ON j.id = r.job_id \
        WHERE r.day = $1 AND r.released = FALSE AND j.state = 'running' AND j.attempts = r.attempt)";
+
+type BudgetRow = (i64, i64, i64, i64);
+
+fn budget_of((spent, reserved, calls_spent, calls_reserved): BudgetRow) -> AutomaticBudget {
+    AutomaticBudget {
+        spent,
+        reserved,
+        calls_spent,
+        calls_reserved,
+    }
+}
 
 /// Today's automatic spend and live reservations, read in one statement.
 pub async fn automatic_budget_in(tx: &mut Tx, day: i64) -> Result<AutomaticBudget, StoreError> {
-    let (spent, reserved): (i64, i64) = crate::on_tx!(tx, |conn| sqlx::query_as(BUDGET_SQL)
+    let row: BudgetRow = crate::on_tx!(tx, |conn| sqlx::query_as(BUDGET_SQL)
         .bind(day)
         .fetch_one(conn)
         .await)?;
-    Ok(AutomaticBudget { spent, reserved })
+    Ok(budget_of(row))
 }
 
 pub async fn automatic_budget(db: &Db, day: i64) -> Result<AutomaticBudget, StoreError> {
-    let (spent, reserved): (i64, i64) = crate::on_db!(db, |pool| sqlx::query_as(BUDGET_SQL)
+    let row: BudgetRow = crate::on_db!(db, |pool| sqlx::query_as(BUDGET_SQL)
         .bind(day)
         .fetch_one(pool)
         .await)?;
-    Ok(AutomaticBudget { spent, reserved })
+    Ok(budget_of(row))
 }
 
 /// What [`reserve_in`] decided.
@@ -149,7 +218,7 @@ pub enum Reservation {
     Exhausted { budget: AutomaticBudget },
 }
 
-/// Reserves `ceiling` tokens of today's `cap` for attempt `attempt` of `job_id`, inside the
+/// Reserves one call of `ceiling` tokens under today's `caps` for attempt `attempt` of `job_id`, inside the
 /// caller's claim transaction. Reservations are serialized (Postgres: a transaction-scoped
 /// advisory lock; SQLite: the transaction already holds the only write lock), so each one reads
 /// every earlier one. Asking again for an attempt that holds a reservation (a heartbeat's
@@ -159,7 +228,7 @@ pub async fn reserve_in(
     job_id: &str,
     attempt: i64,
     ceiling: u64,
-    cap: u64,
+    caps: DailyCaps,
     now: i64,
 ) -> Result<Reservation, StoreError> {
     let held: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
@@ -184,12 +253,8 @@ pub async fn reserve_in(
     }
     let day = day_of(now);
     let budget = automatic_budget_in(tx, day).await?;
-    if !budget.admits(ceiling, cap) {
-        let recorded_only = AutomaticBudget {
-            spent: budget.spent,
-            reserved: 0,
-        };
-        return Ok(if recorded_only.admits(ceiling, cap) {
+    if !budget.admits(ceiling, caps) {
+        return Ok(if budget.recorded_only().admits(ceiling, caps) {
             Reservation::WaitForInFlight { budget }
         } else {
             Reservation::Exhausted { budget }
@@ -372,7 +437,8 @@ fn health_after(
         Some(
             error @ (ProviderError::Auth(_)
             | ProviderError::ModelUnavailable(_)
-            | ProviderError::MissingCredential { .. }),
+            | ProviderError::MissingCredential { .. }
+            | ProviderError::CommandUnavailable { .. }),
         ) => {
             let diagnostic = error.diagnostic();
             Some(ProviderHealth {
@@ -491,12 +557,70 @@ mod tests {
         };
         let ceiling = call_ceiling(&execution);
         assert_eq!(ceiling, 2 * (1000 + PROMPT_OVERHEAD_TOKENS) + 3 * 100);
-        let budget = |spent, reserved| AutomaticBudget { spent, reserved };
+        let budget = |spent, reserved| AutomaticBudget {
+            spent,
+            reserved,
+            ..AutomaticBudget::default()
+        };
+        let tokens = |cap| DailyCaps {
+            tokens: Some(cap),
+            calls: None,
+        };
         let exact = ceiling + 500;
-        assert!(budget(250, 250).admits(ceiling, exact));
-        assert!(!budget(250, 251).admits(ceiling, exact));
-        assert!(!budget(501, 0).admits(ceiling, exact));
-        assert!(!budget(0, 0).admits(ceiling, ceiling - 1));
-        assert!(budget(0, 0).admits(u64::MAX, u64::MAX));
+        assert!(budget(250, 250).admits(ceiling, tokens(exact)));
+        assert!(!budget(250, 251).admits(ceiling, tokens(exact)));
+        assert!(!budget(501, 0).admits(ceiling, tokens(exact)));
+        assert!(!budget(0, 0).admits(ceiling, tokens(ceiling - 1)));
+        assert!(budget(0, 0).admits(u64::MAX, tokens(u64::MAX)));
+        assert!(budget(i64::MAX, 0).admits(ceiling, DailyCaps::default()));
+    }
+
+    #[test]
+    fn a_call_fits_only_while_calls_done_and_in_flight_leave_one() {
+        let calls = |spent, reserved| AutomaticBudget {
+            calls_spent: spent,
+            calls_reserved: reserved,
+            ..AutomaticBudget::default()
+        };
+        let cap = DailyCaps {
+            tokens: None,
+            calls: Some(10),
+        };
+        assert!(calls(5, 4).admits(1, cap));
+        assert!(!calls(5, 5).admits(1, cap));
+        assert!(!calls(10, 0).admits(1, cap));
+        assert!(calls(5, 5).recorded_only().admits(1, cap));
+    }
+
+    #[test]
+    fn command_line_models_get_a_call_budget_by_default_and_api_models_none() {
+        use crate::config::{Config, ProviderApi, ProviderConfig};
+        let with = |api: ProviderApi, base_url: &str| {
+            let mut config = Config::default();
+            config.providers.insert(
+                "p".into(),
+                ProviderConfig {
+                    api,
+                    base_url: base_url.into(),
+                    api_key_env: None,
+                    header_envs: Default::default(),
+                    small_model: None,
+                    models: Default::default(),
+                },
+            );
+            config.learning.extractor_model = Some("p/m".into());
+            config
+        };
+        let cli = with(ProviderApi::ClaudeCli, "");
+        assert_eq!(
+            DailyCaps::of(&cli).calls,
+            Some(DEFAULT_COMMAND_LINE_CALLS_PER_DAY)
+        );
+        let api = with(ProviderApi::OpenaiChat, "http://127.0.0.1:9/v1");
+        assert_eq!(DailyCaps::of(&api), DailyCaps::default());
+        let mut chosen = cli.clone();
+        chosen.learning.execution.max_calls_per_day = Some(7);
+        assert_eq!(DailyCaps::of(&chosen).calls, Some(7));
+        assert_eq!(DailyCaps::of(&Config::default()), DailyCaps::default());
     }
 }

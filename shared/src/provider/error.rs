@@ -29,16 +29,20 @@ pub struct Diagnostic {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
         if let Some(status) = self.status {
-            write!(f, "HTTP {status}")?;
+            parts.push(format!("HTTP {status}"));
         }
         if let Some(code) = &self.code {
-            write!(f, ", code {code}")?;
+            parts.push(format!("code {code}"));
         }
         if let Some(request_id) = &self.request_id {
-            write!(f, ", request {request_id}")?;
+            parts.push(format!("request {request_id}"));
         }
-        write!(f, ": {}", self.message)
+        if parts.is_empty() {
+            return write!(f, "{}", self.message);
+        }
+        write!(f, "{}: {}", parts.join(", "), self.message)
     }
 }
 
@@ -90,6 +94,14 @@ pub enum ProviderError {
     /// The answer was not the requested JSON, and neither was the single repair.
     #[error("malformed answer after one repair: {detail}")]
     MalformedAnswer { detail: String },
+    /// A command-line provider's executable could not be started (not on `PATH`, not
+    /// executable). A later attempt cannot help until the configuration or the install changes.
+    #[error("provider command `{command}` could not be started: {message}")]
+    CommandUnavailable { command: String, message: String },
+    /// A command-line provider ran and failed for a reason it did not name in a way we
+    /// recognise (its exit status or error result, with its message); worth a later attempt.
+    #[error("provider command failed ({0})")]
+    CommandFailed(Diagnostic),
 }
 
 impl ProviderError {
@@ -103,11 +115,13 @@ impl ProviderError {
             | ProviderError::OutputLimitRejected(_)
             | ProviderError::BadRequest(_)
             | ProviderError::InvalidResponse(_)
-            | ProviderError::MalformedAnswer { .. } => true,
+            | ProviderError::MalformedAnswer { .. }
+            | ProviderError::CommandUnavailable { .. } => true,
             ProviderError::RateLimited { .. }
             | ProviderError::Unavailable { .. }
             | ProviderError::Network { .. }
-            | ProviderError::Timeout { .. } => false,
+            | ProviderError::Timeout { .. }
+            | ProviderError::CommandFailed(_) => false,
         }
     }
 
@@ -130,12 +144,14 @@ impl ProviderError {
             | ProviderError::BadRequest(diagnostic)
             | ProviderError::InvalidResponse(diagnostic)
             | ProviderError::RateLimited { diagnostic, .. }
-            | ProviderError::Unavailable { diagnostic, .. } => Some(diagnostic),
+            | ProviderError::Unavailable { diagnostic, .. }
+            | ProviderError::CommandFailed(diagnostic) => Some(diagnostic),
             ProviderError::MissingCredential { .. }
             | ProviderError::InvalidHeader { .. }
             | ProviderError::Network { .. }
             | ProviderError::Timeout { .. }
-            | ProviderError::MalformedAnswer { .. } => None,
+            | ProviderError::MalformedAnswer { .. }
+            | ProviderError::CommandUnavailable { .. } => None,
         }
     }
 

@@ -22,6 +22,10 @@
 //! - Wire formats: Chat Completions (`POST {base}/chat/completions`), Responses
 //!   (`POST {base}/responses`), Anthropic Messages (`POST {base}/messages`, `x-api-key`,
 //!   `anthropic-version: 2023-06-01`).
+//! - Command lines: `claude_cli` and `codex_cli` run the agent's own CLI headless instead of an
+//!   HTTP request (provider/cli.rs lists what each relies on). Decoding, the repair, the
+//!   deadline (the child is killed) and usage accounting are the same; the CLI retries its own
+//!   transient failures, so no in-call retry is added.
 //! - Parameters: the model's `params` go into the body as given, except client-owned fields
 //!   (conversation, `stream`, tools, response format), token-limit aliases, and sampling
 //!   parameters when the model does not support sampling. No temperature is ever added.
@@ -48,6 +52,7 @@
 //!   diagnostics: diagnostics are redacted (including the exact values sent) and clipped.
 
 mod answer;
+mod cli;
 mod embed;
 mod error;
 mod resolve;
@@ -64,6 +69,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
+pub use cli::{CHILD_ENV, CLI_DEFAULT_MODEL};
 pub use embed::EmbeddingClient;
 pub use error::{
     Diagnostic, MAX_MESSAGE_CHARS, ProviderError, ProviderFailure, parse_retry_after,
@@ -127,7 +133,7 @@ pub struct LearningResponse {
     pub requests: u32,
 }
 
-type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+pub(crate) type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// Calls learning models. Cheap to clone (the HTTP connection pool is shared).
 #[derive(Clone)]
@@ -265,19 +271,12 @@ impl LearningModelClient {
     /// tools; Anthropic's forced answer tool is part of `parameters` and the contract), and the
     /// names of the headers sent — never their values.
     pub fn receipt(model: &ResolvedModel, request: &LearningRequest) -> Value {
-        let body = wire::build_body(model, request, &[]);
-        let mut parameters = match body {
-            Value::Object(map) => map,
-            _ => serde_json::Map::new(),
-        };
-        for key in wire::conversation_keys(model.api) {
-            parameters.remove(*key);
-        }
+        let parameters = receipt_parameters(model, request);
         let prompt = json!({ "system": request.system, "user": request.user });
         let mode = match (model.native_structured_output, model.api) {
-            (false, _) => "prompt",
             (true, ProviderApi::AnthropicMessages) => "native_tool",
             (true, ProviderApi::OpenaiChat | ProviderApi::OpenaiResponses) => "native_schema",
+            _ => "prompt",
         };
         json!({
             "requestId": uuid::Uuid::new_v4().to_string(),
@@ -315,9 +314,7 @@ impl LearningModelClient {
             let key = read(variable)?;
             match model.api {
                 ProviderApi::AnthropicMessages => insert_header(&mut headers, "x-api-key", &key)?,
-                ProviderApi::OpenaiChat | ProviderApi::OpenaiResponses => {
-                    insert_header(&mut headers, "authorization", &format!("Bearer {key}"))?;
-                }
+                _ => insert_header(&mut headers, "authorization", &format!("Bearer {key}"))?,
             }
             secrets.push(key);
         }
@@ -332,6 +329,29 @@ impl LearningModelClient {
         }
         Ok(Prepared { headers, secrets })
     }
+}
+
+/// A receipt's `parameters`: the body without the conversation, or for a command-line kind the
+/// command and its arguments without the system prompt (which the receipt keeps as `prompt`).
+fn receipt_parameters(
+    model: &ResolvedModel,
+    request: &LearningRequest,
+) -> serde_json::Map<String, Value> {
+    if model.api.is_cli() {
+        let mut parameters = serde_json::Map::new();
+        parameters.insert(String::from("model"), Value::from(model.model.as_str()));
+        parameters.insert(String::from("command"), json!(model.command));
+        parameters.insert(String::from("args"), json!(cli::args(model, None)));
+        return parameters;
+    }
+    let mut parameters = match wire::build_body(model, request, &[]) {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    for key in wire::conversation_keys(model.api) {
+        parameters.remove(*key);
+    }
+    parameters
 }
 
 /// Inserts a header whose value is treated as sensitive (kept out of `Debug` output).
@@ -354,6 +374,12 @@ struct Prepared {
     headers: HeaderMap,
     /// Header values sent, scrubbed from any diagnostic text.
     secrets: Vec<String>,
+}
+
+/// How a call reaches its model: HTTP requests with these headers, or the command line.
+enum Transport {
+    Http(Prepared),
+    Cli,
 }
 
 /// What a call has spent so far, kept outside the call's future so a deadline that drops the
@@ -398,8 +424,11 @@ impl Call<'_> {
     where
         V: Fn(&Value) -> Result<(), String> + Sync,
     {
-        let prepared = self.client.prepare_headers(self.model)?;
-        let first = self.send(&prepared, &[]).await?;
+        let transport = match self.model.api.is_cli() {
+            true => Transport::Cli,
+            false => Transport::Http(self.client.prepare_headers(self.model)?),
+        };
+        let first = self.ask(&transport, &[]).await?;
         let problem = match self.accept(&first, validate) {
             Ok(value) => return Ok((value, first.text, false)),
             Err(problem) => problem,
@@ -419,7 +448,7 @@ impl Call<'_> {
                 self.request.schema_name,
             )),
         ];
-        let second = self.send(&prepared, &turns).await?;
+        let second = self.ask(&transport, &turns).await?;
         match self.accept(&second, validate) {
             Ok(value) => Ok((value, second.text, true)),
             Err(problem) => Err(ProviderError::MalformedAnswer {
@@ -439,6 +468,27 @@ impl Call<'_> {
         answer::check_top_level(&self.request.schema, &value)?;
         validate(&value)?;
         Ok(value)
+    }
+
+    /// One answer: an HTTP request (with its retries) or one run of the command line. A
+    /// command line retries its own transient failures, so its failures are not retried here.
+    async fn ask(
+        &self,
+        transport: &Transport,
+        turns: &[Turn],
+    ) -> Result<wire::Answer, ProviderError> {
+        let Transport::Http(prepared) = transport else {
+            self.tally.update(|spent| spent.requests += 1);
+            let outcome = cli::run(self.model, self.request, turns, &self.client.env).await?;
+            self.tally.update(|spent| {
+                spent.usage += outcome.usage;
+                if let Some(id) = outcome.request_id {
+                    spent.request_id = Some(id);
+                }
+            });
+            return outcome.answer;
+        };
+        self.send(prepared, turns).await
     }
 
     /// One logical request, retried on transient failures while the wait fits the deadline.

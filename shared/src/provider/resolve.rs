@@ -86,8 +86,10 @@ pub struct ResolvedModel {
     pub model: String,
     pub source: ModelSource,
     pub api: ProviderApi,
-    /// Without a trailing slash.
+    /// Without a trailing slash (HTTP kinds; for the command-line kinds, see `command`).
     pub base_url: String,
+    /// The executable a command-line kind runs (`claude_cli`, `codex_cli`); `None` for HTTP.
+    pub command: Option<String>,
     /// The effective output limit (see [`effective_output_limit`]).
     pub max_output_tokens: u64,
     /// Native JSON-schema output: the configuration asks for it AND the model supports it.
@@ -121,11 +123,15 @@ impl ResolvedModel {
     /// Names of the headers sent with every request, lower-case, in sending order. Values are
     /// never part of a resolved model.
     pub fn header_names(&self) -> Vec<String> {
+        if self.api.is_cli() {
+            // A command line is not an HTTP request: no headers are sent.
+            return Vec::new();
+        }
         let mut names = vec![String::from("content-type")];
         if self.credentials.api_key_env.is_some() {
             names.push(String::from(match self.api {
                 ProviderApi::AnthropicMessages => "x-api-key",
-                ProviderApi::OpenaiChat | ProviderApi::OpenaiResponses => "authorization",
+                _ => "authorization",
             }));
         }
         if self.api == ProviderApi::AnthropicMessages {
@@ -216,8 +222,13 @@ fn resolve_with(
         {
             "max_completion_tokens"
         }
-        ProviderApi::OpenaiChat | ProviderApi::AnthropicMessages => "max_tokens",
         ProviderApi::OpenaiResponses => "max_output_tokens",
+        // The command lines take no limit field; Claude Code reads its ceiling from the
+        // environment (provider/cli.rs), under the same name.
+        ProviderApi::OpenaiChat
+        | ProviderApi::AnthropicMessages
+        | ProviderApi::ClaudeCli
+        | ProviderApi::CodexCli => "max_tokens",
     };
     ResolvedModel {
         max_output_tokens: effective_output_limit(
@@ -225,11 +236,16 @@ fn resolve_with(
             model_config,
         ),
         native_structured_output: config.learning.execution.structured_output
-            && model_config.supports_structured_output,
+            && model_config.supports_structured_output
+            && !provider_config.api.is_cli(),
         supports_sampling: model_config.supports_sampling,
         params: pass_through_params(model_config),
         api: provider_config.api,
-        base_url: provider_config.base_url.trim_end_matches('/').to_owned(),
+        base_url: match provider_config.api.is_cli() {
+            true => String::new(),
+            false => provider_config.base_url.trim_end_matches('/').to_owned(),
+        },
+        command: provider_config.command().map(str::to_owned),
         limit_field,
         credentials: Credentials {
             api_key_env: provider_config.api_key_env.clone(),

@@ -1,4 +1,5 @@
-//! The three wire formats: request bodies and the parts of a success response learning uses.
+//! The three HTTP wire formats: request bodies and the parts of a success response learning
+//! uses. The command-line kinds have no body (provider/cli.rs builds their argument vector).
 
 use crate::config::ProviderApi;
 use serde_json::{Map, Value, json};
@@ -18,6 +19,9 @@ pub(crate) fn endpoint(api: ProviderApi) -> &'static str {
         ProviderApi::OpenaiChat => "/chat/completions",
         ProviderApi::OpenaiResponses => "/responses",
         ProviderApi::AnthropicMessages => "/messages",
+        // Not a path: what receipts show as the command-line kinds' "endpoint".
+        ProviderApi::ClaudeCli => "claude -p --output-format json",
+        ProviderApi::CodexCli => "codex exec --json",
     }
 }
 
@@ -28,6 +32,7 @@ pub(crate) fn conversation_keys(api: ProviderApi) -> &'static [&'static str] {
         ProviderApi::OpenaiChat => &["messages"],
         ProviderApi::OpenaiResponses => &["instructions", "input"],
         ProviderApi::AnthropicMessages => &["system", "messages"],
+        ProviderApi::ClaudeCli | ProviderApi::CodexCli => &[],
     }
 }
 
@@ -52,6 +57,8 @@ pub(crate) fn build_body(
         ProviderApi::OpenaiChat => chat_fields(&mut body, model, request, conversation),
         ProviderApi::OpenaiResponses => responses_fields(&mut body, model, request, conversation),
         ProviderApi::AnthropicMessages => anthropic_fields(&mut body, model, request, conversation),
+        // The prompt goes to the command's stdin and its flags carry the rest.
+        ProviderApi::ClaudeCli | ProviderApi::CodexCli => {}
     }
     Value::Object(body)
 }
@@ -171,6 +178,7 @@ pub(crate) struct Answer {
 pub(crate) fn read_answer(api: ProviderApi, schema_name: &str, body: &Value) -> Option<Answer> {
     let count = |value: Option<&Value>| value.and_then(Value::as_u64).unwrap_or(0);
     match api {
+        ProviderApi::ClaudeCli | ProviderApi::CodexCli => None,
         ProviderApi::OpenaiChat => {
             let choices = body.get("choices")?.as_array()?;
             let message = choices.first().and_then(|choice| choice.get("message"));

@@ -38,7 +38,7 @@ pub async fn call_for_job(
             "provider request",
             provider = %model.provider,
             model = %model.model,
-            api = %serde_json::json!(model.api).as_str().unwrap_or_default(),
+            api = model.api.as_str(),
         ))
         .await;
     let metrics = crate::telemetry::metrics::provider();
@@ -124,5 +124,7 @@ pub fn error_class(error: &ProviderError) -> &'static str {
         ProviderError::Timeout { .. } => "timeout",
         ProviderError::InvalidResponse(_) => "invalid_response",
         ProviderError::MalformedAnswer { .. } => "malformed_answer",
+        ProviderError::CommandUnavailable { .. } => "command_unavailable",
+        ProviderError::CommandFailed(_) => "command_failed",
     }
 }

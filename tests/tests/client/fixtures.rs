@@ -268,6 +268,9 @@ pub fn zuno(home: &Path) -> Command {
         .env_remove("DATABASE_URL")
         .env_remove("ZUNO_DATABASE_URL")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        // The installers look for a local Ollama: none here (port 9 is closed), so a server on
+        // the test machine never changes what they propose.
+        .env("OLLAMA_HOST", "127.0.0.1:9")
         .stdin(Stdio::null());
     command
 }

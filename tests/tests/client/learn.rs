@@ -89,6 +89,15 @@ async fn learn_and_memory_commands_round_trip(db: TestDb) {
     let status = zuno_at(&server, &["learn", "--project", "p", "status"]).await;
     assert_eq!(status.code, 0, "{}", status.stderr);
     assert!(status.stdout.contains("rules-2"), "{}", status.stdout);
+    // No model configured: the model path says so, and how to get one.
+    assert!(
+        status
+            .stdout
+            .contains("active: rules-2, no model configured")
+            && status.stdout.contains("zuno install claude-code"),
+        "{}",
+        status.stdout
+    );
 
     let issue = json_of(
         &zuno_at(

@@ -1,6 +1,6 @@
 //! Client surfaces as a user runs them: transcript import (Claude Code, Codex, Aider), the Claude
 //! Code and Codex hook clients and installers, the Claude Code memory import, the `zuno mcp`
-//! stdio server, and the `learn`/`memory` commands.
+//! stdio server, the `learn`/`memory` commands, and the model the installers propose.
 
 mod aider;
 mod claude_memory;
@@ -11,5 +11,6 @@ mod import;
 mod install;
 mod learn;
 mod mcp;
+mod model_setup;
 mod parse;
 mod schema;

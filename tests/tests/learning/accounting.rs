@@ -118,6 +118,9 @@ async fn concurrent_claims_near_the_cap_reserve_no_more_than_it_holds(db: TestDb
         usage::AutomaticBudget {
             spent: i64::try_from(spent_before).unwrap(),
             reserved: i64::try_from(2 * ceiling).unwrap(),
+            // The one earlier call, and the two claimed ones in flight.
+            calls_spent: 1,
+            calls_reserved: 2,
         }
     );
     assert!(budget.spent + budget.reserved <= i64::try_from(cap).unwrap());
@@ -218,9 +221,19 @@ async fn a_job_call_records_tokens_releases_the_reservation_and_reports_health(d
         .id
         .clone();
     let mut tx = world.db.db.begin().await.unwrap();
-    let reserved = usage::reserve_in(&mut tx, &job_id, 1, 100, 1_000_000, 1_000)
-        .await
-        .unwrap();
+    let reserved = usage::reserve_in(
+        &mut tx,
+        &job_id,
+        1,
+        100,
+        usage::DailyCaps {
+            tokens: Some(1_000_000),
+            calls: None,
+        },
+        1_000,
+    )
+    .await
+    .unwrap();
     assert_eq!(reserved, usage::Reservation::Held);
     tx.commit().await.unwrap();
     let call = |input_tokens: u64| UsageRecord {
@@ -300,7 +313,88 @@ async fn a_job_call_records_tokens_releases_the_reservation_and_reports_health(d
     );
 }
 
+/// A 500-turn import under a daily budget of 25 automatic calls: the fake provider receives
+/// exactly 25 requests; every other extraction waits for the next UTC day, queued, without
+/// spending an attempt; `learn status` shows the budget spent and automatic learning paused.
+async fn a_500_turn_import_makes_no_more_model_calls_than_the_daily_budget(db: TestDb) {
+    const TURNS: usize = 500;
+    const BUDGET: u64 = 25;
+    let fake = FakeProvider::start_auto("127.0.0.1:0").await.unwrap();
+    let mut config = model_config(fake.base_url());
+    config.learning.execution.max_calls_per_day = Some(BUDGET);
+    let world = World::new(db, config).await;
+    let session = world.session().await;
+    for _ in 0..TURNS {
+        world.corrected_turn(&session).await;
+    }
+    let now = world.ledger.now_ms();
+    // A worker stops once a claim round finds nothing it may run: rounds that only defer stop
+    // it too, so run workers until no extraction is due.
+    let mut rounds = 0;
+    while world
+        .scalar_i64(
+            "SELECT COUNT(*) FROM learning_job WHERE kind = 'extract' AND state = 'queued' \
+               AND run_at <= $1",
+            world.ledger.now_ms(),
+        )
+        .await
+        > 0
+    {
+        rounds += 1;
+        assert!(rounds <= TURNS, "extraction never settled or deferred");
+        world.run_extract().await;
+    }
+
+    assert_eq!(fake.request_count(), BUDGET as usize, "calls made");
+    let budget = usage::automatic_budget(&world.db.db, usage::day_of(now))
+        .await
+        .unwrap();
+    assert_eq!((budget.calls_spent, budget.calls_reserved), (25, 0));
+    let jobs = world
+        .ledger
+        .list(&zuno_shared::ledger::JobFilter {
+            kind: Some(JobKind::Extract),
+            limit: 1000,
+            ..zuno_shared::ledger::JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), TURNS);
+    let (done, waiting): (Vec<_>, Vec<_>) = jobs
+        .iter()
+        .partition(|job| job.state == zuno_shared::ledger::JobState::Completed);
+    assert_eq!(done.len(), BUDGET as usize);
+    for job in &waiting {
+        assert_eq!(job.state, zuno_shared::ledger::JobState::Queued, "{job:?}");
+        assert_eq!(job.attempts, 0, "a deferred job spent an attempt: {job:?}");
+        assert!(job.run_at > now, "{job:?}");
+    }
+    // A job claimed while calls were in flight waits for them (they may spend less than they
+    // reserved); every other one waits for tomorrow.
+    let tomorrow = waiting
+        .iter()
+        .filter(|job| job.run_at >= usage::next_day_start(now))
+        .count();
+    assert!(
+        tomorrow >= waiting.len() - 8,
+        "{tomorrow} of {}",
+        waiting.len()
+    );
+    let status = zuno_shared::learning::projection::project_status(
+        &world.db.db,
+        &world.ledger,
+        &world.config,
+        "proj",
+    )
+    .await
+    .unwrap();
+    assert_eq!(status.automatic_calls_today, 25);
+    assert_eq!(status.max_calls_per_day, Some(BUDGET));
+    assert!(status.automatic_paused);
+}
+
 on_both_backends!(
+    a_500_turn_import_makes_no_more_model_calls_than_the_daily_budget,
     concurrent_claims_near_the_cap_reserve_no_more_than_it_holds,
     provider_health_is_written_when_it_changes_and_confirmed_once_a_minute,
     a_job_call_records_tokens_releases_the_reservation_and_reports_health,

@@ -184,6 +184,17 @@ impl World {
     pub async fn run_maintain(&self, memory: &MemoryService) -> RunReport {
         let mut config = RunnerConfig::new("maintain-test");
         config.exit_when_idle = true;
+        self.maintain_runner_with(memory, config)
+            .run(CancellationToken::new())
+            .await
+    }
+
+    /// A maintain worker (no model) named `worker`, running until it is cancelled.
+    pub fn maintain_runner(&self, memory: &MemoryService, worker: &str) -> Runner {
+        self.maintain_runner_with(memory, RunnerConfig::new(worker))
+    }
+
+    fn maintain_runner_with(&self, memory: &MemoryService, config: RunnerConfig) -> Runner {
         Runner::new(self.ledger.clone(), config)
             .with_gate(Arc::new(SourceGate::new(
                 self.config.clone(),
@@ -194,8 +205,14 @@ impl World {
                 memory.clone(),
                 LearningModelClient::new(),
             )))
-            .run(CancellationToken::new())
-            .await
+    }
+
+    pub async fn scalar_i64(&self, sql: &'static str, bind: i64) -> i64 {
+        zuno_shared::on_db!(self.db.db, |pool| sqlx::query_scalar(sql)
+            .bind(bind)
+            .fetch_one(pool)
+            .await)
+        .unwrap()
     }
 
     pub async fn scalar(&self, sql: &'static str) -> i64 {

@@ -513,7 +513,77 @@ async fn an_experience_stamped_by_a_slow_host_clock_is_still_maintained(db: Test
     assert_eq!(watermark, late.id);
 }
 
+/// A burst of 200 explicit records, each admitting its own maintenance job of one project, worked
+/// by four maintain workers at once: one writer per Memory document. A job claimed while
+/// another of its project runs waits at the claim gate (no attempt spent) instead of planning
+/// beside it and losing the compare-and-set, so every job settles on its first attempt, and
+/// every record reaches the document.
+async fn a_burst_of_maintenance_jobs_settles_each_on_its_first_attempt(db: TestDb) {
+    let world = World::new(db, zuno_shared::config::Config::default()).await;
+    let worktree = tempfile::tempdir().unwrap();
+    world.project("web", Some(worktree.path())).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    const RECORDS: usize = 200;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let workers: Vec<_> = (0..4)
+        .map(|n| {
+            let runner = world.maintain_runner(&memory, &format!("maintain-{n}"));
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { runner.run(shutdown).await })
+        })
+        .collect();
+    // The records arrive while the workers run, as a burst of turns would.
+    for n in 0..RECORDS {
+        world
+            .ingestion
+            .record(
+                "web",
+                None,
+                ExperienceOrigin::Remember,
+                &format!("Run the fixture generator number {n} with --seed {n} before the tests"),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let jobs = zuno_tests::eventually(
+        "every maintenance job settled",
+        Duration::from_secs(120),
+        || async {
+            let jobs = maintain_jobs(&world).await;
+            jobs.iter()
+                .all(|job| job.state.is_terminal())
+                .then_some(jobs)
+        },
+    )
+    .await;
+    shutdown.cancel();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    assert!(jobs.len() >= 2, "{} maintenance jobs", jobs.len());
+    for job in &jobs {
+        assert_eq!(job.state, JobState::Completed, "{job:?}");
+        assert_eq!(
+            job.attempts, 1,
+            "a maintenance job needed another attempt: {job:?}"
+        );
+    }
+    let entries = zuno_shared::memory::store::supported_entries(&world.db.db, "web")
+        .await
+        .unwrap();
+    assert!(
+        entries
+            .iter()
+            .any(|supported| supported.entry.content.contains("--seed 199")),
+        "the last record reached Memory: {} entries",
+        entries.len()
+    );
+}
+
 on_both_backends!(
+    a_burst_of_maintenance_jobs_settles_each_on_its_first_attempt,
     a_job_runs_only_for_its_bound_memory_path,
     a_model_plan_commits_with_journal_provenance_and_watermark,
     an_experience_stamped_by_a_slow_host_clock_is_still_maintained,

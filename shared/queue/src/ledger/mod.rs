@@ -24,7 +24,7 @@ pub use model::{
     ClaimedJob, GateFindings, Job, JobIdentity, JobKind, JobOrigin, JobState, Lease, MAX_ATTEMPTS,
     NewJob, bucket_start,
 };
-pub use query::{JobEvent, JobFilter, QueueCount, earlier_run_in};
+pub use query::{JobEvent, JobFilter, QueueCount, another_run_in, earlier_run_in};
 pub use settle::{HeartbeatOutcome, MAX_RETURNED_RELEASES, Settlement, retry_backoff_ms};
 
 /// The Postgres notification channel the ledger publishes on when a job becomes claimable

@@ -33,12 +33,17 @@ pub enum JobKind {
 }
 
 impl JobKind {
-    /// Kinds whose jobs of one project run one at a time, in admission order: aggregation (a
-    /// follow-up reads what the run before it leaves). The claim gate defers a job while an
-    /// earlier one of its kind and project runs ([`super::earlier_run_in`]); settling that run
-    /// makes its waiting successors due at once.
+    /// Kinds whose jobs of one project run one at a time: aggregation, in admission order (a
+    /// follow-up reads what the run before it leaves), and maintenance (one writer per Memory
+    /// document: two plans over one revision would make one of them fail its compare-and-set and
+    /// spend an attempt). The claim gate defers a job while another of its kind and project
+    /// runs ([`super::earlier_run_in`], [`super::another_run_in`]); settling that run makes its
+    /// waiting successors due at once.
     pub fn runs_one_at_a_time(self) -> bool {
-        matches!(self, JobKind::AggregateProject | JobKind::AggregateGlobal)
+        matches!(
+            self,
+            JobKind::AggregateProject | JobKind::AggregateGlobal | JobKind::Maintain
+        )
     }
 
     pub const ALL: [JobKind; 6] = [

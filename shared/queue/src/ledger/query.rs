@@ -82,6 +82,43 @@ pub async fn earlier_run_in(tx: &mut crate::db::Tx, job: &Job) -> Result<bool, S
     Ok(!running.is_empty())
 }
 
+/// Whether any other job of `job`'s kind and project is running, whenever it was admitted: for
+/// kinds where no two runs of one project may overlap in any order (maintenance, one writer per
+/// Memory document). Run inside the claim's (or heartbeat's) transaction.
+///
+/// Two claims in concurrent Postgres transactions would each miss the other's `running` row
+/// (neither has committed), so on Postgres the check first takes a transaction-scoped advisory
+/// lock of the kind and project: a second claim waits there until the first commits, then sees
+/// its run. The running rows are read without a row lock, so a heartbeat (which holds its own
+/// job's row while it asks the gate) and a claim cannot wait for each other. On SQLite the claim
+/// transaction already holds the write lock.
+pub async fn another_run_in(tx: &mut crate::db::Tx, job: &Job) -> Result<bool, StoreError> {
+    if tx.backend() == crate::db::Backend::Postgres {
+        let key = format!(
+            "zuno:one-run:{}:{}",
+            job.kind.as_str(),
+            job.project_id.as_deref().unwrap_or_default()
+        );
+        crate::on_tx!(tx, |conn| sqlx::query(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+        )
+        .bind(&key)
+        .execute(conn)
+        .await
+        .map(|_| ()))?;
+    }
+    let running: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT id FROM learning_job WHERE kind = $1 AND state = 'running' \
+           AND COALESCE(project_id, '') = COALESCE($2, '') AND id <> $3 LIMIT 1"
+    )
+    .bind(job.kind.as_str())
+    .bind(job.project_id.as_deref())
+    .bind(&job.id)
+    .fetch_optional(conn)
+    .await)?;
+    Ok(running.is_some())
+}
+
 impl Ledger {
     /// The job with this identity, if admitted, read inside `tx`.
     pub async fn find_in(

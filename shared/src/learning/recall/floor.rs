@@ -174,10 +174,15 @@ impl Floor {
     }
 
     /// The stemmed words of `text` that can be parts of the prompt's words: [`words_of`]
-    /// without the words no part starts like (the score reads only the prompt's parts).
+    /// without the words no part starts like (the score reads only the prompt's parts) and
+    /// without generic words.
     fn words_in(&self, text: &str) -> HashSet<String> {
         text.split(|c: char| !c.is_alphanumeric() || !c.is_ascii())
             .filter(|w| w.len() >= 2)
+            // A generic word of the lesson never carries a match either: the prompt's generic
+            // words are already left out, so it could only meet a word whose stem collides
+            // with it ("note" and "not" share the stem `not`).
+            .filter(|w| !GENERIC_WORDS.contains(&w.to_ascii_lowercase().as_str()))
             .filter(|w| {
                 let [a, b] = [w.as_bytes()[0], w.as_bytes()[1]];
                 self.prefixes
@@ -222,6 +227,14 @@ fn cjk_runs(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_word_whose_stem_is_a_generic_word_meets_only_its_own_inflections() {
+        let floor = Floor::of("the note editor loses the cursor on paste");
+        assert!(!floor.admits("Use fly secrets, not a .env file.", "fly\nsecrets"));
+        assert!(floor.admits("Keep the notes list sorted by title.", ""));
+        assert!(floor.admits("Keep the list sorted.", "note"));
+    }
 
     #[test]
     fn a_stem_keeps_the_first_two_bytes_of_its_word() {
