@@ -1,6 +1,7 @@
 //! The no-tools resident Memory maintenance stage.
 
 pub mod maintain;
+pub mod supersede;
 
 use std::sync::Arc;
 

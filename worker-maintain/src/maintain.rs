@@ -32,6 +32,8 @@ use zuno_shared::memory::dedupe::RuleSignature;
 use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal, Staged};
 use zuno_shared::memory::store::{self, Scope};
 use zuno_shared::memory::write_check::WriteRefusal;
+
+use crate::supersede::{Superseded, supersede};
 use zuno_shared::provider::{LearningModelClient, LearningRequest, resolve_model};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 
@@ -72,6 +74,10 @@ pub struct Change {
     pub reason: String,
     pub confidence: f64,
     pub experience_ids: Vec<String>,
+    /// Set when the change would replace an entry the user owns: it is staged for review,
+    /// never applied by maintenance ([`crate::supersede`]).
+    #[serde(skip)]
+    pub for_review: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -101,6 +107,9 @@ struct PlanInputs {
     user_backed: HashSet<String>,
     project_entries: Vec<String>,
     global_entries: Vec<String>,
+    /// Both documents' entries with their owners, for [`crate::supersede`].
+    project_view: Vec<store::Entry>,
+    global_view: Vec<store::Entry>,
     /// The document revisions the plan is made against; if either document moves before the
     /// plan commits, the plan is stale and nothing commits.
     planned_revisions: [(Scope, i64); 2],
@@ -151,16 +160,17 @@ async fn read_inputs(db: &Db, project_id: &str) -> Result<PlanInputs, StoreError
             global_view.as_ref().map_or(0, |v| v.revision),
         ),
     ];
-    let contents = |view: Option<store::DocumentView>| {
-        view.map(|v| v.entries.into_iter().map(|e| e.content).collect::<Vec<_>>())
-            .unwrap_or_default()
-    };
+    let entries = |view: Option<store::DocumentView>| view.map(|v| v.entries).unwrap_or_default();
+    let (project_view, global_view) = (entries(project_view), entries(global_view));
+    let contents = |entries: &[store::Entry]| entries.iter().map(|e| e.content.clone()).collect();
     Ok(PlanInputs {
         experiences,
         hints,
         user_backed,
-        project_entries: contents(project_view),
-        global_entries: contents(global_view),
+        project_entries: contents(&project_view),
+        global_entries: contents(&global_view),
+        project_view,
+        global_view,
         planned_revisions,
     })
 }
@@ -226,6 +236,10 @@ impl MaintainHandler {
         if model_mode {
             let uncovered = uncovered_rules(&plan, &no_memory, inputs);
             plan.extend(uncovered);
+        }
+        let superseded = supersede(&mut plan, &inputs.project_view, &inputs.global_view);
+        for (change, how) in plan.iter_mut().zip(superseded) {
+            change.for_review = how == Some(Superseded::ForReview);
         }
         let (reinforcements, mut changes): (Vec<Change>, Vec<Change>) = plan
             .into_iter()
@@ -508,7 +522,12 @@ impl MaintainHandler {
                     .any(|id| user_backed.contains(id)),
                 job_id: Some(job_id.to_owned()),
             };
-            match self.memory.propose_in(tx, &proposal).await {
+            let staged_change = if change.for_review {
+                self.memory.propose_for_review_in(tx, &proposal).await
+            } else {
+                self.memory.propose_in(tx, &proposal).await
+            };
+            match staged_change {
                 Ok(done) => staged.push(done),
                 Err(error) if document_cannot_hold(&error) => {
                     tracing::info!(change = index, %error, "maintenance change skipped: the document cannot hold it");
@@ -623,6 +642,7 @@ fn deterministic_plan(
                 reason: String::from("explicit user record (remember)"),
                 confidence: 1.0,
                 experience_ids: vec![input.id.clone()],
+                for_review: false,
             });
         }
         for hint in hints.iter().filter(|h| h.experience_id == input.id) {
@@ -647,6 +667,7 @@ fn deterministic_plan(
                 reason: hint.reason.clone(),
                 confidence: hint.confidence,
                 experience_ids: vec![input.id.clone()],
+                for_review: false,
             });
         }
     }

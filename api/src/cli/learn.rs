@@ -190,6 +190,9 @@ pub enum MemoryAction {
     Undo { candidate_id: String },
     /// Revision history of a document.
     Revisions { target: Target },
+    /// What Memory holds: size against each document's limit, entries sharing a subject,
+    /// duplicate rules, entries naming files no longer in the worktree.
+    Audit,
 }
 
 #[derive(Debug, clap::Args)]
@@ -370,21 +373,18 @@ pub async fn memory(
     let client = ApiClient::connect(global, &common.server).await?;
     let p = encode(&project(&common)?);
     let candidate = |id: &str, verb: &str| format!("/api/memory/candidates/{}/{verb}", encode(id));
+    let of_document = |verb: &str, target: Target| {
+        format!("/api/projects/{p}/memory/{verb}?target={}", target.as_str())
+    };
     let answer = match action {
+        MemoryAction::Audit => client.get(&format!("/api/projects/{p}/memory/audit")).await,
         MemoryAction::Read { target } => {
             let query = target.map_or_else(String::new, |t| format!("?target={}", t.as_str()));
             client
                 .get(&format!("/api/projects/{p}/memory{query}"))
                 .await
         }
-        MemoryAction::Inspect { target } => {
-            client
-                .get(&format!(
-                    "/api/projects/{p}/memory/inspect?target={}",
-                    target.as_str()
-                ))
-                .await
-        }
+        MemoryAction::Inspect { target } => client.get(&of_document("inspect", target)).await,
         MemoryAction::Candidates { state } => {
             let query = state.map_or_else(String::new, |s| format!("?state={}", encode(&s)));
             client
@@ -430,14 +430,7 @@ pub async fn memory(
                 )
                 .await
         }
-        MemoryAction::Revisions { target } => {
-            client
-                .get(&format!(
-                    "/api/projects/{p}/memory/revisions?target={}",
-                    target.as_str()
-                ))
-                .await
-        }
+        MemoryAction::Revisions { target } => client.get(&of_document("revisions", target)).await,
     }?;
     print(&answer, common.json);
     Ok(())

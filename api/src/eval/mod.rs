@@ -191,6 +191,17 @@ async fn evaluate(
     report.transcript = transcript.display().to_string();
     report.jobs = jobs;
     report.extractor = zuno_shared::learning::extractor_version(&config).to_owned();
+    let audit = zuno_shared::memory::audit::audit(
+        &memory,
+        |scope| zuno_shared::memory::audit::char_limit(&config, scope),
+        None,
+    );
+    for document in &audit.documents {
+        report.figures.shared_subjects += document.shared_subjects.len();
+        report.figures.duplicate_rules += document.duplicates.len();
+        report.figures.documents_over_limit += usize::from(!document.within_limit);
+    }
+    report.audit = Some(audit);
     Ok(report)
 }
 

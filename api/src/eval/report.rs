@@ -83,7 +83,7 @@ fn percent(value: Option<f64>) -> String {
 fn line(figures: &FigureView) -> String {
     let c = &figures.counts;
     let mut text = format!(
-        "precision {} ({}/{}) · lesson recall {} ({}/{}) · recall@5 {} ({}/{}; all follow-ups {}; items only {}, all {}) · false recall {} ({}/{}) · cross-project items {} · user-wide reached {}/{} · Memory {} (junk {}) · duplicates {}",
+        "precision {} ({}/{}) · lesson recall {} ({}/{}) · recall@5 {} ({}/{}; all follow-ups {}; items only {}, all {}) · false recall {} ({}/{}) · cross-project items {} · user-wide reached {}/{} · Memory {} (junk {}) · duplicates {} · audit: {} shared subjects, {} duplicate rules, {} documents over their limit",
         percent(figures.precision),
         c.precise,
         c.experiences,
@@ -105,6 +105,9 @@ fn line(figures: &FigureView) -> String {
         c.memory_entries,
         c.junk_memory,
         c.duplicates,
+        c.shared_subjects,
+        c.duplicate_rules,
+        c.documents_over_limit,
     );
     if c.lexical_only_follow_ups > 0 {
         text.push_str(&format!(
@@ -116,6 +119,32 @@ fn line(figures: &FigureView) -> String {
         ));
     }
     text
+}
+
+/// `zuno memory audit` in one line: per document its size against its limit, entries sharing
+/// a subject and duplicate rules.
+fn audit_line(audit: &zuno_shared::memory::audit::MemoryAudit) -> String {
+    let documents: Vec<String> = audit
+        .documents
+        .iter()
+        .map(|d| {
+            format!(
+                "{} {} entries {}/{} chars{}, {} shared subjects, {} duplicate rules",
+                d.target.as_str(),
+                d.entries,
+                d.chars,
+                d.char_limit,
+                if d.within_limit { "" } else { " OVER" },
+                d.shared_subjects.len(),
+                d.duplicates.len()
+            )
+        })
+        .collect();
+    if documents.is_empty() {
+        String::from("memory audit: no entries")
+    } else {
+        format!("memory audit: {}", documents.join(" · "))
+    }
 }
 
 /// The report as text: per file its figures, experiences, Memory entries and misses.
@@ -162,6 +191,9 @@ pub fn print_text(report: &Report) -> String {
                     from.join(", ")
                 }
             );
+        }
+        if let Some(audit) = &r.audit {
+            let _ = writeln!(out, "   {}", audit_line(audit));
         }
         if !r.missed_groups.is_empty() {
             let _ = writeln!(out, "   missed lessons: {}", r.missed_groups.join(", "));

@@ -43,6 +43,11 @@ pub struct Figures {
     pub junk_memory: usize,
     /// Experiences whose lesson repeats another's word for word.
     pub duplicates: usize,
+    /// The Memory audit (`zuno memory audit`): groups of entries of one document that share a
+    /// subject, pairs that state one rule twice, and documents over their character limit.
+    pub shared_subjects: usize,
+    pub duplicate_rules: usize,
+    pub documents_over_limit: usize,
     /// With an embeddings provider configured, every follow-up is asked again with the semantic
     /// layer off: how many were asked, and how many of them (all / of extracted groups) were
     /// recalled that way.
@@ -72,6 +77,9 @@ impl Figures {
         self.memory_entries += other.memory_entries;
         self.junk_memory += other.junk_memory;
         self.duplicates += other.duplicates;
+        self.shared_subjects += other.shared_subjects;
+        self.duplicate_rules += other.duplicate_rules;
+        self.documents_over_limit += other.documents_over_limit;
         self.lexical_only_follow_ups += other.lexical_only_follow_ups;
         self.lexical_only_hits += other.lexical_only_hits;
         self.lexical_only_hits_extracted += other.lexical_only_hits_extracted;
@@ -198,6 +206,8 @@ pub struct FileReport {
     pub figures: Figures,
     pub experiences: Vec<ExperienceLine>,
     pub memory: Vec<MemoryLine>,
+    /// What `zuno memory audit` says of the Memory it left.
+    pub audit: Option<zuno_shared::memory::audit::MemoryAudit>,
     /// Lesson groups no experience cites.
     pub missed_groups: Vec<String>,
     pub missed_follow_ups: Vec<Miss>,

@@ -69,6 +69,7 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(memory::inspect))
         .routes(routes!(memory::import))
         .routes(routes!(memory::revisions))
+        .routes(routes!(memory::audit))
         .routes(routes!(skills::promote))
         .routes(routes!(skills::aggregate))
         .routes(routes!(skills::patterns))

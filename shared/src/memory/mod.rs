@@ -1,5 +1,6 @@
 //! Resident Memory: authoritative entries in the database and their Markdown projections.
 
+pub mod audit;
 pub mod consolidate;
 pub mod dedupe;
 pub mod maintenance;

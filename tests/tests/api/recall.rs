@@ -313,7 +313,67 @@ async fn deleting_a_session_needs_an_explicit_choice(db: TestDb) {
     assert_eq!(status, 404);
 }
 
+/// `GET …/memory/audit`: the entries that name one subject, the pairs that state one rule
+/// twice, the entries naming a file the worktree no longer has, and each document's size against
+/// its limit. A path climbing out of the worktree is never looked up.
+async fn the_memory_audit_finds_shared_subjects_duplicates_and_missing_files(db: TestDb) {
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let worktree = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(worktree.path().join("src")).unwrap();
+    std::fs::write(worktree.path().join("src/app.ts"), "").unwrap();
+    let (status, _) = server
+        .post(
+            "/api/projects",
+            json!({"id": "audited", "name": "Audited", "worktree": worktree.path().canonicalize().unwrap().display().to_string()}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    for content in [
+        "Use `pnpm`, not `npm`.",
+        "Never run `npm` here; `pnpm` keeps the lockfile consistent.",
+        "use pnpm instead of npm",
+        "The router lives in src/app.ts; register new pages there.",
+        "The price table is in src/pricing.ts.",
+        "Never read ../../etc/passwd.txt in tests.",
+    ] {
+        let (status, body) = server
+            .post(
+                "/api/projects/audited/memory",
+                json!({"target": "project", "action": "add", "content": content,
+                       "reason": "the user said so", "confidence": 0.95, "origin": "user"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, audit) = server.get("/api/projects/audited/memory/audit").await;
+    assert_eq!(status, 200, "{audit}");
+    let [document] = audit["documents"].as_array().unwrap().as_slice() else {
+        panic!("{audit}");
+    };
+    assert_eq!(document["target"], "project");
+    assert_eq!(document["entries"], 6);
+    assert_eq!(document["charLimit"], 3000);
+    assert_eq!(document["withinLimit"], true);
+    let subjects = document["sharedSubjects"].as_array().unwrap();
+    assert_eq!(subjects.len(), 1, "{document}");
+    assert_eq!(subjects[0]["subject"], json!(["npm", "pnpm"]));
+    assert_eq!(subjects[0]["entries"].as_array().unwrap().len(), 2);
+    let duplicates = document["duplicates"].as_array().unwrap();
+    assert_eq!(duplicates.len(), 1, "{document}");
+    assert_eq!(duplicates[0][1]["content"], "use pnpm instead of npm");
+    let stale = document["stale"].as_array().unwrap();
+    assert_eq!(stale.len(), 1, "{document}");
+    assert_eq!(
+        stale[0]["entry"]["content"],
+        "The price table is in src/pricing.ts."
+    );
+    assert_eq!(stale[0]["missingPaths"], json!(["src/pricing.ts"]));
+    let (status, _) = server.get("/api/projects/nobody/memory/audit").await;
+    assert_eq!(status, 404);
+}
+
 on_both_backends!(
+    the_memory_audit_finds_shared_subjects_duplicates_and_missing_files,
     context_search_and_receipts_are_scoped_and_typed,
     memory_update_is_compare_and_set_with_named_refusals,
     deleting_a_session_needs_an_explicit_choice,

@@ -582,7 +582,156 @@ async fn a_burst_of_maintenance_jobs_settles_each_on_its_first_attempt(db: TestD
     );
 }
 
+/// The project document's entries, and every text it held in any revision.
+async fn project_memory(world: &World) -> (Vec<String>, Vec<String>) {
+    let entries = zuno_shared::memory::store::supported_entries(&world.db.db, "web")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.scope == Scope::Project)
+        .map(|e| e.entry.content)
+        .collect();
+    let mut tx = world.db.db.begin().await.unwrap();
+    let document = zuno_shared::memory::store::document_in(
+        &mut tx,
+        Scope::Project,
+        Some("web"),
+        world.ledger.now_ms(),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let mut history: Vec<String> = Vec::new();
+    for revision in zuno_shared::memory::store::revisions(&world.db.db, &document.id, 100)
+        .await
+        .unwrap()
+    {
+        for text in serde_json::from_str::<Vec<String>>(&revision.entries).unwrap() {
+            if !history.contains(&text) {
+                history.push(text);
+            }
+        }
+    }
+    (entries, history)
+}
+
+/// A fact that changes three times as the code changes (each change a `remember` record the
+/// rules path maintains): the document ends with one entry, the newest fact, and its history
+/// holds the older ones. In English and in Chinese.
+async fn a_fact_that_changes_three_times_leaves_one_entry_with_the_newest(db: TestDb) {
+    let world = World::new(db, zuno_shared::config::Config::default()).await;
+    let worktree = tempfile::tempdir().unwrap();
+    world.project("web", Some(worktree.path())).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    for (name, facts) in [
+        (
+            "PRICE_TABLE",
+            [
+                "The price table is the PRICE_TABLE constant in `PricingA`.",
+                "PRICE_TABLE now lives in `PricingB`, not `PricingA`.",
+                "PRICE_TABLE is no longer a constant: it is the runtime variable `priceTable` in `PricingB`.",
+            ],
+        ),
+        (
+            "EXPORT_COLUMNS",
+            [
+                "账单导出用 `ExportV1` 里的常量 EXPORT_COLUMNS。",
+                "EXPORT_COLUMNS 现在在 `ExportV2` 里，而不是 `ExportV1`。",
+                "EXPORT_COLUMNS 不再是常量，改为 `ExportV2` 里的运行时变量 `exportColumns`。",
+            ],
+        ),
+    ] {
+        for fact in facts {
+            world
+                .ingestion
+                .record("web", None, ExperienceOrigin::Remember, fact)
+                .await
+                .unwrap()
+                .unwrap();
+            let report = world.run_maintain(&memory).await;
+            assert_eq!((report.completed, report.failed), (1, 0), "{report:?}");
+        }
+        let (entries, history) = project_memory(&world).await;
+        let on_subject: Vec<&String> = entries.iter().filter(|e| e.contains(name)).collect();
+        let marker = |fact: &str| fact.split('`').nth(1).unwrap_or(fact).to_owned();
+        assert_eq!(on_subject.len(), 1, "{entries:#?}");
+        assert!(
+            on_subject[0].contains("priceTable") || on_subject[0].contains("exportColumns"),
+            "the newest fact: {entries:#?}"
+        );
+        for older in &facts[..2] {
+            let older = marker(older);
+            assert!(
+                history.iter().any(|text| text.contains(name)
+                    && text.contains(&older)
+                    && !on_subject.contains(&text)),
+                "{older} is not in the history: {history:#?}"
+            );
+        }
+    }
+}
+
+/// A newer fact about an entry the user wrote is not applied over it: it waits for review as a
+/// pending replacement citing its evidence, and the user's entry stays.
+async fn a_newer_fact_against_a_user_entry_waits_for_review(db: TestDb) {
+    let world = World::new(db, zuno_shared::config::Config::default()).await;
+    let worktree = tempfile::tempdir().unwrap();
+    world.project("web", Some(worktree.path())).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    let mine = "The price table is the PRICE_TABLE constant in `PricingA`.";
+    memory
+        .propose(Proposal {
+            scope: Scope::Project,
+            project_id: Some("web".into()),
+            action: MemoryAction::Add,
+            content: Some(mine.into()),
+            old_text: None,
+            expected_revision: None,
+            reason: "written by the user".into(),
+            confidence: 1.0,
+            origin: Origin::User,
+            evidence: Vec::new(),
+            explicit_user_evidence: true,
+            job_id: None,
+        })
+        .await
+        .unwrap();
+    world
+        .ingestion
+        .record(
+            "web",
+            None,
+            ExperienceOrigin::Remember,
+            "PRICE_TABLE now lives in `PricingB`, not `PricingA`.",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let report = world.run_maintain(&memory).await;
+    assert_eq!((report.completed, report.failed), (1, 0), "{report:?}");
+    let (entries, _) = project_memory(&world).await;
+    assert_eq!(entries, [mine], "the user's entry stays, alone");
+    let pending =
+        zuno_shared::memory::store::candidates(&world.db.db, Some("web"), Some("pending"), 10)
+            .await
+            .unwrap();
+    let [candidate] = pending.as_slice() else {
+        panic!("{pending:#?}");
+    };
+    assert_eq!(candidate.action, "replace");
+    assert_eq!(candidate.old_text.as_deref(), Some(mine));
+    assert!(candidate.reason.contains("for review"), "{candidate:#?}");
+    assert!(
+        candidate.job_id.is_some(),
+        "staged by the maintenance job: {candidate:#?}"
+    );
+}
+
 on_both_backends!(
+    a_fact_that_changes_three_times_leaves_one_entry_with_the_newest,
+    a_newer_fact_against_a_user_entry_waits_for_review,
     a_burst_of_maintenance_jobs_settles_each_on_its_first_attempt,
     a_job_runs_only_for_its_bound_memory_path,
     a_model_plan_commits_with_journal_provenance_and_watermark,

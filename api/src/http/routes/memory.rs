@@ -10,6 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 use zuno_shared::learning::recall::search_terms::MatchMode;
 use zuno_shared::learning::retrieval::{self, PromptContext, Receipt, SearchHit};
 use zuno_shared::memory::MemoryAction;
+use zuno_shared::memory::audit::MemoryAudit;
 use zuno_shared::memory::service::{Inspection, MemoryError, Origin, Outcome, Proposal};
 use zuno_shared::memory::store::{self, Candidate, DocumentView, Revision, Scope};
 use zuno_shared::memory::write_check::WriteRefusal;
@@ -453,4 +454,53 @@ pub async fn revisions(
     Ok(Json(History {
         revisions: store::revisions(&state.db, &document.id, 100).await?,
     }))
+}
+
+/// `zuno memory audit`: per document its size against its limit, the entries that share a
+/// subject, the pairs that state one rule twice, and the entries naming a file that is no longer
+/// in the project's worktree. Read-only; the global document only for a caller who may read it.
+#[utoipa::path(get, path = "/api/projects/{projectId}/memory/audit", tag = "memory",
+    params(("projectId" = String, Path)),
+    responses((status = 200, body = MemoryAudit), (status = 404, body = Problem)))]
+pub async fn audit(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(project_id): Path<String>,
+) -> ApiResult<Json<MemoryAudit>> {
+    visible_project(&state, &caller, &project_id).await?;
+    let mut entries = store::supported_entries(&state.db, &project_id).await?;
+    if !caller.can_read_global() {
+        entries.retain(|entry| entry.scope == Scope::Project);
+    }
+    let worktree = store::project_worktree(&state.db, &project_id)
+        .await?
+        .flatten()
+        .map(std::path::PathBuf::from);
+    let exists = |path: &str| {
+        worktree
+            .as_deref()
+            .is_some_and(|root| in_worktree(root, path))
+    };
+    let config = state.config.clone();
+    Ok(Json(zuno_shared::memory::audit::audit(
+        &entries,
+        |scope| zuno_shared::memory::audit::char_limit(&config, scope),
+        worktree
+            .is_some()
+            .then_some(&exists as &dyn Fn(&str) -> bool),
+    )))
+}
+
+/// Whether `relative` (a path an entry names) is in the worktree `root`. A path that is absolute
+/// or climbs out with `..` counts as present: an entry's text never makes the server look
+/// outside the worktree.
+fn in_worktree(root: &std::path::Path, relative: &str) -> bool {
+    let path = std::path::Path::new(relative);
+    let stays_inside = path.components().all(|part| {
+        matches!(
+            part,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    });
+    !stays_inside || root.join(path).symlink_metadata().is_ok()
 }

@@ -95,6 +95,14 @@ impl StoreError {
         matches!(self, StoreError::Database(error) if is_connection_error(error))
     }
 
+    /// True when the statement lost a race with another transaction and may simply be run
+    /// again: a deadlock or serialization failure (SQLSTATE 40P01, 40001) or a busy SQLite
+    /// database. Not a fault of the job the statement was about.
+    pub fn is_contention(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::Database(db))
+            if db.code().is_some_and(|code| matches!(&*code, "40P01" | "40001" | "5" | "517" | "6")))
+    }
+
     /// True when a unique or check constraint rejected the statement.
     pub fn constraint_violation(&self) -> Option<String> {
         match self {

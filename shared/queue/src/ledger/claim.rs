@@ -118,7 +118,8 @@ impl Ledger {
     /// settled `skipped` with its attempt given back before anything commits.
     ///
     /// A row that cannot be decoded, or on which the gate fails with anything but a lost
-    /// connection, is settled `failed` with the reason and the claim goes on with the rest.
+    /// connection or a deadlock, is settled `failed` with the reason and the claim goes on with
+    /// the rest.
     /// Times come from the database on Postgres (see [`Ledger::uses_database_clock`]).
     pub async fn claim(
         &self,
@@ -205,7 +206,11 @@ impl Ledger {
         for job in claimed {
             let decision = match gate.check(&mut tx, &job).await {
                 Ok(decision) => decision,
-                Err(error) if error.is_connection() => return Err(error.into()),
+                // A lost connection, or a deadlock with another transaction: the job did
+                // nothing wrong; the claim fails as a whole and the worker tries again.
+                Err(error) if error.is_connection() || error.is_contention() => {
+                    return Err(error.into());
+                }
                 Err(error) => {
                     // The statement may have aborted the transaction (Postgres); start over
                     // without this job.

@@ -39,6 +39,13 @@ impl JobKind {
     /// spend an attempt). The claim gate defers a job while another of its kind and project
     /// runs ([`super::earlier_run_in`], [`super::another_run_in`]); settling that run makes its
     /// waiting successors due at once.
+    /// One-at-a-time kinds whose runs must not overlap in any order (not only admission
+    /// order): a job waits for any other running job of its kind and project
+    /// ([`super::another_run_in`]), and a settled run makes every waiting one due.
+    pub fn runs_alone_in_any_order(self) -> bool {
+        matches!(self, JobKind::Maintain)
+    }
+
     pub fn runs_one_at_a_time(self) -> bool {
         matches!(
             self,

@@ -93,20 +93,7 @@ pub async fn earlier_run_in(tx: &mut crate::db::Tx, job: &Job) -> Result<bool, S
 /// job's row while it asks the gate) and a claim cannot wait for each other. On SQLite the claim
 /// transaction already holds the write lock.
 pub async fn another_run_in(tx: &mut crate::db::Tx, job: &Job) -> Result<bool, StoreError> {
-    if tx.backend() == crate::db::Backend::Postgres {
-        let key = format!(
-            "zuno:one-run:{}:{}",
-            job.kind.as_str(),
-            job.project_id.as_deref().unwrap_or_default()
-        );
-        crate::on_tx!(tx, |conn| sqlx::query(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
-        )
-        .bind(&key)
-        .execute(conn)
-        .await
-        .map(|_| ()))?;
-    }
+    lock_runs_in(tx, job.kind, job.project_id.as_deref()).await?;
     let running: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
         "SELECT id FROM learning_job WHERE kind = $1 AND state = 'running' \
            AND COALESCE(project_id, '') = COALESCE($2, '') AND id <> $3 LIMIT 1"
@@ -117,6 +104,35 @@ pub async fn another_run_in(tx: &mut crate::db::Tx, job: &Job) -> Result<bool, S
     .fetch_optional(conn)
     .await)?;
     Ok(running.is_some())
+}
+
+/// On Postgres, the transaction-scoped advisory lock of a kind and project that claims
+/// ([`another_run_in`]) and settlements of [`JobKind::runs_alone_in_any_order`] kinds take: a
+/// settlement waits for a claim deciding beside it to commit its deferral, so the settlement's
+/// "make the waiting jobs due" statement sees it. A settlement takes it right after proving its
+/// lease, before any domain write, so a claim holding it never waits for a row the settlement
+/// holds. Nothing on SQLite (one writer at a time).
+pub(crate) async fn lock_runs_in(
+    tx: &mut crate::db::Tx,
+    kind: JobKind,
+    project_id: Option<&str>,
+) -> Result<(), StoreError> {
+    if tx.backend() != crate::db::Backend::Postgres {
+        return Ok(());
+    }
+    let key = format!(
+        "zuno:one-run:{}:{}",
+        kind.as_str(),
+        project_id.unwrap_or_default()
+    );
+    crate::on_tx!(tx, |conn| sqlx::query(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+    )
+    .bind(&key)
+    .execute(conn)
+    .await
+    .map(|_| ()))?;
+    Ok(())
 }
 
 impl Ledger {

@@ -312,6 +312,15 @@ impl Settlement<'_> {
                     job_id: self.lease.job_id.clone(),
                 });
             }
+            if self.lease.kind.runs_alone_in_any_order() {
+                let project_id: Option<String> = crate::on_tx!(&mut tx, |conn| {
+                    sqlx::query_scalar("SELECT project_id FROM learning_job WHERE id = $1")
+                        .bind(&self.lease.job_id)
+                        .fetch_one(conn)
+                        .await
+                })?;
+                super::query::lock_runs_in(&mut tx, self.lease.kind, project_id.as_deref()).await?;
+            }
             self.tx = Some(tx);
         }
         Ok(self.tx.as_mut().expect("opened above"))
@@ -506,16 +515,24 @@ async fn successors_due_in(tx: &mut Tx, job: &Job, now: Option<i64>) -> Result<(
     if !job.kind.runs_one_at_a_time() || !job.state.is_terminal() {
         return Ok(());
     }
+    let any_order = job.kind.runs_alone_in_any_order();
+    if any_order {
+        super::query::lock_runs_in(tx, job.kind, job.project_id.as_deref()).await?;
+    }
     let now_expr = now_sql(tx.backend(), 4);
+    // Jobs admitted after this run waited for it; of a kind that waits for any run, so did the
+    // earlier ones that never ran (one with attempts spent may be in its retry backoff).
     let sql = format!(
         "UPDATE learning_job SET run_at = {now_expr} WHERE kind = $1 AND state = 'queued' \
-           AND COALESCE(project_id, '') = COALESCE($2, '') AND id > $3 AND run_at > {now_expr}"
+           AND COALESCE(project_id, '') = COALESCE($2, '') AND run_at > {now_expr} \
+           AND (id > $3 OR ($5 AND attempts = 0))"
     );
     let moved = crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
         .bind(job.kind.as_str())
         .bind(job.project_id.as_deref())
         .bind(&job.id)
         .bind(now)
+        .bind(any_order)
         .execute(conn)
         .await
         .map(|done| done.rows_affected()))?;

@@ -43,18 +43,31 @@ impl MemoryService {
         tx: &mut Tx,
         proposal: &Proposal,
     ) -> Result<Staged, MemoryError> {
+        self.stage_in(tx, proposal, Staging::ByPolicy).await
+    }
+
+    /// Stages `proposal` as a pending candidate for a person to review, never applied here:
+    /// maintenance's replacement of an entry the user owns by a newer fact (an automatic writer
+    /// may not rewrite it; approving the candidate does, as the user's decision).
+    pub async fn propose_for_review_in(
+        &self,
+        tx: &mut Tx,
+        proposal: &Proposal,
+    ) -> Result<Staged, MemoryError> {
+        self.stage_in(tx, proposal, Staging::ForReview).await
+    }
+
+    async fn stage_in(
+        &self,
+        tx: &mut Tx,
+        proposal: &Proposal,
+        staging: Staging,
+    ) -> Result<Staged, MemoryError> {
         check_fields(proposal)?;
         let now = self.now();
         let document =
             store::document_in(tx, proposal.scope, proposal.project_id.as_deref(), now).await?;
-        if let Some(expected) = proposal.expected_revision
-            && expected != document.revision
-        {
-            return Err(MemoryError::Stale {
-                expected,
-                current: document.revision,
-            });
-        }
+        check_revision(proposal, &document)?;
         let after = write_check::plan(
             &document.entries,
             proposal.action,
@@ -63,7 +76,8 @@ impl MemoryService {
             proposal.expected_revision.is_some(),
         )?;
         if proposal.origin != Origin::User {
-            self.protect_in(tx, &document, proposal, &after).await?;
+            self.protect_in(tx, &document, proposal, &after, staging)
+                .await?;
         }
         let (after, consolidation) = self
             .fit_in(tx, &document, after, proposal.origin, &proposal.evidence)
@@ -90,7 +104,7 @@ impl MemoryService {
             consolidation: consolidation_text.as_deref(),
         };
         store::insert_candidate_in(tx, &journaled, &proposal.evidence, now).await?;
-        let applied = self.promotes(proposal);
+        let applied = staging == Staging::ByPolicy && self.promotes(proposal);
         let mut revision = document.revision;
         if applied {
             revision = self
@@ -144,18 +158,22 @@ impl MemoryService {
         }
     }
 
-    /// Automatic writers cannot rewrite user-owned entries or resurrect forgotten text.
+    /// Automatic writers cannot rewrite user-owned entries (unless the change only waits for
+    /// the user's review) or resurrect forgotten text.
     pub(super) async fn protect_in(
         &self,
         tx: &mut Tx,
         document: &Document,
         proposal: &Proposal,
         after: &[String],
+        staging: Staging,
     ) -> Result<(), MemoryError> {
-        if matches!(
-            proposal.action,
-            MemoryAction::Replace | MemoryAction::Remove
-        ) && let Some(old_text) = &proposal.old_text
+        if staging == Staging::ByPolicy
+            && matches!(
+                proposal.action,
+                MemoryAction::Replace | MemoryAction::Remove
+            )
+            && let Some(old_text) = &proposal.old_text
             && let Ok(target) = write_check::locate(
                 &document.entries,
                 old_text,
@@ -371,4 +389,23 @@ fn check_fields(proposal: &Proposal) -> Result<(), WriteRefusal> {
         });
     }
     Ok(())
+}
+
+/// Whether a staged candidate may apply under `memory.promotion`, or waits for review whatever
+/// the policy says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Staging {
+    ByPolicy,
+    ForReview,
+}
+
+/// A proposal made against a revision the document has left is stale.
+fn check_revision(proposal: &Proposal, document: &Document) -> Result<(), MemoryError> {
+    match proposal.expected_revision {
+        Some(expected) if expected != document.revision => Err(MemoryError::Stale {
+            expected,
+            current: document.revision,
+        }),
+        _ => Ok(()),
+    }
 }
