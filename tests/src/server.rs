@@ -114,6 +114,28 @@ impl TestServer {
             .await;
     }
 
+    /// Runs a maintain worker in this process on the server's ledger, configuration and Memory
+    /// service, gated as `zuno-worker-maintain` is, until the queue is empty.
+    pub async fn drain_maintenance(&self, worker_id: &str) {
+        let mut runner = zuno_shared::runtime::RunnerConfig::new(worker_id);
+        runner.exit_when_idle = true;
+        let config = self.state.config.clone();
+        let gate = zuno_shared::learning::SourceGate::new(
+            config.clone(),
+            self.state.ledger.clock().clone(),
+        );
+        let maintain = zuno_worker_maintain::maintain::MaintainHandler::new(
+            config,
+            self.state.memory.clone(),
+            zuno_shared::provider::LearningModelClient::new(),
+        );
+        zuno_shared::runtime::Runner::new(self.state.ledger.clone(), runner)
+            .with_gate(Arc::new(gate))
+            .register(Arc::new(maintain))
+            .run(CancellationToken::new())
+            .await;
+    }
+
     /// The server's own token (what a local client finds in the data directory).
     pub fn token(&self) -> &str {
         &self.token

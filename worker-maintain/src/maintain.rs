@@ -105,6 +105,9 @@ struct PlanInputs {
     hints: Vec<MemoryHint>,
     /// Experiences with explicit user evidence: the only ones that may change global Memory.
     user_backed: HashSet<String>,
+    /// Experiences whose session only callers allowed to change global Memory wrote: a global
+    /// change resting on none of them waits for review.
+    global_write_backed: HashSet<String>,
     project_entries: Vec<String>,
     global_entries: Vec<String>,
     /// Both documents' entries with their owners, for [`crate::supersede`].
@@ -146,6 +149,7 @@ async fn read_inputs(db: &Db, project_id: &str) -> Result<PlanInputs, StoreError
         experience::maintenance_inputs_in(&mut read, project_id, mark, MAX_EXPERIENCES).await?;
     let ids: Vec<String> = experiences.iter().map(|input| input.id.clone()).collect();
     let user_backed = experience::user_backed_in(&mut read, &ids).await?;
+    let global_write_backed = experience::global_write_backed_in(&mut read, &ids).await?;
     let hints = experience::hints_of_in(&mut read, &ids).await?;
     let project_view = store::view_in(&mut read, Scope::Project, Some(project_id)).await?;
     let global_view = store::view_in(&mut read, Scope::Global, None).await?;
@@ -167,6 +171,7 @@ async fn read_inputs(db: &Db, project_id: &str) -> Result<PlanInputs, StoreError
         experiences,
         hints,
         user_backed,
+        global_write_backed,
         project_entries: contents(&project_view),
         global_entries: contents(&global_view),
         project_view,
@@ -239,7 +244,8 @@ impl MaintainHandler {
         }
         let superseded = supersede(&mut plan, &inputs.project_view, &inputs.global_view);
         for (change, how) in plan.iter_mut().zip(superseded) {
-            change.for_review = how == Some(Superseded::ForReview);
+            change.for_review = how == Some(Superseded::ForReview)
+                || !global_write_vouched(change, &inputs.global_write_backed);
         }
         let (reinforcements, mut changes): (Vec<Change>, Vec<Change>) = plan
             .into_iter()
@@ -424,6 +430,15 @@ fn uncovered_rules(plan: &[Change], no_memory: &[NoMemory], inputs: &PlanInputs)
         .into_iter()
         .filter(|change| keep_change(change, &inputs.user_backed))
         .collect()
+}
+
+/// Whether a change may apply by policy as far as the callers behind its evidence go: a global
+/// change needs one experience from a session that only callers allowed to change global
+/// Memory wrote. Otherwise a project-scoped token could reach global Memory through learning,
+/// around the scope check of `POST …/memory`; such a change waits for review.
+fn global_write_vouched(change: &Change, backed: &HashSet<String>) -> bool {
+    change.target != MemoryTarget::Global
+        || change.experience_ids.iter().any(|id| backed.contains(id))
 }
 
 /// The job result of a committed plan.

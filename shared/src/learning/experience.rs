@@ -927,6 +927,31 @@ pub async fn user_backed_in(
     Ok(backed.into_iter().collect())
 }
 
+/// The experiences of `ids` learned in a session whose every source a caller allowed to change
+/// global Memory wrote (`session.global_write_sources`). An experience without a session (a
+/// manual record) is not among them: only a session vouches for its sources.
+pub async fn global_write_backed_in(
+    tx: &mut Tx,
+    ids: &[String],
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let sql = format!(
+        "SELECT e.id FROM experience_record e JOIN session s ON s.id = e.session_id \
+         WHERE e.id IN ({}) AND s.global_write_sources = TRUE",
+        placeholders(ids.len())
+    );
+    let backed: Vec<String> = crate::on_tx!(tx, |conn| {
+        let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()));
+        for id in ids {
+            query = query.bind(id.as_str());
+        }
+        query.fetch_all(conn).await
+    })?;
+    Ok(backed.into_iter().collect())
+}
+
 /// The raw memory hints of the experiences `ids`, grouped in the order of `ids` and by ordinal
 /// within one experience. One statement for all ids.
 pub async fn hints_of_in(tx: &mut Tx, ids: &[String]) -> Result<Vec<MemoryHint>, StoreError> {

@@ -371,6 +371,20 @@ impl TranscriptStore {
         })
     }
 
+    /// Records that a caller without global-Memory write wrote a source of session `id` (a
+    /// message or feedback): lessons learned from it reach global Memory only through review.
+    /// Sticky: later writers with global write do not vouch for what was already written.
+    pub async fn mark_written_without_global_write(&self, id: &str) -> Result<(), TranscriptError> {
+        crate::on_db!(self.db, |pool| sqlx::query(
+            "UPDATE session SET global_write_sources = FALSE WHERE id = $1 AND global_write_sources"
+        )
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|_| ()))?;
+        Ok(())
+    }
+
     pub async fn session(&self, id: &str) -> Result<Session, TranscriptError> {
         let sql = "SELECT id, project_id, parent_id, title, model, external_ref, created_at \
                    FROM session WHERE id = $1";

@@ -245,6 +245,78 @@ async fn every_error_is_a_problem_document() {
 
 /// Projects A and B; B has a global Memory entry and a pending global candidate (review
 /// promotion), both made by the local user.
+/// A user-wide preference learned from a session in `alpha` whose messages `token` sent: the
+/// global Memory document afterwards, and the pending global candidates.
+async fn learn_a_user_wide_preference(server: &TestServer, token: &str) -> (Value, Value) {
+    for id in ["alpha", "beta"] {
+        let (status, body) = server
+            .post("/api/projects", json!({"id": id, "name": id}))
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let post = reqwest::Method::POST;
+    let (status, session) = call(
+        server,
+        post.clone(),
+        "/api/projects/alpha/sessions",
+        token,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 201, "{session}");
+    let session = session["id"].as_str().unwrap().to_owned();
+    let messages = format!("/api/session/{session}/messages");
+    let (status, body) = call(
+        server,
+        post.clone(),
+        &messages,
+        token,
+        Some(json!({"role": "user", "parts": [{"type": "text",
+        "text": "From now on, in all my projects, always reply in German."}]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = call(server, post, &messages, token, Some(json!({"role": "assistant", "status": "completed",
+        "parts": [{"type": "tool_call", "toolName": "bash", "arguments": {"command": "ls"}, "result": "ok", "status": "completed"},
+                  {"type": "text", "text": "Verstanden."}]}))).await;
+    assert_eq!(status, 201, "{body}");
+    server.drain_extraction("scope-extract").await;
+    server.drain_maintenance("scope-maintain").await;
+    let (_, global) = server.get("/api/projects/beta/memory?target=global").await;
+    let (_, pending) = server
+        .get("/api/projects/beta/memory/candidates?state=pending")
+        .await;
+    (global, pending)
+}
+
+/// A project-scoped token (no global write) cannot write global Memory through learning: the
+/// user-wide lesson it sent waits for review, where the same turn sent with the user's token
+/// (global write) is applied. `POST …/memory` with `target: global` refuses that token with a
+/// 403; learning is no way around it.
+async fn a_project_token_reaches_global_memory_only_through_review(db: TestDb) {
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let tokens = TokenStore::new(db.db.clone(), zuno_shared::clock::system_clock());
+    let (_, alpha) = tokens.create("alpha", &["alpha".to_owned()]).await.unwrap();
+    let (global, pending) = learn_a_user_wide_preference(&server, &alpha).await;
+    assert!(!global.to_string().contains("German"), "applied: {global}");
+    let pending = pending.as_array().unwrap();
+    assert!(
+        pending.iter().any(|c| c["target"] == "global"
+            && c["content"].as_str().unwrap_or_default().contains("German")),
+        "no pending global candidate: {pending:?}"
+    );
+}
+
+async fn the_users_own_token_still_learns_user_wide_preferences(db: TestDb) {
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let token = server.token().to_owned();
+    let (global, _) = learn_a_user_wide_preference(&server, &token).await;
+    assert!(
+        global.to_string().contains("German"),
+        "not applied: {global}"
+    );
+}
+
 async fn two_projects_with_global_memory(server: &TestServer) -> String {
     for id in ["alpha", "beta"] {
         let (status, body) = server
@@ -708,6 +780,8 @@ async fn a_resent_message_is_stored_once(db: TestDb) {
 }
 
 on_both_backends!(
+    a_project_token_reaches_global_memory_only_through_review,
+    the_users_own_token_still_learns_user_wide_preferences,
     scoped_tokens_stop_at_global_memory,
     a_parent_session_of_another_project_looks_absent,
     worktrees_are_claims,

@@ -18,6 +18,7 @@ use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Problem};
 use crate::http::json::ApiJson;
+use zuno_shared::tokens::GlobalAccess;
 
 impl From<PolicyError> for ApiError {
     fn from(error: PolicyError) -> ApiError {
@@ -169,6 +170,12 @@ pub async fn post_feedback(
     ApiJson(body): ApiJson<FeedbackRequest>,
 ) -> ApiResult<Json<FeedbackResponse>> {
     visible_session(&state, &caller, &session_id).await?;
+    if caller.global() < GlobalAccess::Write {
+        state
+            .transcripts
+            .mark_written_without_global_write(&session_id)
+            .await?;
+    }
     let message = state.transcripts.message(&message_id).await?;
     if message.session_id != session_id {
         return Err(ApiError::NotFound(format!(

@@ -15,6 +15,7 @@ use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Problem};
 use crate::http::json::ApiJson;
+use zuno_shared::tokens::GlobalAccess;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -160,6 +161,12 @@ pub async fn append_message(
     ApiJson(body): ApiJson<AppendMessage>,
 ) -> ApiResult<(StatusCode, Json<TurnOutcome>)> {
     visible_session(&state, &caller, &session_id).await?;
+    if caller.global() < GlobalAccess::Write {
+        state
+            .transcripts
+            .mark_written_without_global_write(&session_id)
+            .await?;
+    }
     let message = NewMessage {
         id: body.id,
         role: body.role,
