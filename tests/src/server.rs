@@ -96,42 +96,38 @@ impl TestServer {
     /// Runs an extract worker in this process on the server's ledger and configuration, gated as
     /// `zuno-worker-extract` is, until the queue is empty.
     pub async fn drain_extraction(&self, worker_id: &str) {
-        let mut runner = zuno_shared::runtime::RunnerConfig::new(worker_id);
-        runner.exit_when_idle = true;
-        let config = self.state.config.clone();
-        let gate = zuno_shared::learning::SourceGate::new(
-            config.clone(),
-            self.state.ledger.clock().clone(),
-        );
         let extract = zuno_worker_extract::extract::ExtractHandler::new(
-            config,
+            self.state.config.clone(),
             zuno_shared::provider::LearningModelClient::new(),
         );
-        zuno_shared::runtime::Runner::new(self.state.ledger.clone(), runner)
-            .with_gate(Arc::new(gate))
-            .register(Arc::new(extract))
-            .run(CancellationToken::new())
-            .await;
+        self.drain_with(worker_id, Arc::new(extract)).await;
     }
 
     /// Runs a maintain worker in this process on the server's ledger, configuration and Memory
     /// service, gated as `zuno-worker-maintain` is, until the queue is empty.
     pub async fn drain_maintenance(&self, worker_id: &str) {
-        let mut runner = zuno_shared::runtime::RunnerConfig::new(worker_id);
-        runner.exit_when_idle = true;
-        let config = self.state.config.clone();
-        let gate = zuno_shared::learning::SourceGate::new(
-            config.clone(),
-            self.state.ledger.clock().clone(),
-        );
         let maintain = zuno_worker_maintain::maintain::MaintainHandler::new(
-            config,
+            self.state.config.clone(),
             self.state.memory.clone(),
             zuno_shared::provider::LearningModelClient::new(),
         );
+        self.drain_with(worker_id, Arc::new(maintain)).await;
+    }
+
+    async fn drain_with(
+        &self,
+        worker_id: &str,
+        handler: Arc<dyn zuno_shared::runtime::JobHandler>,
+    ) {
+        let mut runner = zuno_shared::runtime::RunnerConfig::new(worker_id);
+        runner.exit_when_idle = true;
+        let gate = zuno_shared::learning::SourceGate::new(
+            self.state.config.clone(),
+            self.state.ledger.clock().clone(),
+        );
         zuno_shared::runtime::Runner::new(self.state.ledger.clone(), runner)
             .with_gate(Arc::new(gate))
-            .register(Arc::new(maintain))
+            .register(handler)
             .run(CancellationToken::new())
             .await;
     }

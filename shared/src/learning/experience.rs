@@ -907,24 +907,15 @@ pub async fn user_backed_in(
     tx: &mut Tx,
     ids: &[String],
 ) -> Result<std::collections::HashSet<String>, StoreError> {
-    if ids.is_empty() {
-        return Ok(Default::default());
-    }
-    let sql = format!(
+    ids_where_in(
+        tx,
         "SELECT DISTINCT v.experience_id FROM experience_evidence v JOIN experience_record e ON e.id = v.experience_id \
          LEFT JOIN learning_source_record s ON s.job_id = COALESCE(v.job_id, e.job_id) AND s.source_id = v.source_id \
-         WHERE v.experience_id IN ({}) AND v.verified = TRUE \
+         WHERE v.experience_id IN ({ids}) AND v.verified = TRUE \
            AND (e.origin = 'remember' OR s.verification IN ('user_statement', 'user_feedback'))",
-        placeholders(ids.len())
-    );
-    let backed: Vec<String> = crate::on_tx!(tx, |conn| {
-        let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()));
-        for id in ids {
-            query = query.bind(id.as_str());
-        }
-        query.fetch_all(conn).await
-    })?;
-    Ok(backed.into_iter().collect())
+        ids,
+    )
+    .await
 }
 
 /// The experiences of `ids` learned in a session whose every source a caller allowed to change
@@ -934,22 +925,34 @@ pub async fn global_write_backed_in(
     tx: &mut Tx,
     ids: &[String],
 ) -> Result<std::collections::HashSet<String>, StoreError> {
+    ids_where_in(
+        tx,
+        "SELECT e.id FROM experience_record e JOIN session s ON s.id = e.session_id \
+         WHERE e.id IN ({ids}) AND s.global_write_sources = TRUE",
+        ids,
+    )
+    .await
+}
+
+/// The experience ids a one-column `select` returns, its `{ids}` replaced by one placeholder
+/// per id of `ids` (bound in order). One statement for all ids; none for no ids.
+async fn ids_where_in(
+    tx: &mut Tx,
+    select: &str,
+    ids: &[String],
+) -> Result<std::collections::HashSet<String>, StoreError> {
     if ids.is_empty() {
         return Ok(Default::default());
     }
-    let sql = format!(
-        "SELECT e.id FROM experience_record e JOIN session s ON s.id = e.session_id \
-         WHERE e.id IN ({}) AND s.global_write_sources = TRUE",
-        placeholders(ids.len())
-    );
-    let backed: Vec<String> = crate::on_tx!(tx, |conn| {
+    let sql = select.replace("{ids}", &placeholders(ids.len()));
+    let found: Vec<String> = crate::on_tx!(tx, |conn| {
         let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()));
         for id in ids {
             query = query.bind(id.as_str());
         }
         query.fetch_all(conn).await
     })?;
-    Ok(backed.into_iter().collect())
+    Ok(found.into_iter().collect())
 }
 
 /// The raw memory hints of the experiences `ids`, grouped in the order of `ids` and by ordinal
