@@ -27,7 +27,7 @@ pub struct Redacted {
 /// repeats until nothing new is found; in practice the second scan finds only markers.
 pub fn redact(text: &str) -> Redacted {
     let mut found = [false; Family::ALL.len()];
-    let mut current = Cow::Borrowed(text);
+    let mut current = without_invisible(text);
     for _ in 0..MAX_PASSES {
         let findings = find(&current);
         if findings.is_empty() {
@@ -53,6 +53,23 @@ pub fn redact(text: &str) -> Redacted {
             .filter(|family| found[family.index()])
             .map(|family| family.name())
             .collect(),
+    }
+}
+
+/// Format and zero-width characters (a zero-width space inside "pass\u{200b}word" or a JWT) hide
+/// a credential from every pattern, and show nothing to a reader: they are dropped first.
+fn without_invisible(text: &str) -> Cow<'_, str> {
+    let invisible = |c: char| {
+        matches!(
+            c,
+            '\u{00AD}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}'
+        )
+    };
+    if text.contains(invisible) {
+        Cow::Owned(text.chars().filter(|&c| !invisible(c)).collect())
+    } else {
+        Cow::Borrowed(text)
     }
 }
 
@@ -126,6 +143,7 @@ fn find(text: &str) -> Vec<Finding> {
     jwts(text, &mut findings);
     api_keys(text, &mut findings);
     assignments(text, &mut findings);
+    spoken_passwords(text, &mut findings);
     // A span that is nothing but earlier markers is already redacted; dropping it here is what
     // makes a second `redact` a no-op.
     findings.retain(|finding| {
@@ -271,6 +289,13 @@ fn api_keys(text: &str, out: &mut Vec<Finding>) {
             r"|AIza[A-Za-z0-9_-]{35,}",
             // Stripe secret and restricted keys; test-mode keys are credentials too.
             r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",
+            // npm access tokens and Hugging Face tokens.
+            r"|npm_[A-Za-z0-9]{36,}",
+            r"|hf_[A-Za-z0-9]{30,}",
+            // An AWS secret access key: 40 characters of base64 after an AWS key word.
+            r"|(?i:aws[a-z_ -]{0,24}(?:secret|key)[a-z_ -]{0,12}[:=]?\s*)(?P<aws>[A-Za-z0-9/+]{40})(?-u:\b)",
+            // A long hex string right after the word "token" ("token 3f9a…", "token: 3f9a…").
+            r"|(?i:token\s*[:=]?\s*)(?P<hex>[0-9a-f]{32,})(?-u:\b)",
             r")",
         ))
     });
@@ -282,7 +307,47 @@ fn api_keys(text: &str, out: &mut Vec<Finding>) {
         {
             continue;
         }
-        push_group(&caps, 0, Family::ApiKey, out);
+        // Keyed secrets keep their key word: only the value goes.
+        let group = if caps.name("aws").is_some() {
+            "aws"
+        } else if caps.name("hex").is_some() {
+            "hex"
+        } else {
+            push_group(&caps, 0, Family::ApiKey, out);
+            continue;
+        };
+        let index = KEYS
+            .capture_names()
+            .position(|name| name == Some(group))
+            .expect("a named group");
+        push_group(&caps, index, Family::ApiKey, out);
+    }
+}
+
+/// A password or passphrase said in prose: "my gpg passphrase is hunter2!", "the password was
+/// Tr0ub4dor&3". Only a value that looks made up (a digit or a symbol beside letters) goes, so
+/// "the password is required" and "the passphrase was wrong" stay.
+fn spoken_passwords(text: &str, out: &mut Vec<Finding>) {
+    static SPOKEN: LazyLock<Regex> = LazyLock::new(|| {
+        regex(r#"(?i)\bpass(?:word|phrase|wd)\s+(?:is|was)\s+["'`]?(?P<value>[^\s"'`]{4,})"#)
+    });
+    for caps in SPOKEN.captures_iter(text) {
+        let Some(value) = caps.name("value") else {
+            continue;
+        };
+        let value_text = value
+            .as_str()
+            .trim_end_matches(['.', ',', ';', ')', '!', '?']);
+        let made_up = value_text.chars().any(|c| c.is_ascii_alphabetic())
+            && value_text
+                .chars()
+                .any(|c| c.is_ascii_digit() || c.is_ascii_punctuation());
+        if made_up {
+            out.push(Finding {
+                range: value.start()..value.start() + value_text.len(),
+                family: Family::SecretAssignment,
+            });
+        }
     }
 }
 
@@ -589,6 +654,49 @@ mod tests {
             "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+g\n-----END CERTIFICATE-----",
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host",
             "Generate a private key with `openssl genrsa`.",
+        ]);
+    }
+
+    #[test]
+    fn issue_31_gaps_are_closed() {
+        // Zero-width characters inside the key word or the value.
+        assert_eq!(
+            redacted("pass\u{200b}word=hunter2secret"),
+            "password=[REDACTED:secret_assignment]"
+        );
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+        let hidden = format!("{}\u{2060}{}", &jwt[..10], &jwt[10..]);
+        assert!(!redacted(&format!("token {hidden}")).contains("eyJzdWIi"));
+        // npm, Hugging Face, AWS secret access keys, hex after "token".
+        for (text, expected) in [
+            (
+                "//registry.npmjs.org/:_authToken npm_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+                "//registry.npmjs.org/:_authToken [REDACTED:api_key]",
+            ),
+            (
+                "HF token hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+                "HF token [REDACTED:api_key]",
+            ),
+            (
+                "aws secret key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                "aws secret key [REDACTED:api_key]",
+            ),
+            (
+                "the token 3f9a1c2b4d5e6f708192a3b4c5d6e7f8 expired",
+                "the token [REDACTED:api_key] expired",
+            ),
+            (
+                "my gpg passphrase is hunter2! please",
+                "my gpg passphrase is [REDACTED:secret_assignment]! please",
+            ),
+        ] {
+            assert_eq!(redacted(text), expected, "{text}");
+        }
+        assert_untouched(&[
+            "the password is required",
+            "the passphrase was wrong, try again",
+            "tokens: 4096",
+            "commit 3f9a1c2b4d5e6f708192a3b4c5d6e7f8 fixed it",
         ]);
     }
 
