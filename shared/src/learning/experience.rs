@@ -918,20 +918,33 @@ pub async fn user_backed_in(
     .await
 }
 
-/// The experiences of `ids` learned in a session whose every source a caller allowed to change
-/// global Memory wrote (`session.global_write_sources`). An experience without a session (a
-/// manual record) is not among them: only a session vouches for its sources.
+/// The experiences of `ids` whose sources only callers allowed to change global Memory wrote:
+/// the record itself (`experience_record.global_write_source`, cleared for a manual record made
+/// by another caller) and its session, if any (`session.global_write_sources`).
 pub async fn global_write_backed_in(
     tx: &mut Tx,
     ids: &[String],
 ) -> Result<std::collections::HashSet<String>, StoreError> {
     ids_where_in(
         tx,
-        "SELECT e.id FROM experience_record e JOIN session s ON s.id = e.session_id \
-         WHERE e.id IN ({ids}) AND s.global_write_sources = TRUE",
+        "SELECT e.id FROM experience_record e LEFT JOIN session s ON s.id = e.session_id \
+         WHERE e.id IN ({ids}) AND e.global_write_source = TRUE \
+           AND (s.id IS NULL OR s.global_write_sources = TRUE)",
         ids,
     )
     .await
+}
+
+/// Marks a manual record made by a caller without global-Memory write (see
+/// [`global_write_backed_in`]), inside the transaction that writes it.
+pub async fn mark_without_global_write_in(tx: &mut Tx, id: &str) -> Result<(), StoreError> {
+    crate::db::execute_in(
+        tx,
+        "UPDATE experience_record SET global_write_source = FALSE WHERE id = $1",
+        &[id.into()],
+    )
+    .await?;
+    Ok(())
 }
 
 /// The experience ids a one-column `select` returns, its `{ids}` replaced by one placeholder

@@ -348,7 +348,13 @@ async fn record(
     visible_project(state, caller, project_id).await?;
     let experience = state
         .ingestion
-        .record(project_id, body.session_id.as_deref(), origin, &body.text)
+        .record_by(
+            project_id,
+            body.session_id.as_deref(),
+            origin,
+            &body.text,
+            caller.global() >= GlobalAccess::Write,
+        )
         .await??;
     Ok((StatusCode::CREATED, Json(experience)))
 }

@@ -226,13 +226,28 @@ impl LearningIngestion {
         Ok(Ok(admission))
     }
 
-    /// `/learn remember` and `/learn issue`: explicit user records.
+    /// `/learn remember` and `/learn issue`: explicit user records, by a caller allowed to
+    /// change global Memory.
     pub async fn record(
         &self,
         project_id: &str,
         session_id: Option<&str>,
         origin: ExperienceOrigin,
         text: &str,
+    ) -> Manual<Experience> {
+        self.record_by(project_id, session_id, origin, text, true)
+            .await
+    }
+
+    /// [`Self::record`] by a caller who may (`global_write`) or may not change global Memory:
+    /// a record of the latter reaches global Memory only through review.
+    pub async fn record_by(
+        &self,
+        project_id: &str,
+        session_id: Option<&str>,
+        origin: ExperienceOrigin,
+        text: &str,
+        global_write: bool,
     ) -> Manual<Experience> {
         let mut tx = self.store.db().begin().await?;
         if let Some(session_id) = session_id {
@@ -267,6 +282,9 @@ impl LearningIngestion {
                 Ok(experience) => experience,
                 Err(error) => return Ok(Err(error.into())),
             };
+        if !global_write {
+            experience::mark_without_global_write_in(&mut tx, &experience.id).await?;
+        }
         changed_event_in(&mut tx, &experience, origin.as_str(), now).await?;
         crate::learning::recall::semantic::admit_in(
             &self.ledger,
