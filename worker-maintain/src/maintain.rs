@@ -130,6 +130,68 @@ struct Plan {
     /// The newest input, where a successful commit moves the watermark.
     /// `(seq, experience id)`.
     watermark: Option<(i64, String)>,
+    /// The plan stops short of its inputs (more than [`MAX_CHANGES`] changes): the settlement
+    /// admits a follow-up job for the rest.
+    continues: bool,
+}
+
+/// A plan cut to [`MAX_CHANGES`] changes.
+struct Bounded<'a> {
+    changes: Vec<Change>,
+    reinforcements: Vec<Change>,
+    /// The newest input the plan answers in full: where the watermark moves.
+    last_input: Option<&'a MaintenanceInput>,
+    continues: bool,
+}
+
+/// Cuts a plan of more than [`MAX_CHANGES`] changes at the first input (oldest first) that a
+/// dropped change rests on: the plan keeps only what rests on the inputs before it, and the
+/// watermark stops there, so the inputs after it are planned again by the follow-up job instead
+/// of passing the watermark unplanned (their lessons never reaching Memory).
+fn within_change_limit(
+    changes: Vec<Change>,
+    reinforcements: Vec<Change>,
+    inputs: &[MaintenanceInput],
+) -> Bounded<'_> {
+    let position = |id: &String| inputs.iter().position(|input| &input.id == id);
+    let cut = (changes.len() > MAX_CHANGES)
+        .then(|| {
+            changes[MAX_CHANGES..]
+                .iter()
+                .flat_map(|change| change.experience_ids.iter().filter_map(position))
+                .min()
+        })
+        .flatten();
+    match cut {
+        // The first input itself needs more changes than one plan holds: keep the first
+        // MAX_CHANGES and move on, rather than never advancing.
+        None | Some(0) => {
+            let mut changes = changes;
+            changes.truncate(MAX_CHANGES);
+            Bounded {
+                changes,
+                reinforcements,
+                last_input: inputs.last(),
+                continues: false,
+            }
+        }
+        Some(cut) => {
+            let before = |change: &Change| {
+                change
+                    .experience_ids
+                    .iter()
+                    .all(|id| position(id).is_some_and(|at| at < cut))
+            };
+            let mut changes: Vec<Change> = changes.into_iter().filter(before).collect();
+            changes.truncate(MAX_CHANGES);
+            Bounded {
+                changes,
+                reinforcements: reinforcements.into_iter().filter(before).collect(),
+                last_input: inputs.get(cut - 1),
+                continues: true,
+            }
+        }
+    }
 }
 
 /// How a commit went, as the job result records it.
@@ -247,16 +309,19 @@ impl MaintainHandler {
             change.for_review = how == Some(Superseded::ForReview)
                 || !global_write_vouched(change, &inputs.global_write_backed);
         }
-        let (reinforcements, mut changes): (Vec<Change>, Vec<Change>) = plan
+        let (reinforcements, changes): (Vec<Change>, Vec<Change>) = plan
             .into_iter()
             .partition(|change| restates(change, &inputs.project_entries, &inputs.global_entries));
-        changes.truncate(MAX_CHANGES);
+        let bounded = within_change_limit(changes, reinforcements, experiences);
         Ok(Plan {
             model_mode,
-            changes,
-            reinforcements,
+            changes: bounded.changes,
+            reinforcements: bounded.reinforcements,
             no_memory,
-            watermark: experiences.last().map(|i| (i.seq, i.id.clone())),
+            watermark: bounded
+                .last_input
+                .map(|input| (input.seq, input.id.clone())),
+            continues: bounded.continues,
         })
     }
 
@@ -366,6 +431,16 @@ impl MaintainHandler {
                 ctx.ledger.now_ms(),
             )
             .await?;
+            if plan.continues {
+                zuno_shared::memory::maintenance::admit_in(
+                    &ctx.ledger,
+                    tx,
+                    project_id,
+                    &format!("after:{id}"),
+                )
+                .await
+                .map_err(|e| JobError::retryable(e.to_string()))?;
+            }
         }
         let settled = settlement.complete(result_json(plan, &outcome)).await?;
         let mut published = HashSet::new();
@@ -470,6 +545,7 @@ fn result_json(plan: &Plan, outcome: &Outcome) -> serde_json::Value {
         "noMemory": plan.no_memory,
         "repaired": outcome.repaired,
         "watermark": plan.watermark.as_ref().map(|(seq, id)| serde_json::json!({"seq": seq, "experienceId": id})),
+        "continues": plan.continues,
     })
 }
 

@@ -156,5 +156,10 @@ mod tests {
             "Always answer in English.",
             "Answer in German."
         ));
+        // A flag alone is no subject: two fixture rules stay two.
+        assert!(!supersedes(
+            "Run the fixture generator number 4 with `--seed 4` before the tests.",
+            "Run the fixture generator number 3 with `--seed 3` before the tests."
+        ));
     }
 }

@@ -5,7 +5,8 @@
 //! moved on).
 //!
 //! A subject is deliberately narrow: the set of code-shaped words an entry names (a backticked
-//! span, a path, an identifier with `_ . - / :` or an inner capital, a `--flag`). Two entries
+//! span, a path, an identifier with `_ . - / :` or an inner capital). A flag alone is no
+//! subject: "… with `--seed 3`" and "… with `--seed 4`" are two rules. Two entries
 //! share a subject when those sets are equal and not empty: "Use `pnpm`, not `npm`." and "Never
 //! run `npm` here; `pnpm` keeps the lockfile." do; "Use `pnpm`." and "Run `pnpm test` first."
 //! do not. An entry naming no such word has no subject and is compared by wording only.
@@ -30,8 +31,7 @@ static CODE_WORD: LazyLock<Regex> = LazyLock::new(|| {
         r"(?x)
         (?:^|[\s(\[{,;:'\x22])
         (
-          --?[a-zA-Z][\w-]*                              # a flag
-        | [\w.-]*[/\\][\w./\\-]*                          # a path
+          [\w.-]*[/\\][\w./\\-]*                          # a path
         | [A-Za-z_][\w-]+\.[A-Za-z][\w.]*                 # file.ext, module.attr (not e.g.)
         | [a-z0-9]+_[\w]+ | [A-Z0-9]+_[A-Z0-9_]+          # snake_case, ALL_CAPS
         | [a-z]+[A-Z][A-Za-z0-9]*                         # camelCase
@@ -52,8 +52,9 @@ impl Subject {
                 .filter(|part| !part.starts_with('-'))
                 .take(2)
                 .collect();
-            if !span.is_empty() {
-                words.insert(span.join(" ").to_lowercase());
+            let named = span.join(" ");
+            if named.chars().any(char::is_alphabetic) {
+                words.insert(named.to_lowercase());
             }
         }
         let outside = BACKTICKED.replace_all(text, " ");
@@ -273,6 +274,7 @@ mod tests {
         );
         assert!(Subject::of("Always answer in English.").is_empty());
         assert!(Subject::of("Use pnpm (e.g. pnpm install), i.e. not npm.").is_empty());
+        assert!(Subject::of("Run the generator with --seed 3 before the tests").is_empty());
     }
 
     #[test]

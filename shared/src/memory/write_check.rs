@@ -441,7 +441,8 @@ mod tests {
                 "Use eyJ0eXAiOiJKV1QiLA0K.aGVsbG8gd29ybGQh.c2lnbmF0dXJl for staging",
                 "jwt",
             ),
-            ("The staging password is hunter2", "password"),
+            // Said in English prose, the source redactor takes it already (issue 31).
+            ("The staging password is hunter2", "secret_assignment"),
             ("数据库密码是 abc123", "password"),
             (
                 "Staging key q8Fz3LmN0pXv7RtY2sKw9BcD4hJe6GaU",
