@@ -188,10 +188,13 @@ pub enum MemoryAction {
     },
     /// Undo an applied candidate.
     Undo { candidate_id: String },
+    /// Restore an entry withheld as stale (by the candidate `audit` lists for it) as your own.
+    Restore { candidate_id: String },
     /// Revision history of a document.
     Revisions { target: Target },
     /// What Memory holds: size against each document's limit, entries sharing a subject,
-    /// duplicate rules, entries naming files no longer in the worktree.
+    /// duplicate rules, entries naming files no longer in the worktree, entries withheld as
+    /// stale.
     Audit,
 }
 
@@ -415,6 +418,11 @@ pub async fn memory(
         MemoryAction::Undo { candidate_id } => {
             client
                 .post(&candidate(&candidate_id, "undo"), &json!({}))
+                .await
+        }
+        MemoryAction::Restore { candidate_id } => {
+            client
+                .post(&candidate(&candidate_id, "restore"), &json!({}))
                 .await
         }
         MemoryAction::Remove {

@@ -193,6 +193,7 @@ async fn evaluate(
     report.extractor = zuno_shared::learning::extractor_version(&config).to_owned();
     let audit = zuno_shared::memory::audit::audit(
         &memory,
+        &[],
         |scope| zuno_shared::memory::audit::char_limit(&config, scope),
         None,
     );

@@ -66,6 +66,7 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(memory::approve))
         .routes(routes!(memory::reject))
         .routes(routes!(memory::undo))
+        .routes(routes!(memory::restore))
         .routes(routes!(memory::inspect))
         .routes(routes!(memory::import))
         .routes(routes!(memory::revisions))

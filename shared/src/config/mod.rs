@@ -244,6 +244,10 @@ pub struct MemoryConfig {
     pub auto_confidence: f64,
     pub global_char_limit: u32,
     pub project_char_limit: u32,
+    /// Days without use after which maintenance withholds a derived entry as stale; `0` (the
+    /// default) never does: a rule the agent obeys is rarely restated, so its evidence ages
+    /// while it works.
+    pub stale_after_unused_days: u32,
 }
 
 impl Default for MemoryConfig {
@@ -253,6 +257,7 @@ impl Default for MemoryConfig {
             auto_confidence: 0.9,
             global_char_limit: 2200,
             project_char_limit: 3000,
+            stale_after_unused_days: 0,
         }
     }
 }

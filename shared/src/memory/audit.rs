@@ -41,45 +41,77 @@ static CODE_WORD: LazyLock<Regex> = LazyLock::new(|| {
     .expect("a valid pattern")
 });
 
+/// The code-shaped words `text` names, as written.
+fn code_words(text: &str) -> BTreeSet<String> {
+    let mut words = BTreeSet::new();
+    for captures in BACKTICKED.captures_iter(text) {
+        // A backticked command is named by its program and subcommand (`pnpm test --watch`
+        // → `pnpm test`), so a flag change does not make it another subject.
+        let span: Vec<&str> = captures[1]
+            .split_whitespace()
+            .filter(|part| !part.starts_with('-'))
+            .take(2)
+            .collect();
+        let named = span.join(" ");
+        if named.chars().any(char::is_alphabetic) {
+            words.insert(named);
+        }
+    }
+    let outside = BACKTICKED.replace_all(text, " ");
+    for captures in CODE_WORD.captures_iter(&outside) {
+        let word = captures[1].trim_end_matches(['.', ',', ':', ';', ')']);
+        if word.len() >= 2 && word.chars().any(char::is_alphabetic) {
+            words.insert(word.to_owned());
+        }
+    }
+    words
+}
+
+/// Whether a code-shaped word is a relative file path: it has a `/` or a known file extension
+/// and is no URL, flag or command.
+fn is_path(word: &str) -> bool {
+    !word.starts_with('-')
+        && !word.contains("://")
+        && !word.contains(' ')
+        && (word.contains('/') || has_extension(word))
+}
+
+/// The file paths `text` names, as written (a worktree's file system may be case-sensitive).
+pub fn named_paths(text: &str) -> Vec<String> {
+    code_words(text)
+        .into_iter()
+        .filter(|w| is_path(w))
+        .collect()
+}
+
+/// Whether an entry naming `paths` describes code that left the worktree: it names at least one
+/// path and none of them exists. "Edit next.config.mjs, not a new next.config.js" names a file
+/// that should not exist; it is stale only once next.config.mjs is gone too.
+pub fn names_only_missing_files(paths: &[String], exists: &dyn Fn(&str) -> bool) -> bool {
+    !paths.is_empty() && paths.iter().all(|path| !exists(path))
+}
+
+/// Whether `relative` (a path an entry names) is in the worktree `root`. A path that is absolute
+/// or climbs out with `..` counts as present: an entry's text never makes the server look
+/// outside the worktree.
+pub fn exists_in_worktree(root: &std::path::Path, relative: &str) -> bool {
+    let path = std::path::Path::new(relative);
+    let stays_inside = path.components().all(|part| {
+        matches!(
+            part,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    });
+    !stays_inside || root.join(path).symlink_metadata().is_ok()
+}
+
 impl Subject {
     pub fn of(text: &str) -> Subject {
-        let mut words = BTreeSet::new();
-        for captures in BACKTICKED.captures_iter(text) {
-            // A backticked command is named by its program and subcommand (`pnpm test --watch`
-            // → `pnpm test`), so a flag change does not make it another subject.
-            let span: Vec<&str> = captures[1]
-                .split_whitespace()
-                .filter(|part| !part.starts_with('-'))
-                .take(2)
-                .collect();
-            let named = span.join(" ");
-            if named.chars().any(char::is_alphabetic) {
-                words.insert(named.to_lowercase());
-            }
-        }
-        let outside = BACKTICKED.replace_all(text, " ");
-        for captures in CODE_WORD.captures_iter(&outside) {
-            let word = captures[1].trim_end_matches(['.', ',', ':', ';', ')']);
-            if word.len() >= 2 && word.chars().any(char::is_alphabetic) {
-                words.insert(word.to_lowercase());
-            }
-        }
-        Subject(words)
+        Subject(code_words(text).iter().map(|w| w.to_lowercase()).collect())
     }
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-
-    /// The relative file paths the entry names (words with a `/` or a file extension that do
-    /// not look like URLs or flags).
-    pub fn paths(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(String::as_str).filter(|word| {
-            !word.starts_with('-')
-                && !word.contains("://")
-                && !word.contains(' ')
-                && (word.contains('/') || has_extension(word))
-        })
     }
 }
 
@@ -88,8 +120,66 @@ fn has_extension(word: &str) -> bool {
         "rs", "toml", "json", "yaml", "yml", "md", "py", "ts", "tsx", "js", "jsx", "mjs", "go",
         "java", "rb", "sql", "sh", "css", "html", "lock", "txt", "cfg", "ini", "env",
     ];
-    word.rsplit_once('.')
-        .is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext))
+    word.rsplit_once('.').is_some_and(|(stem, ext)| {
+        !stem.is_empty() && EXTENSIONS.contains(&ext.to_ascii_lowercase().as_str())
+    })
+}
+
+/// Entries about one subject, as the maintenance plan request lists them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubjectGroup<'a> {
+    /// The code words the group's entries share (all of them for a group of one); empty for an
+    /// entry that names none.
+    pub subject: Vec<String>,
+    pub entries: Vec<&'a str>,
+}
+
+/// Groups `entries` by subject, in document order: two entries are in one group when they
+/// share a code word, directly or through another entry of the group. Entries naming no code
+/// word stand alone.
+pub fn group_by_subject(entries: &[String]) -> Vec<SubjectGroup<'_>> {
+    let subjects: Vec<Subject> = entries.iter().map(|e| Subject::of(e)).collect();
+    let mut group_of: Vec<usize> = (0..entries.len()).collect();
+    for i in 0..entries.len() {
+        for j in 0..i {
+            if !subjects[i].0.is_disjoint(&subjects[j].0) {
+                let (from, to) = (group_of[i], group_of[j]);
+                for group in group_of.iter_mut().filter(|g| **g == from) {
+                    *group = to;
+                }
+            }
+        }
+    }
+    let mut groups: Vec<(usize, SubjectGroup<'_>)> = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        match groups.iter_mut().find(|(id, _)| *id == group_of[index]) {
+            Some((_, group)) => group.entries.push(entry),
+            None => groups.push((
+                group_of[index],
+                SubjectGroup {
+                    subject: Vec::new(),
+                    entries: vec![entry],
+                },
+            )),
+        }
+    }
+    for (id, group) in &mut groups {
+        let members: Vec<&Subject> = (0..entries.len())
+            .filter(|&i| group_of[i] == *id)
+            .map(|i| &subjects[i])
+            .collect();
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for word in members.iter().flat_map(|s| s.0.iter()) {
+            *counts.entry(word).or_default() += 1;
+        }
+        let shared = |n: usize| members.len() == 1 || n > 1;
+        group.subject = counts
+            .into_iter()
+            .filter(|(_, n)| shared(*n))
+            .map(|(word, _)| word.to_owned())
+            .collect();
+    }
+    groups.into_iter().map(|(_, group)| group).collect()
 }
 
 /// The audit of one project's Memory (the global document and the project's).
@@ -112,8 +202,12 @@ pub struct DocumentAudit {
     pub shared_subjects: Vec<SharedSubject>,
     /// Pairs of entries that state one rule in other words.
     pub duplicates: Vec<[AuditedEntry; 2]>,
-    /// Entries naming a file that is not in the project's worktree.
+    /// Current entries every file of which is gone from the project's worktree: the next
+    /// maintenance withholds the derived ones (a person's own entries are only listed).
     pub stale: Vec<StaleEntry>,
+    /// Entries maintenance withheld as stale, newest first; `zuno memory restore` brings one
+    /// back as the user's own entry.
+    pub marked_stale: Vec<MarkedStale>,
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -131,6 +225,23 @@ pub struct AuditedEntry {
 pub struct SharedSubject {
     pub subject: Vec<String>,
     pub entries: Vec<AuditedEntry>,
+}
+
+/// An entry maintenance withheld as stale (`memory_stale_entry`).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MarkedStale {
+    /// The `remove` candidate that withheld it: `zuno memory restore <candidateId>`.
+    pub candidate_id: String,
+    #[serde(skip)]
+    pub scope: Scope,
+    pub content: String,
+    /// `missing_files` or `unused`.
+    pub reason: String,
+    pub missing_paths: Vec<String>,
+    pub marked_at: i64,
+    /// The `add` candidate that restored it, when a person did.
+    pub restored_candidate_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -153,16 +264,24 @@ pub fn char_limit(config: &crate::config::Config, scope: Scope) -> u32 {
 /// then reported stale).
 pub fn audit(
     entries: &[SupportedEntry],
+    marked: &[MarkedStale],
     limit: impl Fn(Scope) -> u32,
     exists: Option<&dyn Fn(&str) -> bool>,
 ) -> MemoryAudit {
     let mut documents = Vec::new();
     for scope in [Scope::Global, Scope::Project] {
         let of_scope: Vec<&SupportedEntry> = entries.iter().filter(|e| e.scope == scope).collect();
-        if of_scope.is_empty() {
+        let marked: Vec<MarkedStale> = marked
+            .iter()
+            .filter(|m| m.scope == scope)
+            .cloned()
+            .collect();
+        if of_scope.is_empty() && marked.is_empty() {
             continue;
         }
-        documents.push(audit_document(scope, &of_scope, limit(scope), exists));
+        let mut document = audit_document(scope, &of_scope, limit(scope), exists);
+        document.marked_stale = marked;
+        documents.push(document);
     }
     MemoryAudit { documents }
 }
@@ -212,16 +331,11 @@ fn audit_document(
     let stale = match exists {
         Some(exists) => entries
             .iter()
-            .zip(&subjects)
-            .filter_map(|(entry, subject)| {
-                let missing: Vec<String> = subject
-                    .paths()
-                    .filter(|path| !exists(path))
-                    .map(str::to_owned)
-                    .collect();
-                (!missing.is_empty()).then(|| StaleEntry {
+            .filter_map(|entry| {
+                let paths = named_paths(&entry.entry.content);
+                names_only_missing_files(&paths, exists).then(|| StaleEntry {
                     entry: audited(entry),
-                    missing_paths: missing,
+                    missing_paths: paths,
                 })
             })
             .collect(),
@@ -240,6 +354,7 @@ fn audit_document(
         shared_subjects,
         duplicates,
         stale,
+        marked_stale: Vec::new(),
     }
 }
 
@@ -278,6 +393,40 @@ mod tests {
     }
 
     #[test]
+    fn the_plan_request_groups_entries_that_share_a_code_word() {
+        let entries: Vec<String> = [
+            "The price table is the PRICE_TABLE constant in `PricingA`.",
+            "Always answer in English.",
+            "PRICE_TABLE now lives in `PricingB`, not `PricingA`.",
+            "Use `pnpm`, not `npm`.",
+            "Keep answers short.",
+            "`priceTable` in `PricingB` replaced PRICE_TABLE.",
+        ]
+        .map(String::from)
+        .to_vec();
+        let groups = group_by_subject(&entries);
+        let shape: Vec<(Vec<&str>, usize)> = groups
+            .iter()
+            .map(|g| {
+                (
+                    g.subject.iter().map(String::as_str).collect(),
+                    g.entries.len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (vec!["price_table", "pricinga", "pricingb"], 3),
+                (vec![], 1),
+                (vec!["npm", "pnpm"], 1),
+                (vec![], 1),
+            ]
+        );
+        assert_eq!(groups[0].entries[2], entries[5]);
+    }
+
+    #[test]
     fn the_audit_groups_shared_subjects_pairs_duplicates_and_finds_missing_files() {
         let entry = |id: &str, content: &str| SupportedEntry {
             scope: Scope::Project,
@@ -303,7 +452,7 @@ mod tests {
             entry("f", "Always answer in English."),
         ];
         let exists = |path: &str| path != "src/pricing/tables.py";
-        let audit = audit(&entries, |_| 100, Some(&exists));
+        let audit = audit(&entries, &[], |_| 100, Some(&exists));
         let [document] = audit.documents.as_slice() else {
             panic!("{audit:?}");
         };

@@ -8,7 +8,8 @@
 //!    experiences move onto it.
 //! 2. Derived entries are dropped, least valuable first, until the result fits: an entry none
 //!    of whose sources still stands, then one never recalled (no supporting experience was ever
-//!    selected into a prompt or reinforced), then one that was violated, then the oldest.
+//!    selected into a prompt or reinforced), then one that was violated, then the one with the
+//!    fewest standing sources, then the least used, and only among equals the oldest.
 //!
 //! Entries a person wrote or imported are never merged away or dropped, and neither are entries
 //! an automatic writer stated without evidence: only what learning derived from evidence can be
@@ -63,8 +64,10 @@ pub enum DropReason {
     Unused,
     /// A supporting experience was violated.
     Violated,
-    /// In use and never violated, but the oldest such entry.
-    Oldest,
+    /// In use and never violated, but with the fewest standing sources, then the least use; the
+    /// oldest among equals. (Recorded as `oldest` before evidence strength ranked first.)
+    #[serde(alias = "oldest")]
+    Weakest,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -176,6 +179,9 @@ impl Slot<'_> {
             self.value.live_sources > 0,
             self.used(),
             !self.violated(),
+            // Evidence strength, then use, before age: recency alone never decides.
+            self.value.live_sources,
+            self.value.uses,
             self.created_revision(),
             self.entry.map_or(i64::MAX, |e| e.position),
         )
@@ -189,7 +195,7 @@ impl Slot<'_> {
         } else if self.violated() {
             DropReason::Violated
         } else {
-            DropReason::Oldest
+            DropReason::Weakest
         }
     }
 }
@@ -378,7 +384,7 @@ mod tests {
     }
 
     #[test]
-    fn drops_unsupported_then_unused_then_violated_then_oldest() {
+    fn drops_unsupported_then_unused_then_violated_then_weakest_evidence_not_oldest() {
         let entries = [
             derived("old-used", "Rule aaaa.", 1),
             derived("violated", "Rule bbbb.", 2),
@@ -386,12 +392,13 @@ mod tests {
             derived("unsupported", "Rule dddd.", 4),
             derived("new-used", "Rule eeee.", 5),
         ];
+        // The newer used entry rests on one source, the older on two: the newer goes first.
         let values = HashMap::from([
-            (String::from("old-used"), value(1, 3, 0)),
+            (String::from("old-used"), value(2, 1, 0)),
             (String::from("violated"), value(1, 5, 1)),
             (String::from("unused"), value(1, 0, 0)),
             (String::from("unsupported"), value(0, 9, 0)),
-            (String::from("new-used"), value(1, 1, 0)),
+            (String::from("new-used"), value(1, 3, 0)),
         ]);
         let after = with(&entries, "Rule ffff.");
         let order: Vec<(String, DropReason)> = (1..=5)
@@ -419,8 +426,8 @@ mod tests {
                 (String::from("unsupported"), DropReason::Unsupported),
                 (String::from("unused"), DropReason::Unused),
                 (String::from("violated"), DropReason::Violated),
-                (String::from("old-used"), DropReason::Oldest),
-                (String::from("new-used"), DropReason::Oldest),
+                (String::from("new-used"), DropReason::Weakest),
+                (String::from("old-used"), DropReason::Weakest),
             ]
         );
     }

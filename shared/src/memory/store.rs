@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::audit::MarkedStale;
 use super::consolidate::{Consolidation, EntryValue};
 use crate::db::{Db, StoreError, Tx};
 use crate::text::sha256;
@@ -1369,4 +1370,181 @@ pub async fn revisions_in(
         revisions.insert(scope, revision);
     }
     Ok(revisions)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stale entries (maintenance withholds them; a person may restore one)
+// ---------------------------------------------------------------------------------------------
+
+/// A derived entry maintenance may withhold as stale, with what it rests on.
+#[derive(Debug, Clone)]
+pub struct StaleCandidate {
+    pub entry: Entry,
+    /// The newest of: the entry's creation, a supporting experience's creation or last use.
+    pub last_active_at: i64,
+    pub evidence: Vec<String>,
+}
+
+/// The current derived, automatic entries of a document (a person's and imported entries are
+/// never withheld automatically) with their last activity and evidence.
+pub async fn stale_candidates_in(
+    tx: &mut Tx,
+    document_id: &str,
+) -> Result<Vec<StaleCandidate>, StoreError> {
+    type Row = (
+        String,
+        String,
+        i64,
+        i64,
+        i64,
+        Option<String>,
+        Option<i64>,
+        Option<i64>,
+    );
+    let sql = "SELECT m.id, m.content, m.position, m.created_revision, m.created_at, \
+                 p.experience_id, x.created_at, x.last_used_at \
+               FROM memory_entry m \
+               LEFT JOIN memory_provenance p ON p.entry_id = m.id \
+               LEFT JOIN experience_record x ON x.id = p.experience_id \
+               WHERE m.document_id = $1 AND m.retracted_revision IS NULL \
+                 AND m.derived = TRUE AND m.owner = 'automatic' \
+               ORDER BY m.position, m.id, p.experience_id";
+    let rows: Vec<Row> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(document_id)
+        .fetch_all(conn)
+        .await)?;
+    let mut found: Vec<StaleCandidate> = Vec::new();
+    for (id, content, position, created_revision, created_at, experience, made, used) in rows {
+        if found.last().is_none_or(|last| last.entry.id != id) {
+            found.push(StaleCandidate {
+                entry: Entry {
+                    id,
+                    content,
+                    owner: String::from("automatic"),
+                    derived: true,
+                    position,
+                    created_revision,
+                },
+                last_active_at: created_at,
+                evidence: Vec::new(),
+            });
+        }
+        let current = found.last_mut().expect("pushed above");
+        current.last_active_at = current
+            .last_active_at
+            .max(made.unwrap_or(0))
+            .max(used.unwrap_or(0));
+        current.evidence.extend(experience);
+    }
+    Ok(found)
+}
+
+/// Why maintenance withheld an entry.
+pub struct StaleMark<'a> {
+    pub candidate_id: &'a str,
+    pub document_id: &'a str,
+    pub content: &'a str,
+    /// `missing_files` or `unused`.
+    pub reason: &'a str,
+    pub missing_paths: &'a [String],
+}
+
+pub async fn insert_stale_mark_in(
+    tx: &mut Tx,
+    mark: &StaleMark<'_>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let paths = serde_json::to_string(mark.missing_paths).unwrap_or_else(|_| "[]".into());
+    crate::db::execute_in(
+        tx,
+        "INSERT INTO memory_stale_entry (candidate_id, document_id, content, reason, missing_paths, marked_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            mark.candidate_id.into(),
+            mark.document_id.into(),
+            mark.content.into(),
+            mark.reason.into(),
+            (&paths).into(),
+            now.into(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+type MarkedRow = (String, String, String, String, String, i64, Option<String>);
+
+fn marked_stale_of(row: MarkedRow) -> Result<MarkedStale, StoreError> {
+    let (candidate_id, scope, content, reason, paths, marked_at, restored_candidate_id) = row;
+    Ok(MarkedStale {
+        candidate_id,
+        scope: Scope::parse(&scope)
+            .ok_or_else(|| StoreError::Corrupt(format!("memory_document scope `{scope}`")))?,
+        content,
+        reason,
+        missing_paths: serde_json::from_str(&paths).unwrap_or_default(),
+        marked_at,
+        restored_candidate_id,
+    })
+}
+
+const MARKED_COLUMNS: &str = "s.candidate_id, d.scope, s.content, s.reason, s.missing_paths, \
+                              s.marked_at, s.restored_candidate_id";
+
+/// The entries withheld as stale from the global document and `project_id`'s, newest first.
+pub async fn marked_stale(db: &Db, project_id: &str) -> Result<Vec<MarkedStale>, StoreError> {
+    let sql = format!(
+        "SELECT {MARKED_COLUMNS} FROM memory_stale_entry s JOIN memory_document d ON d.id = s.document_id \
+         WHERE d.scope = 'global' OR d.project_id = $1 ORDER BY s.marked_at DESC, s.candidate_id"
+    );
+    let rows: Vec<MarkedRow> =
+        crate::on_db!(db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(project_id)
+            .fetch_all(pool)
+            .await)?;
+    rows.into_iter().map(marked_stale_of).collect()
+}
+
+/// One stale mark with its document, by the candidate that withheld the entry.
+pub async fn stale_mark_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+) -> Result<Option<(String, MarkedStale)>, StoreError> {
+    let sql = format!(
+        "SELECT s.document_id, {MARKED_COLUMNS} FROM memory_stale_entry s \
+         JOIN memory_document d ON d.id = s.document_id WHERE s.candidate_id = $1"
+    );
+    type Row = (
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        i64,
+        Option<String>,
+    );
+    let row: Option<Row> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(candidate_id)
+            .fetch_optional(conn)
+            .await)?;
+    row.map(|(document_id, a, b, c, d, e, f, g)| {
+        marked_stale_of((a, b, c, d, e, f, g)).map(|mark| (document_id, mark))
+    })
+    .transpose()
+}
+
+pub async fn record_stale_restored_in(
+    tx: &mut Tx,
+    candidate_id: &str,
+    restored_by: &str,
+) -> Result<(), StoreError> {
+    crate::db::execute_in(
+        tx,
+        "UPDATE memory_stale_entry SET restored_candidate_id = $2 WHERE candidate_id = $1",
+        &[candidate_id.into(), restored_by.into()],
+    )
+    .await?;
+    Ok(())
 }

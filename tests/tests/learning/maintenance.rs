@@ -8,7 +8,7 @@ use serde_json::json;
 use zuno_shared::learning::experience::ExperienceOrigin;
 use zuno_shared::learning::extraction::MemoryAction;
 use zuno_shared::ledger::{AllowAll, ClaimRequest, JobFilter, JobKind, JobState};
-use zuno_shared::memory::service::{Origin, Proposal};
+use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal};
 use zuno_shared::memory::store::Scope;
 use zuno_tests::fake_provider::{FakeProvider, Gate, Reply};
 use zuno_tests::{TestDb, on_both_backends};
@@ -729,7 +729,137 @@ async fn a_newer_fact_against_a_user_entry_waits_for_review(db: TestDb) {
     );
 }
 
+/// The current project entries as `(content, owner)`.
+async fn project_entries(world: &World) -> Vec<(String, String)> {
+    zuno_shared::memory::store::supported_entries(&world.db.db, "web")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.scope == Scope::Project)
+        .map(|e| (e.entry.content, e.entry.owner))
+        .collect()
+}
+
+async fn remember_and_maintain(world: &World, memory: &MemoryService, text: &str) {
+    world
+        .ingestion
+        .record("web", None, ExperienceOrigin::Remember, text)
+        .await
+        .unwrap()
+        .unwrap();
+    let report = world.run_maintain(memory).await;
+    assert_eq!((report.completed, report.failed), (1, 0), "{report:?}");
+}
+
+/// An entry whose every named file left the worktree is withheld as stale by the next
+/// maintenance: out of the document and its projection, listed with its reason, its text in the
+/// history; restoring it makes it the user's own entry, which is never withheld again. An entry
+/// naming a file that still exists, and one naming a file that should not exist beside one that
+/// does, stay.
+async fn an_entry_whose_files_are_gone_is_withheld_as_stale_and_restorable(db: TestDb) {
+    let world = World::new(db, zuno_shared::config::Config::default()).await;
+    let worktree = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(worktree.path().join("src/Pricing")).unwrap();
+    std::fs::write(worktree.path().join("src/Pricing/Tables.py"), "PRICES = {}").unwrap();
+    std::fs::write(worktree.path().join("next.config.mjs"), "export default {}").unwrap();
+    world.project("web", Some(worktree.path())).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    let gone = "Edit prices only in `src/Pricing/Tables.py`, never inline.";
+    let kept = "Edit next.config.mjs, not a new next.config.js.";
+    remember_and_maintain(&world, &memory, gone).await;
+    remember_and_maintain(&world, &memory, kept).await;
+    let contents = |entries: &[(String, String)]| -> Vec<String> {
+        entries.iter().map(|(content, _)| content.clone()).collect()
+    };
+    assert_eq!(contents(&project_entries(&world).await), [gone, kept]);
+
+    std::fs::remove_file(worktree.path().join("src/Pricing/Tables.py")).unwrap();
+    remember_and_maintain(
+        &world,
+        &memory,
+        "Run the test suite with `pnpm test` before a commit.",
+    )
+    .await;
+    let entries = contents(&project_entries(&world).await);
+    assert!(!entries.iter().any(|e| e == gone), "{entries:#?}");
+    assert!(entries.iter().any(|e| e == kept), "{entries:#?}");
+    let rules = std::fs::read_to_string(worktree.path().join(".zuno/RULES.md")).unwrap();
+    assert!(!rules.contains("Tables.py"), "not projected: {rules}");
+    let (_, history) = project_memory(&world).await;
+    assert!(history.iter().any(|e| e == gone), "kept in the history");
+    let marked = zuno_shared::memory::store::marked_stale(&world.db.db, "web")
+        .await
+        .unwrap();
+    let [mark] = marked.as_slice() else {
+        panic!("{marked:#?}");
+    };
+    assert_eq!(
+        (mark.content.as_str(), mark.reason.as_str()),
+        (gone, "missing_files")
+    );
+    assert_eq!(mark.missing_paths, ["src/Pricing/Tables.py"]);
+
+    let restored = memory.restore_stale(&mark.candidate_id).await.unwrap();
+    assert!(restored.applied);
+    let again = memory.restore_stale(&mark.candidate_id).await.unwrap_err();
+    assert!(matches!(again, MemoryError::Conflict(_)), "{again:?}");
+    remember_and_maintain(&world, &memory, "Lint with `ruff check` before a commit.").await;
+    let entries = project_entries(&world).await;
+    assert!(
+        entries.contains(&(gone.to_owned(), "user".to_owned())),
+        "restored as the user's own and not withheld again: {entries:#?}"
+    );
+}
+
+/// With `memory.stale_after_unused_days`, a derived entry nothing supported for that long is
+/// withheld as stale (`unused`); a recent one stays. Without it (the default) nothing ages out.
+async fn an_entry_unused_for_the_configured_days_is_withheld(db: TestDb) {
+    let mut config = zuno_shared::config::Config::default();
+    config.memory.stale_after_unused_days = 30;
+    let world = World::new(db, config).await;
+    let worktree = tempfile::tempdir().unwrap();
+    world.project("web", Some(worktree.path())).await;
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    let old = "Use `pnpm`, not `npm`, in this repository.";
+    remember_and_maintain(&world, &memory, old).await;
+    let forty_days_ago = world.ledger.now_ms() - 40 * 86_400_000;
+    world
+        .scalar_i64(
+            "UPDATE experience_record SET created_at = $1, last_used_at = NULL RETURNING CAST(0 AS BIGINT)",
+            forty_days_ago,
+        )
+        .await;
+    world
+        .scalar_i64(
+            "UPDATE memory_entry SET created_at = $1 RETURNING CAST(0 AS BIGINT)",
+            forty_days_ago,
+        )
+        .await;
+    let recent = "Run `cargo fmt` before a commit.";
+    remember_and_maintain(&world, &memory, recent).await;
+    let entries: Vec<String> = project_entries(&world)
+        .await
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    assert_eq!(entries, [recent]);
+    let marked = zuno_shared::memory::store::marked_stale(&world.db.db, "web")
+        .await
+        .unwrap();
+    assert_eq!(
+        marked
+            .iter()
+            .map(|m| (m.content.as_str(), m.reason.as_str()))
+            .collect::<Vec<_>>(),
+        [(old, "unused")]
+    );
+}
+
 on_both_backends!(
+    an_entry_whose_files_are_gone_is_withheld_as_stale_and_restorable,
+    an_entry_unused_for_the_configured_days_is_withheld,
     a_fact_that_changes_three_times_leaves_one_entry_with_the_newest,
     a_newer_fact_against_a_user_entry_waits_for_review,
     a_burst_of_maintenance_jobs_settles_each_on_its_first_attempt,

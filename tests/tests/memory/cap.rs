@@ -629,7 +629,7 @@ async fn drops_take_unused_then_violated_then_the_oldest_entry_in_use(db: TestDb
         [
             (unused, DropReason::Unused),
             (violated, DropReason::Violated),
-            (old, DropReason::Oldest),
+            (old, DropReason::Weakest),
         ]
     );
     let left: Vec<String> = env

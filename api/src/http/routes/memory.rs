@@ -378,6 +378,19 @@ pub async fn undo(
     Ok(Json(state.memory.undo(&id).await?))
 }
 
+/// Restore an entry maintenance withheld as stale (named by the `remove` candidate that withheld
+/// it, as `memory/audit` lists it): it comes back as the user's own entry, never withheld again.
+#[utoipa::path(post, path = "/api/memory/candidates/{candidateId}/restore", tag = "memory",
+    operation_id = "memory_restore_stale", params(("candidateId" = String, Path)), responses((status = 200, body = Outcome), (status = 404, body = Problem), (status = 409, body = Problem), (status = 422, body = Problem)))]
+pub async fn restore(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Outcome>> {
+    visible_candidate(&state, &caller, &id, GlobalAccess::Write).await?;
+    Ok(Json(state.memory.restore_stale(&id).await?))
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct TargetParams {
     pub target: Scope,
@@ -479,28 +492,19 @@ pub async fn audit(
     let exists = |path: &str| {
         worktree
             .as_deref()
-            .is_some_and(|root| in_worktree(root, path))
+            .is_some_and(|root| zuno_shared::memory::audit::exists_in_worktree(root, path))
     };
+    let mut marked = store::marked_stale(&state.db, &project_id).await?;
+    if !caller.can_read_global() {
+        marked.retain(|mark| mark.scope == Scope::Project);
+    }
     let config = state.config.clone();
     Ok(Json(zuno_shared::memory::audit::audit(
         &entries,
+        &marked,
         |scope| zuno_shared::memory::audit::char_limit(&config, scope),
         worktree
             .is_some()
             .then_some(&exists as &dyn Fn(&str) -> bool),
     )))
-}
-
-/// Whether `relative` (a path an entry names) is in the worktree `root`. A path that is absolute
-/// or climbs out with `..` counts as present: an entry's text never makes the server look
-/// outside the worktree.
-fn in_worktree(root: &std::path::Path, relative: &str) -> bool {
-    let path = std::path::Path::new(relative);
-    let stays_inside = path.components().all(|part| {
-        matches!(
-            part,
-            std::path::Component::Normal(_) | std::path::Component::CurDir
-        )
-    });
-    !stays_inside || root.join(path).symlink_metadata().is_ok()
 }

@@ -57,7 +57,7 @@ impl MemoryService {
         self.stage_in(tx, proposal, Staging::ForReview).await
     }
 
-    async fn stage_in(
+    pub(super) async fn stage_in(
         &self,
         tx: &mut Tx,
         proposal: &Proposal,
@@ -104,7 +104,11 @@ impl MemoryService {
             consolidation: consolidation_text.as_deref(),
         };
         store::insert_candidate_in(tx, &journaled, &proposal.evidence, now).await?;
-        let applied = staging == Staging::ByPolicy && self.promotes(proposal);
+        let applied = match staging {
+            Staging::ByPolicy => self.promotes(proposal),
+            Staging::ForReview => false,
+            Staging::Withhold => true,
+        };
         let mut revision = document.revision;
         if applied {
             revision = self
@@ -397,6 +401,8 @@ fn check_fields(proposal: &Proposal) -> Result<(), WriteRefusal> {
 pub(super) enum Staging {
     ByPolicy,
     ForReview,
+    /// Applied whatever the policy: maintenance withholding a stale entry (it adds no text).
+    Withhold,
 }
 
 /// A proposal made against a revision the document has left is stale.

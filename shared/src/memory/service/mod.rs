@@ -22,6 +22,7 @@ use crate::paths::Paths;
 mod candidates;
 mod reconcile;
 mod revisions;
+mod stale;
 mod sync;
 
 pub use super::store::retract_unsupported_in;
