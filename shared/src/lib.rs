@@ -3,6 +3,7 @@
 //! modules are re-exported here under their own names.
 
 pub mod config;
+pub mod guards;
 pub mod learning;
 pub mod managed_file;
 pub mod memory;

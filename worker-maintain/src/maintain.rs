@@ -382,6 +382,13 @@ impl MaintainHandler {
                         )
                         .await
                         .map_err(|e| JobError::retryable(e.to_string()))?;
+                    committed.guards = zuno_shared::guards::compile_memory_in(
+                        tx,
+                        project_id,
+                        &self.config.guards,
+                        ctx.ledger.now_ms(),
+                    )
+                    .await?;
                     let outcome = Outcome {
                         inputs: inputs.experiences.len(),
                         committed,
@@ -566,6 +573,8 @@ fn result_json(plan: &Plan, outcome: &Outcome) -> serde_json::Value {
         "reinforced": outcome.reinforced,
         "skipped": outcome.committed.skipped,
         "withheldStale": outcome.committed.withheld.iter().map(|s| s.candidate.id.clone()).collect::<Vec<_>>(),
+        "guardsProposed": outcome.committed.guards.proposed,
+        "guardsRetired": outcome.committed.guards.retired,
         "noOp": staged.is_empty(),
         "noMemory": plan.no_memory,
         "repaired": outcome.repaired,
@@ -581,6 +590,8 @@ struct Committed {
     skipped: Vec<SkippedChange>,
     /// Stale entries withheld after the plan (journaled `remove` candidates).
     withheld: Vec<Staged>,
+    /// Guards the resulting Memory proposed and retired.
+    guards: zuno_shared::guards::Compiled,
 }
 
 /// A change left out of a committed plan, as the job result records it.
@@ -665,6 +676,7 @@ impl MaintainHandler {
             staged,
             skipped,
             withheld: Vec::new(),
+            guards: zuno_shared::guards::Compiled::default(),
         })
     }
 

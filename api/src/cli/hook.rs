@@ -8,6 +8,10 @@
 //!
 //! - `SessionStart`: resident Memory (`memory.*` sections of `/context`) as `additionalContext`.
 //! - `UserPromptSubmit`: every `/context` section for the prompt as `additionalContext`.
+//! - `PreToolUse`: asks the server whether an active guard stops the call (`/guards/check`) and
+//!   answers Claude Code with `permissionDecision` `ask` or `deny` and the lesson as the reason.
+//!   Codex's hooks refuse a call on `deny` but cannot ask the user: there an `ask` guard only
+//!   warns (`systemMessage`) and the call proceeds. Allowed calls get no output.
 //! - `Stop` (after every reply, not at the end of a session): imports what the transcript gained
 //!   since a durable per-file watermark, so each newly closed turn is ingested once and admitted:
 //!   the Claude Code session log with its subagent sidechains, or the Codex rollout.
@@ -78,6 +82,10 @@ struct HookInput {
     transcript_path: Option<String>,
     #[serde(default)]
     prompt: Option<String>,
+    #[serde(default)]
+    tool_name: Option<String>,
+    #[serde(default)]
+    tool_input: Option<Value>,
 }
 
 /// Runs the hook; never fails (errors are reported on stderr only). Inside a learning model
@@ -87,8 +95,13 @@ pub async fn run(global: &GlobalArgs, args: HookArgs) -> Result<(), CliError> {
     if std::env::var_os(zuno_shared::provider::CHILD_ENV).is_some() {
         return Ok(());
     }
-    let stop = args.event == "Stop" || args.event == "SubagentStop";
-    let budget = Duration::from_millis(args.budget_ms.unwrap_or(if stop { 20_000 } else { 4_000 }));
+    let default_budget = match args.event.as_str() {
+        "Stop" | "SubagentStop" => 20_000,
+        // Every guarded tool call waits for this hook.
+        "PreToolUse" => 1_000,
+        _ => 4_000,
+    };
+    let budget = Duration::from_millis(args.budget_ms.unwrap_or(default_budget));
     let mut input = Vec::new();
     if let Err(error) = std::io::stdin()
         .take(MAX_INPUT_BYTES)
@@ -147,6 +160,7 @@ async fn handle(
             let context = context(&client, &session, prompt).await?;
             Ok(render(&context, "UserPromptSubmit", |_| true))
         }
+        "PreToolUse" => pre_tool_use(&client, args.host, &input).await,
         "Stop" | "SubagentStop" => {
             let Some(transcript) = input.transcript_path.as_deref() else {
                 return Ok(None);
@@ -188,6 +202,54 @@ async fn ensure_session(
             .await,
     )?;
     Ok(session)
+}
+
+/// The guard check before a tool call: `None` (no output: the call proceeds) unless an active
+/// guard stops it.
+async fn pre_tool_use(
+    client: &ApiClient,
+    host: HookHost,
+    input: &HookInput,
+) -> Result<Option<String>, HookError> {
+    let (Some(tool_name), Some(tool_input), Some(cwd)) = (&input.tool_name, &input.tool_input, &input.cwd)
+    else {
+        return Ok(None);
+    };
+    let (project, _) = project_for_cwd(cwd);
+    let body = json!({
+        "toolName": tool_name,
+        "toolInput": tool_input,
+        "sessionId": session_id_for(host.host(), &input.session_id),
+    });
+    let answer = match client
+        .post(&format!("/api/projects/{}/guards/check", encode(&project)), &body)
+        .await
+    {
+        Ok(answer) => answer,
+        // A project the server does not know has no guards.
+        Err(error) if error.status() == Some(404) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    Ok(pre_tool_use_output(host, &answer))
+}
+
+/// The hook's answer for the server's verdict, in the host's vocabulary.
+fn pre_tool_use_output(host: HookHost, answer: &Value) -> Option<String> {
+    let decision = answer.get("decision").and_then(Value::as_str)?;
+    let reason = answer.get("reason").and_then(Value::as_str).unwrap_or("Zuno guard");
+    let output = match (host, decision) {
+        (_, "allow") => return None,
+        (HookHost::Codex, "ask") => json!({ "systemMessage": reason }),
+        (_, "ask" | "deny") => json!({
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": decision,
+                "permissionDecisionReason": reason,
+            }
+        }),
+        _ => return None,
+    };
+    Some(output.to_string())
 }
 
 fn tolerate_conflict(result: Result<Value, ClientError>) -> Result<(), ClientError> {

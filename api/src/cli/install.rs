@@ -28,8 +28,15 @@ use serde_json::{Map, Value, json};
 
 use super::{CliError, GlobalArgs};
 
-/// Hook events Zuno handles, with the timeout (seconds) written for each.
-const HOOKS: [(&str, u64); 3] = [("SessionStart", 10), ("UserPromptSubmit", 10), ("Stop", 30)];
+/// Hook events Zuno handles, with the timeout (seconds) written for each and the tools a
+/// matcher limits it to (`PreToolUse`: the tools guards check, so reads and searches start no
+/// process).
+const HOOKS: [(&str, u64, Option<&str>); 4] = [
+    ("SessionStart", 10, None),
+    ("UserPromptSubmit", 10, None),
+    ("PreToolUse", 5, Some("Bash|Edit|Write|MultiEdit|NotebookEdit|apply_patch")),
+    ("Stop", 30, None),
+];
 /// The line that makes Claude Code load Zuno's project rules from `CLAUDE.md`.
 pub const RULES_IMPORT_LINE: &str = "@.zuno/RULES.md";
 /// Marks the Codex feature switch the installer added (so `--uninstall` removes only its own).
@@ -690,7 +697,7 @@ fn add_hooks(settings: &mut Value, commands: &Commands, agent: &str) {
     let Some(hooks) = hooks.as_object_mut() else {
         return;
     };
-    for (event, timeout) in HOOKS {
+    for (event, timeout, matcher) in HOOKS {
         let handler = json!({ "type": "command", "command": commands.hook(agent, event), "timeout": timeout });
         let marker = format!(" hook {agent} {event}");
         let groups = hooks
@@ -719,7 +726,10 @@ fn add_hooks(settings: &mut Value, commands: &Commands, agent: &str) {
             }
         }
         if !found {
-            groups.push(json!({ "hooks": [handler] }));
+            groups.push(match matcher {
+                Some(matcher) => json!({ "matcher": matcher, "hooks": [handler] }),
+                None => json!({ "hooks": [handler] }),
+            });
         }
     }
 }

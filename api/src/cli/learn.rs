@@ -224,7 +224,7 @@ pub struct ReflectArgs {
     pub server: ServerArgs,
 }
 
-fn project(common: &Common) -> Result<String, CliError> {
+pub(super) fn project(common: &Common) -> Result<String, CliError> {
     match &common.project {
         Some(project) => Ok(project.clone()),
         None => {

@@ -6,6 +6,7 @@
 pub mod claude_memory;
 pub mod client;
 mod debug;
+mod guards;
 pub mod hook;
 pub mod import;
 pub mod install;
@@ -93,6 +94,14 @@ pub enum Command {
     },
     /// A session's memory policy (use of memories, learning generation).
     Memories(learn::MemoriesArgs),
+    /// Guards compiled from checkable lessons: list, test a command, approve, reject, disable,
+    /// enable.
+    Guards {
+        #[command(flatten)]
+        common: learn::Common,
+        #[command(subcommand)]
+        action: guards::GuardsAction,
+    },
     /// Stdio MCP server: experience_search, memory_read, memory_update (--read-only: reads).
     Mcp(mcp::McpArgs),
     /// Wire an agent to Zuno (hooks and MCP server); shows the diff, applies with --yes.
@@ -234,6 +243,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Reflect(args) => learn::reflect(&cli.global, args).await,
         Command::Memory { common, action } => learn::memory(&cli.global, common, action).await,
         Command::Memories(args) => learn::memories(&cli.global, args).await,
+        Command::Guards { common, action } => guards::run(&cli.global, common, action).await,
     }
 }
 

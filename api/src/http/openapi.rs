@@ -7,7 +7,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::routes::{jobs, learning, live, memory, projects, sessions, skills};
+use super::routes::{guards, jobs, learning, live, memory, projects, sessions, skills};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -71,6 +71,13 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(memory::import))
         .routes(routes!(memory::revisions))
         .routes(routes!(memory::audit))
+        .routes(routes!(guards::list))
+        .routes(routes!(guards::check))
+        .routes(routes!(guards::test))
+        .routes(routes!(guards::approve))
+        .routes(routes!(guards::reject))
+        .routes(routes!(guards::disable))
+        .routes(routes!(guards::enable))
         .routes(routes!(skills::promote))
         .routes(routes!(skills::aggregate))
         .routes(routes!(skills::patterns))

@@ -20,6 +20,7 @@ use crate::db::SqliteSynchronous;
 pub struct Config {
     pub learning: LearningConfig,
     pub memory: MemoryConfig,
+    pub guards: GuardsConfig,
     pub server: ServerConfig,
     pub database: DatabaseConfig,
     pub telemetry: TelemetrySettings,
@@ -258,6 +259,43 @@ impl Default for MemoryConfig {
             global_char_limit: 2200,
             project_char_limit: 3000,
             stale_after_unused_days: 0,
+        }
+    }
+}
+
+/// Guards: checkable lessons enforced by the agents' `PreToolUse` hooks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuardsConfig {
+    /// Whether a compiled guard takes effect at once (`automatic`) or after a person approves it
+    /// (`review`, the default: a guard stops the agent, so a person decides).
+    pub promotion: GuardPromotion,
+    /// What the hook answers for a guarded call: `ask` (the agent asks the user; default) or
+    /// `deny` (the call is refused with the lesson as the reason).
+    pub decision: GuardDecision,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardPromotion {
+    #[default]
+    Review,
+    Automatic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardDecision {
+    #[default]
+    Ask,
+    Deny,
+}
+
+impl GuardDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GuardDecision::Ask => "ask",
+            GuardDecision::Deny => "deny",
         }
     }
 }

@@ -3,6 +3,7 @@
 mod auth;
 mod cli;
 mod errors;
+mod guards;
 mod events;
 mod ingestion;
 mod learning;

@@ -61,7 +61,12 @@ async fn install_shows_the_diff_applies_with_yes_and_is_idempotent() {
     let stop = written["hooks"]["Stop"].as_array().unwrap();
     assert_eq!(stop.len(), 2, "the user's own Stop hook stays beside ours");
     assert_eq!(stop[0]["hooks"][0]["command"], "notify-send done");
-    for event in ["SessionStart", "UserPromptSubmit", "Stop"] {
+    let pre_tool_use = &written["hooks"]["PreToolUse"][0];
+    assert_eq!(
+        pre_tool_use["matcher"], "Bash|Edit|Write|MultiEdit|NotebookEdit|apply_patch",
+        "only the tools guards check start the hook: {pre_tool_use}"
+    );
+    for event in ["SessionStart", "UserPromptSubmit", "PreToolUse", "Stop"] {
         let groups = written["hooks"][event].as_array().unwrap();
         let ours: Vec<&Value> = groups
             .iter()

@@ -1,3 +1,4 @@
+pub mod guards;
 pub mod health;
 pub mod jobs;
 pub mod learning;

@@ -139,6 +139,7 @@ impl LearningIngestion {
             .store
             .append_message_in(&mut tx, session_id, new)
             .await?;
+        crate::guards::record_violations_in(&mut tx, &message, self.ledger.now_ms()).await?;
         let outcome = if message.role == Role::Assistant && message.status.ends_turn() {
             self.close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, false, trace_parent)
                 .await?

@@ -23,6 +23,7 @@ impl MemoryService {
         let staged = self.propose_in(&mut tx, &proposal).await?;
         tx.commit().await?;
         let projection = if staged.applied {
+            self.compile_guards(proposal.project_id.as_deref()).await;
             Some(self.publish(&staged.document_id).await?)
         } else {
             None
@@ -348,8 +349,30 @@ impl MemoryService {
             .await?;
         let candidate = store::candidate_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
+        self.compile_guards(candidate.project_id.as_deref()).await;
         self.published(&document.id, candidate, true, revision)
             .await
+    }
+
+    /// Compiles the guards the project's Memory implies after a change a person or the tool
+    /// applied (maintenance compiles in its own settlement). A failure is logged: the committed
+    /// change stands, and the next maintenance compiles again.
+    pub(super) async fn compile_guards(&self, project_id: Option<&str>) {
+        let Some(project_id) = project_id else {
+            return;
+        };
+        let compiled = async {
+            let mut tx = self.db.begin().await?;
+            let compiled =
+                crate::guards::compile_memory_in(&mut tx, project_id, &self.config.guards, self.now())
+                    .await?;
+            tx.commit().await?;
+            Ok::<_, crate::db::StoreError>(compiled)
+        }
+        .await;
+        if let Err(error) = compiled {
+            tracing::warn!(%error, project_id, "guard compilation after a memory change failed");
+        }
     }
 
     /// Rejects a pending candidate; its proposed text is not proposed again automatically.

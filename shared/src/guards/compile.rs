@@ -1,0 +1,392 @@
+//! The rules compiler: from a lesson's text to the guards it implies. Only plain, checkable
+//! forms compile — a forbidden program or command ("use pnpm, not npm", "never run
+//! `git push --force`", "不要用 npm") or a path edits may not touch ("don't edit vendor/",
+//! "不要修改 vendor/") — and only when the forbidden thing is code-shaped: a backticked span, a
+//! program this module knows, or a path. "Never run migrations on prod" names no command and
+//! compiles to nothing. A soft preference ("prefer rg over grep") is no rule to enforce.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::matcher::Matcher;
+use super::shell::program_name;
+
+/// A guard a lesson implies: what it forbids and, when the lesson names one, what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledGuard {
+    pub matcher: Matcher,
+    pub alternative: Option<String>,
+}
+
+/// Programs a lesson may forbid by bare name (a backticked command needs no entry here).
+const KNOWN_PROGRAMS: &[&str] = &[
+    "npm",
+    "npx",
+    "yarn",
+    "pnpm",
+    "pnpx",
+    "bun",
+    "bunx",
+    "pip",
+    "pip3",
+    "pipx",
+    "python",
+    "python2",
+    "python3",
+    "poetry",
+    "uv",
+    "conda",
+    "node",
+    "deno",
+    "tsc",
+    "cargo",
+    "rustc",
+    "go",
+    "make",
+    "cmake",
+    "gradle",
+    "mvn",
+    "docker",
+    "docker-compose",
+    "podman",
+    "kubectl",
+    "helm",
+    "terraform",
+    "git",
+    "curl",
+    "wget",
+    "brew",
+    "apt",
+    "apt-get",
+    "yum",
+    "dnf",
+    "jest",
+    "vitest",
+    "mocha",
+    "pytest",
+    "eslint",
+    "prettier",
+    "black",
+    "ruff",
+    "mypy",
+    "tox",
+    "java",
+    "javac",
+    "dotnet",
+    "gcc",
+    "clang",
+    "composer",
+    "ruby",
+    "gem",
+    "bundle",
+    "rake",
+    "psql",
+    "mysql",
+    "sqlite3",
+    "alembic",
+    "sudo",
+    "rm",
+    "nvm",
+    "virtualenv",
+    "pipenv",
+    "webpack",
+    "vite",
+    "grunt",
+    "gulp",
+    "lerna",
+    "nx",
+    "turbo",
+];
+
+const PACKAGE_MANAGERS: &[&str] = &["npm", "yarn", "pnpm", "bun"];
+
+/// A code-shaped phrase: a backticked span or a run of ASCII word characters, dots, slashes
+/// and dashes (ASCII only, so it ends where Chinese text begins).
+const TOKEN: &str = r"`[^`\n]{1,80}`|[A-Za-z0-9_][A-Za-z0-9_./+-]*";
+
+static USE_NOT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?i)\b(?:use|using|run|with|install (?:\w+ )?with)\s+(?P<x>{TOKEN})\s*[,;(—–-]?\s*(?:and\s+|but\s+)?(?:not|never|instead of|rather than)\s+(?:use\s+|run\s+|with\s+)?(?P<y>{TOKEN})"
+    ))
+    .expect("a valid pattern")
+});
+static INSTEAD_OF: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?i)(?P<x>{TOKEN})\s+instead of\s+(?P<y>{TOKEN})"
+    ))
+    .expect("a valid pattern")
+});
+static NEVER_RUN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?i)\b(?:never|don't|do not|dont|must not|mustn't|should not|shouldn't|no longer|stop)\s+(?:use|using|run|running|call|calling|invoke|execute)\s+(?P<y>{TOKEN})|\bavoid\s+(?:using\s+|running\s+)?(?P<y2>{TOKEN})"
+    ))
+    .expect("a valid pattern")
+});
+static NOT_ALLOWED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?i)(?P<y>{TOKEN})\s+(?:is|are)\s+(?:not allowed|forbidden|banned|not permitted|prohibited)"
+    ))
+    .expect("a valid pattern")
+});
+static NEVER_EDIT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?i)\b(?:never|don't|do not|dont|must not|mustn't|should not|shouldn't|avoid)\s+(?:edit|editing|modify|modifying|touch|touching|change|changing|write to|writing to|hand-edit|hand edit)\s+(?:any\s+)?(?:files?\s+(?:in|under)\s+|anything\s+(?:in|under)\s+|the\s+)?(?P<p>{TOKEN})"
+    ))
+    .expect("a valid pattern")
+});
+static USE_INSTEAD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?i)\buse\s+(?P<x>{TOKEN})\s+instead\b\s*(?:$|[.;,!])"
+    ))
+    .expect("a valid pattern")
+});
+static ZH_USE_NOT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?:用|使用|改用|请用)\s*(?P<x>{TOKEN})\s*[,，、]?\s*(?:来\S{{0,6}}?)?[,，]?\s*(?:不要|别|不用|而不是|而非|不是|代替|替代|取代)\s*(?:再)?\s*(?:用|使用)?\s*(?P<y>{TOKEN})"
+    ))
+    .expect("a valid pattern")
+});
+static ZH_NEVER_RUN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?:不要|别|禁止|不准|不许|不能|切勿|勿)\s*(?:再)?\s*(?:用|使用|运行|执行|调用)?\s*(?P<y>{TOKEN})"
+    ))
+    .expect("a valid pattern")
+});
+static ZH_NEVER_EDIT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?:不要|别|禁止|不准|不许|不能|切勿|勿)\s*(?:再)?\s*(?:修改|编辑|改动|动|改)\s*(?P<p>{TOKEN})"
+    ))
+    .expect("a valid pattern")
+});
+
+/// The guards `lesson` implies, without duplicates.
+pub fn compile(lesson: &str) -> Vec<CompiledGuard> {
+    let mut found: Vec<CompiledGuard> = Vec::new();
+    let mut add = |guard: Option<CompiledGuard>| {
+        if let Some(guard) = guard
+            && !found.iter().any(|g| g.matcher == guard.matcher)
+        {
+            found.push(guard);
+        }
+    };
+    for pattern in [&*USE_NOT, &*INSTEAD_OF, &*ZH_USE_NOT] {
+        for captures in pattern.captures_iter(lesson) {
+            add(command_guard(&captures["y"], &[unquote(&captures["x"])]));
+        }
+    }
+    for captures in NEVER_RUN.captures_iter(lesson) {
+        let y = captures.name("y").or_else(|| captures.name("y2"));
+        if let Some(y) = y {
+            add(command_guard(y.as_str(), &alternatives_in(lesson)));
+        }
+    }
+    for captures in NOT_ALLOWED.captures_iter(lesson) {
+        add(command_guard(&captures["y"], &alternatives_in(lesson)));
+    }
+    for captures in ZH_NEVER_RUN.captures_iter(lesson) {
+        add(command_guard(&captures["y"], &alternatives_in(lesson)));
+    }
+    for pattern in [&*NEVER_EDIT, &*ZH_NEVER_EDIT] {
+        for captures in pattern.captures_iter(lesson) {
+            add(path_guard(&captures["p"]));
+        }
+    }
+    drop(add);
+    if found.is_empty()
+        && let Some(captures) = USE_INSTEAD.captures(lesson)
+    {
+        // "Use yarn instead": of the package manager agents reach for by default.
+        let x = unquote(&captures["x"]);
+        if PACKAGE_MANAGERS.contains(&x.as_str()) && x != "npm" {
+            found.extend(command_guard("npm", &[x]));
+        }
+    }
+    found
+}
+
+fn unquote(token: &str) -> String {
+    let text = token.trim_end_matches(['.', ',', ';', ':', ')', '!']);
+    text.trim_matches('`').trim().to_owned()
+}
+
+/// The alternatives a lesson names in "use X" clauses, in order.
+fn alternatives_in(lesson: &str) -> Vec<String> {
+    static USE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(&format!(
+            r"(?i)(?:\buse|\bwith|用|使用|改用)\s*(?P<x>{TOKEN})"
+        ))
+        .expect("a valid pattern")
+    });
+    USE.captures_iter(lesson)
+        .map(|c| unquote(&c["x"]))
+        .collect()
+}
+
+/// A command guard on `forbidden` when it names a command: backticked, or a known program. The
+/// alternative is the first of `alternatives` that is not the forbidden command itself.
+fn command_guard(forbidden: &str, alternatives: &[String]) -> Option<CompiledGuard> {
+    let backticked = forbidden.starts_with('`');
+    let words: Vec<String> = unquote(forbidden)
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(['.', ',', ';', ':', ')']).to_owned())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let program = program_name(words.first()?);
+    if !backticked && !KNOWN_PROGRAMS.contains(&program.as_str()) {
+        return None;
+    }
+    if !program
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c))
+    {
+        return None;
+    }
+    let args: Vec<String> = if backticked {
+        words[1..]
+            .iter()
+            .take_while(|w| !w.contains(['<', '>', '$', '*', '…']))
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let forbidden_text = words.join(" ");
+    let alternative = alternatives
+        .iter()
+        .find(|x| {
+            let first = program_name(x.split_whitespace().next().unwrap_or(""));
+            **x != forbidden_text && !(args.is_empty() && first == program)
+        })
+        .cloned();
+    Some(CompiledGuard {
+        matcher: Matcher::Command { program, args },
+        alternative,
+    })
+}
+
+/// A path guard on `forbidden` when it is path-shaped: it has a `/` or a file extension, and
+/// does not climb out of the worktree.
+fn path_guard(forbidden: &str) -> Option<CompiledGuard> {
+    let path = unquote(forbidden);
+    let path = path.trim_end_matches(['.', ',', ';', ':', ')']);
+    let shaped = path.contains('/')
+        || path.rsplit_once('.').is_some_and(|(stem, ext)| {
+            !stem.is_empty()
+                && (1..=5).contains(&ext.len())
+                && ext.chars().all(|c| c.is_ascii_alphanumeric())
+        });
+    if !shaped
+        || path.starts_with('/')
+        || path.split('/').any(|part| part == "..")
+        || path.contains("://")
+    {
+        return None;
+    }
+    Some(CompiledGuard {
+        matcher: Matcher::Path {
+            glob: path.to_owned(),
+        },
+        alternative: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(lesson: &str) -> Vec<(String, Option<String>)> {
+        compile(lesson)
+            .into_iter()
+            .map(|g| (g.matcher.key(), g.alternative))
+            .collect()
+    }
+
+    fn one(key: &str, alternative: Option<&str>) -> Vec<(String, Option<String>)> {
+        vec![(key.to_owned(), alternative.map(str::to_owned))]
+    }
+
+    #[test]
+    fn plain_english_lessons_compile_to_guards() {
+        assert_eq!(keys("Use pnpm, not npm."), one("cmd:npm", Some("pnpm")));
+        assert_eq!(
+            keys("Use `pnpm`, not `npm`, in this repository."),
+            one("cmd:npm", Some("pnpm"))
+        );
+        assert_eq!(
+            keys("Install packages with pnpm, not npm"),
+            one("cmd:npm", Some("pnpm"))
+        );
+        assert_eq!(
+            keys("Run scripts with python3, not python."),
+            one("cmd:python", Some("python3"))
+        );
+        assert_eq!(keys("Use yarn instead."), one("cmd:npm", Some("yarn")));
+        assert_eq!(
+            keys("Use bun instead of npm for scripts"),
+            one("cmd:npm", Some("bun"))
+        );
+        assert_eq!(
+            keys("Don't edit vendor/ — it is generated."),
+            one("path:vendor/", None)
+        );
+        assert_eq!(
+            keys("Never modify files in src/generated/"),
+            one("path:src/generated/", None)
+        );
+        assert_eq!(
+            keys("Never run `git push --force` on main."),
+            one("cmd:git push --force", None)
+        );
+        assert_eq!(
+            keys("Use `cargo nextest run`, not `cargo test`."),
+            one("cmd:cargo test", Some("cargo nextest run"))
+        );
+        assert_eq!(
+            keys("pip is not allowed here; use uv."),
+            one("cmd:pip", Some("uv"))
+        );
+    }
+
+    #[test]
+    fn plain_chinese_lessons_compile_to_guards() {
+        assert_eq!(keys("用 pnpm，不要用 npm"), one("cmd:npm", Some("pnpm")));
+        assert_eq!(
+            keys("使用 python3 而不是 python 运行脚本"),
+            one("cmd:python", Some("python3"))
+        );
+        assert_eq!(
+            keys("不要用 npm 安装依赖，用 pnpm"),
+            one("cmd:npm", Some("pnpm"))
+        );
+        assert_eq!(
+            keys("禁止运行 `git push --force`"),
+            one("cmd:git push --force", None)
+        );
+        assert_eq!(
+            keys("不要修改 vendor/ 目录下的文件"),
+            one("path:vendor/", None)
+        );
+    }
+
+    #[test]
+    fn lessons_without_a_checkable_command_compile_to_nothing() {
+        for lesson in [
+            "Never run migrations on prod.",
+            "Prefer rg over grep.",
+            "Always answer in English.",
+            "Don't use emojis in commit messages.",
+            "Keep functions short; avoid deep nesting.",
+            "Judge a fix of app.py by whether it prints Gemini's analysis.",
+            "不要在回答里用表格",
+            "Don't edit the README without asking.",
+            "Never touch ../other-repo/config.json",
+        ] {
+            assert_eq!(
+                keys(lesson),
+                Vec::<(String, Option<String>)>::new(),
+                "{lesson}"
+            );
+        }
+    }
+}

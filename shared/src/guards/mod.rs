@@ -1,0 +1,310 @@
+//! Guards: checkable lessons compiled into tool-call matchers that the agents' `PreToolUse`
+//! hooks enforce (`zuno hook claude-code PreToolUse`), and the evidence of their violations.
+//!
+//! Life of a guard: maintenance compiles the current Memory entries ([`compile`]) after each
+//! plan; a new guard is `pending` until a person approves it (or `active` at once under
+//! `guards.promotion: automatic`). The hook asks the server ([`check`]) before a shell command
+//! or an edit; an `active` guard that matches answers `ask` (or `deny`) with the lesson, its
+//! citation and the alternative. A guard whose lesson left Memory is `retired`; a person can
+//! `disable`, `enable` or `reject` one, and every change is an event in its audit trail.
+//! Imported assistant messages that run what a guard forbids count as violations of it.
+
+pub mod call;
+pub mod compile;
+pub mod matcher;
+pub mod shell;
+pub mod store;
+
+use std::path::Path;
+
+use crate::config::{GuardDecision, GuardPromotion, GuardsConfig};
+use crate::db::{StoreError, Tx};
+use crate::memory::store::{self as memory_store, Scope};
+use crate::transcript::{Message, Part, Role};
+use matcher::ToolCall;
+use store::{Guard, NewGuard};
+
+/// What compiling a project's Memory changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    pub proposed: Vec<String>,
+    pub retired: Vec<String>,
+}
+
+/// Compiles the current entries of `project_id`'s document (into project guards) and of the
+/// global document (into global guards), in the caller's transaction: new guards are proposed,
+/// a guard whose lesson was rewritten follows its new entry, and a guard whose lesson left
+/// Memory is retired.
+pub async fn compile_memory_in(
+    tx: &mut Tx,
+    project_id: &str,
+    config: &GuardsConfig,
+    now: i64,
+) -> Result<Compiled, StoreError> {
+    let mut compiled = Compiled::default();
+    let mut sources: Vec<String> = Vec::new();
+    for (scope, owner) in [(Scope::Project, Some(project_id)), (Scope::Global, None)] {
+        let Some(view) = memory_store::view_in(tx, scope, Some(project_id)).await? else {
+            continue;
+        };
+        for entry in view.entries {
+            let guards = compile::compile(&entry.content);
+            if guards.is_empty() {
+                continue;
+            }
+            sources.push(entry.id.clone());
+            let evidence = evidence_in(tx, &entry.id).await?;
+            for guard in guards {
+                let new = NewGuard {
+                    project_id: owner,
+                    matcher: &guard.matcher,
+                    alternative: guard.alternative.as_deref(),
+                    reason: &entry.content,
+                    source_entry_id: Some(&entry.id),
+                    evidence: &evidence,
+                    origin: "rules",
+                    state: match config.promotion {
+                        GuardPromotion::Review => "pending",
+                        GuardPromotion::Automatic => "active",
+                    },
+                    decision: config.decision.as_str(),
+                };
+                if let Some(id) = propose_in(tx, &new, now).await? {
+                    compiled.proposed.push(id);
+                }
+            }
+        }
+    }
+    for guard in store::of_project_in(tx, project_id).await? {
+        let orphaned = guard.origin != "user"
+            && matches!(guard.state.as_str(), "pending" | "active")
+            && guard
+                .source_entry_id
+                .as_ref()
+                .is_some_and(|entry| !sources.contains(entry));
+        if orphaned && store::transition_in(tx, &guard.id, &["pending", "active"], "retired", now).await? {
+            store::event_in(tx, &guard.id, "retired", None, Some("its lesson left Memory"), now)
+                .await?;
+            compiled.retired.push(guard.id);
+        }
+    }
+    Ok(compiled)
+}
+
+/// Proposes `new`, or points the existing guard of the same matcher at `new`'s entry (a
+/// rewritten lesson keeps its guard; a retired one comes back for review). Returns the id of a
+/// newly proposed guard.
+async fn propose_in(tx: &mut Tx, new: &NewGuard<'_>, now: i64) -> Result<Option<String>, StoreError> {
+    if store::follow_entry_in(tx, new, now).await? {
+        return Ok(None);
+    }
+    let Some(id) = store::insert_in(tx, new, now).await? else {
+        return Ok(None);
+    };
+    store::event_in(tx, &id, "proposed", None, Some(&new.matcher.describe()), now).await?;
+    if new.state == "active" {
+        store::event_in(tx, &id, "approved", None, Some("guards.promotion: automatic"), now).await?;
+    }
+    Ok(Some(id))
+}
+
+async fn evidence_in(tx: &mut Tx, entry_id: &str) -> Result<Vec<String>, StoreError> {
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT experience_id FROM memory_provenance WHERE entry_id = $1 ORDER BY experience_id"
+    )
+    .bind(entry_id)
+    .fetch_all(conn)
+    .await)?)
+}
+
+/// The guard that stops `call`, with what it matched and the decision: the first `deny` guard
+/// that matches, else the first `ask` one. `configured` (`guards.decision`) hardens every
+/// guard to `deny` when the user chose so.
+pub fn verdict<'a>(
+    guards: &'a [Guard],
+    call: &ToolCall,
+    configured: GuardDecision,
+) -> Option<Verdict<'a>> {
+    let decision_of = |guard: &Guard| {
+        if guard.decision == "deny" || configured == GuardDecision::Deny {
+            GuardDecision::Deny
+        } else {
+            GuardDecision::Ask
+        }
+    };
+    let mut found: Option<Verdict<'a>> = None;
+    for guard in guards {
+        let Some(matched) = guard.matcher.matches(call) else {
+            continue;
+        };
+        let decision = decision_of(guard);
+        if found.as_ref().is_none_or(|f| f.decision == GuardDecision::Ask && decision == GuardDecision::Deny) {
+            found = Some(Verdict {
+                guard,
+                matched,
+                decision,
+            });
+        }
+    }
+    found
+}
+
+/// A guard's answer to a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict<'a> {
+    pub guard: &'a Guard,
+    /// The simple command or path it matched.
+    pub matched: String,
+    pub decision: GuardDecision,
+}
+
+impl Verdict<'_> {
+    /// The reason the agent and the user read: the lesson, its citation, the alternative, and
+    /// how to turn the guard off.
+    pub fn reason(&self) -> String {
+        let guard = self.guard;
+        let mut reason = format!("Zuno rule: {}", guard.reason.trim());
+        if let Some(alternative) = &guard.alternative {
+            reason.push_str(&format!(" Use `{alternative}` instead."));
+        }
+        reason.push_str(&format!(" (`{}` matches guard {}", self.matched, guard.id));
+        if !guard.evidence.is_empty() {
+            reason.push_str(&format!(", learned from {}", guard.evidence.join(", ")));
+        }
+        reason.push_str(&format!("; `zuno guards disable {}` turns it off.)", guard.id));
+        reason
+    }
+}
+
+/// Counts, for each pending or active guard of the session's project, an assistant message
+/// that ran what it forbids after the guard existed: the rule was in Memory (so in the prompt)
+/// and was broken anyway. In the caller's transaction (the message's append).
+pub async fn record_violations_in(tx: &mut Tx, message: &Message, now: i64) -> Result<usize, StoreError> {
+    if message.role != Role::Assistant
+        || !message.parts.iter().any(|p| matches!(p.part, Part::ToolCall { .. }))
+    {
+        return Ok(0);
+    }
+    let Some((project_id, worktree)) = store::session_project_in(tx, &message.session_id).await? else {
+        return Ok(0);
+    };
+    let guards: Vec<Guard> = store::of_project_in(tx, &project_id)
+        .await?
+        .into_iter()
+        .filter(|g| matches!(g.state.as_str(), "pending" | "active") && g.created_at <= message.created_at)
+        .collect();
+    if guards.is_empty() {
+        return Ok(0);
+    }
+    let root = worktree.as_deref().map(Path::new);
+    let mut recorded = 0;
+    for part in &message.parts {
+        let Part::ToolCall { tool_name, arguments, .. } = &part.part else {
+            continue;
+        };
+        let Some(call) = call::tool_call(tool_name, arguments, root) else {
+            continue;
+        };
+        for guard in &guards {
+            if let Some(matched) = guard.matcher.matches(&call) {
+                store::count_in(tx, &guard.id, true, now).await?;
+                store::event_in(tx, &guard.id, "violated", Some(&message.session_id), Some(&matched), now)
+                    .await?;
+                recorded += 1;
+            }
+        }
+    }
+    Ok(recorded)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    #[error("guard `{0}` was not found")]
+    NotFound(String),
+    #[error("guard `{id}` is `{state}`; {action} needs it {from}")]
+    Conflict {
+        id: String,
+        state: String,
+        action: &'static str,
+        from: &'static str,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A person's decision on a guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// `pending` → `active`.
+    Approve,
+    /// `pending` → `rejected` (never proposed again).
+    Reject,
+    /// `pending` or `active` → `disabled`.
+    Disable,
+    /// `disabled` → `active`.
+    Enable,
+}
+
+impl Decision {
+    fn transition(self) -> (&'static [&'static str], &'static str, &'static str, &'static str) {
+        match self {
+            Decision::Approve => (&["pending"], "active", "approved", "pending"),
+            Decision::Reject => (&["pending"], "rejected", "rejected", "pending"),
+            Decision::Disable => (&["pending", "active"], "disabled", "disabled", "pending or active"),
+            Decision::Enable => (&["disabled"], "active", "enabled", "disabled"),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Reject => "reject",
+            Decision::Disable => "disable",
+            Decision::Enable => "enable",
+        }
+    }
+}
+
+/// Applies a person's `decision` to guard `id` and records it in the guard's audit trail.
+pub async fn decide(db: &crate::db::Db, id: &str, decision: Decision, now: i64) -> Result<Guard, GuardError> {
+    let mut tx = db.begin().await?;
+    let guard = store::get_in(&mut tx, id)
+        .await?
+        .ok_or_else(|| GuardError::NotFound(id.to_owned()))?;
+    let (from, to, event, needs) = decision.transition();
+    if !store::transition_in(&mut tx, id, from, to, now).await? {
+        return Err(GuardError::Conflict {
+            id: id.to_owned(),
+            state: guard.state,
+            action: decision.as_str(),
+            from: needs,
+        });
+    }
+    store::event_in(&mut tx, id, event, None, Some("by a person"), now).await?;
+    let guard = store::get_in(&mut tx, id).await?.expect("exists");
+    tx.commit().await?;
+    Ok(guard)
+}
+
+/// The guard itself, without the scope check (the caller does that).
+pub async fn get(db: &crate::db::Db, id: &str) -> Result<Option<Guard>, StoreError> {
+    let mut read = db.begin_read().await?;
+    let guard = store::get_in(&mut read, id).await?;
+    read.rollback().await?;
+    Ok(guard)
+}
+
+/// Records a call a guard stopped through a hook.
+pub async fn record_block(
+    db: &crate::db::Db,
+    guard_id: &str,
+    session_id: Option<&str>,
+    matched: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    let mut tx = db.begin().await?;
+    store::count_in(&mut tx, guard_id, false, now).await?;
+    store::event_in(&mut tx, guard_id, "blocked", session_id, Some(matched), now).await?;
+    tx.commit().await?;
+    Ok(())
+}
