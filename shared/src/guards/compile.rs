@@ -107,7 +107,7 @@ const TOKEN: &str = r"`[^`\n]{1,80}`|[A-Za-z0-9_][A-Za-z0-9_./+-]*";
 
 static USE_NOT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(&format!(
-        r"(?i)\b(?:use|using|run|with|install (?:\w+ )?with)\s+(?P<x>{TOKEN})\s*[,;(—–-]?\s*(?:and\s+|but\s+)?(?:not|never|instead of|rather than)\s+(?:use\s+|run\s+|with\s+)?(?P<y>{TOKEN})"
+        r"(?i)\b(?:use|using|run|with|install (?:\w+ )?with)\s+(?P<x>{TOKEN})\s*(?:\([^)]{{0,60}}\))?\s*[,;(—–-]?\s*(?:and\s+|but\s+)?(?:not|never|instead of|rather than)\s+(?:use\s+|run\s+|with\s+)?(?P<y>{TOKEN})"
     ))
     .expect("a valid pattern")
 });
@@ -135,6 +135,24 @@ static NEVER_EDIT: LazyLock<Regex> = LazyLock::new(|| {
     ))
     .expect("a valid pattern")
 });
+static NOT_ON_PATH: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?i)(?P<y>{TOKEN})\s+(?:is|are)\s+not\s+(?:on|in)\s+(?:the\s+)?PATH|(?:there is|there's)\s+no\s+(?P<s>`[^`]+`|[a-z0-9._-]+\s+[a-z0-9:._-]+)\s+script|(?:there is|there's)\s+no\s+(?P<mk>Makefile|justfile|package\.json)"
+    ))
+    .expect("a valid pattern")
+});
+static CREATE_INSTEAD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"(?i)instead of creating\s+(?:a\s+|an\s+|the\s+)?(?:new\s+)?(?P<p>{TOKEN})|\b(?:never|don't|do not)\s+create\s+(?:a\s+|an\s+|the\s+)?(?:new\s+)?(?P<p2>{TOKEN})"
+    ))
+    .expect("a valid pattern")
+});
+static NO_FLAG: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?:\bno|\bnever use|\bnever pass|\bdon't use|\bdo not use|\bnever)\s+`?(?P<flag>--[a-z][a-z-]+)`?").expect("a valid pattern")
+});
+static PACKAGE_MANAGER_OF: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\buse\s+`?(?P<x>npm|yarn|pnpm|bun)`?\s+as\s+(?:this|the)\s+(?:project's\s+|repository's\s+|repo's\s+)?package manager").expect("a valid pattern")
+});
 static USE_INSTEAD: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(&format!(
         r"(?i)\buse\s+(?P<x>{TOKEN})\s+instead\b\s*(?:$|[.;,!])"
@@ -155,7 +173,7 @@ static ZH_NEVER_RUN: LazyLock<Regex> = LazyLock::new(|| {
 });
 static ZH_NEVER_EDIT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(&format!(
-        r"(?:不要|别|禁止|不准|不许|不能|切勿|勿)\s*(?:再)?\s*(?:修改|编辑|改动|动|改)\s*(?P<p>{TOKEN})"
+        r"(?:不要|别|禁止|不准|不许|不能|切勿|勿)\s*(?:再)?\s*(?:手动修改|手工修改|手改|修改|编辑|改动|动|改)\s*(?P<p>{TOKEN})"
     ))
     .expect("a valid pattern")
 });
@@ -170,16 +188,50 @@ pub fn compile(lesson: &str) -> Vec<CompiledGuard> {
             found.push(guard);
         }
     };
-    for pattern in [&*USE_NOT, &*INSTEAD_OF, &*ZH_USE_NOT] {
+    for pattern in [&*USE_NOT, &*ZH_USE_NOT] {
         for captures in pattern.captures_iter(lesson) {
             add(command_guard(&captures["y"], &[unquote(&captures["x"])]));
         }
+    }
+    for captures in INSTEAD_OF.captures_iter(lesson) {
+        let mut alternatives = alternatives_in(lesson);
+        alternatives.push(unquote(&captures["x"]));
+        add(command_guard(&captures["y"], &alternatives));
     }
     for captures in NEVER_RUN.captures_iter(lesson) {
         let y = captures.name("y").or_else(|| captures.name("y2"));
         if let Some(y) = y {
             add(command_guard(y.as_str(), &alternatives_in(lesson)));
         }
+    }
+    for captures in NOT_ON_PATH.captures_iter(lesson) {
+        if let Some(y) = captures.name("y") {
+            add(command_guard(y.as_str(), &alternatives_in(lesson)));
+        } else if let Some(script) = captures.name("s") {
+            let quoted = format!("`{}`", unquote(script.as_str()));
+            add(command_guard(&quoted, &alternatives_in(lesson)));
+        } else if let Some(file) = captures.name("mk") {
+            let program = match file.as_str().to_ascii_lowercase().as_str() {
+                "makefile" => "make",
+                "justfile" => "just",
+                _ => "npm",
+            };
+            add(command_guard(&format!("`{program}`"), &alternatives_in(lesson)));
+        }
+    }
+    for captures in CREATE_INSTEAD.captures_iter(lesson) {
+        if let Some(p) = captures.name("p").or_else(|| captures.name("p2")) {
+            add(path_guard(p.as_str()));
+        }
+    }
+    if let Some(captures) = PACKAGE_MANAGER_OF.captures(lesson) {
+        let x = captures["x"].to_ascii_lowercase();
+        for other in ["npm", "yarn", "pnpm"].into_iter().filter(|pm| *pm != x) {
+            add(command_guard(other, std::slice::from_ref(&x)));
+        }
+    }
+    for captures in NO_FLAG.captures_iter(lesson) {
+        add(flag_guard(lesson, &captures["flag"]));
     }
     for captures in NOT_ALLOWED.captures_iter(lesson) {
         add(command_guard(&captures["y"], &alternatives_in(lesson)));
@@ -262,6 +314,26 @@ fn command_guard(forbidden: &str, alternatives: &[String]) -> Option<CompiledGua
     Some(CompiledGuard {
         matcher: Matcher::Command { program, args },
         alternative,
+    })
+}
+
+/// A guard on a forbidden flag, attached to the program the lesson names (the first known one;
+/// `git commit` for a lesson about commits).
+fn flag_guard(lesson: &str, flag: &str) -> Option<CompiledGuard> {
+    let lower = lesson.to_ascii_lowercase();
+    let named = lower
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+        .find(|word| KNOWN_PROGRAMS.contains(word) && *word != "sudo");
+    let (program, mut args) = match named {
+        Some(program) => (program.to_owned(), Vec::new()),
+        None if lower.contains("commit") => (String::from("git"), vec![String::from("commit")]),
+        None if lower.contains("push") => (String::from("git"), vec![String::from("push")]),
+        None => return None,
+    };
+    args.push(flag.to_owned());
+    Some(CompiledGuard {
+        matcher: Matcher::Command { program, args },
+        alternative: None,
     })
 }
 

@@ -56,26 +56,45 @@ fn covered(program: &str) -> &[&str] {
         "npm" => &["npm", "npx"],
         "pnpm" => &["pnpm", "pnpx"],
         "bun" => &["bun", "bunx"],
+        "pip" => &["pip", "pip3"],
         _ => &[],
     }
 }
 
-fn command_matches(program: &str, args: &[String], command: &SimpleCommand) -> bool {
-    let same = command.program == program || covered(program).contains(&command.program.as_str());
-    if !same {
-        return false;
+/// The program `command` runs and its arguments; `python -m pip install x` runs `pip install x`.
+fn effective(command: &SimpleCommand) -> (&str, &[String]) {
+    if command.program.starts_with("python")
+        && command.args.first().is_some_and(|a| a == "-m")
+        && let Some(module) = command.args.get(1)
+    {
+        return (module.as_str(), &command.args[2..]);
     }
-    let mut rest = command.args.iter();
+    (command.program.as_str(), &command.args)
+}
+
+fn command_matches(program: &str, args: &[String], command: &SimpleCommand) -> bool {
+    let runs = |name: &str| name == program || covered(program).contains(&name);
+    let (module, module_args) = effective(command);
+    let ran_args = if runs(&command.program) {
+        command.args.as_slice()
+    } else if runs(module) {
+        module_args
+    } else {
+        return false;
+    };
+    let mut rest = ran_args.iter();
     args.iter()
         .all(|wanted| rest.any(|arg| arg == wanted || same_subcommand(program, wanted, arg)))
 }
 
-/// Subcommand spellings of one meaning (`npm i` is `npm install`).
+/// Spellings of one meaning (`npm i` is `npm install`, `git commit -n` is `--no-verify`).
 fn same_subcommand(program: &str, wanted: &str, arg: &str) -> bool {
     const INSTALL: &[&str] = &["install", "i", "add", "in", "isntall"];
-    matches!(program, "npm" | "pnpm" | "yarn" | "bun")
-        && INSTALL.contains(&wanted)
-        && INSTALL.contains(&arg)
+    match program {
+        "npm" | "pnpm" | "yarn" | "bun" => INSTALL.contains(&wanted) && INSTALL.contains(&arg),
+        "git" => matches!((wanted, arg), ("--no-verify", "-n") | ("--force", "-f")),
+        _ => false,
+    }
 }
 
 /// Whether `path` (relative, `/`-separated) matches `glob`: a trailing `/` means the directory
@@ -178,6 +197,14 @@ mod tests {
         ] {
             assert_eq!(npm.matches(&ToolCall::Shell(line.into())), None, "{line}");
         }
+        let pip = command("pip", &[]);
+        for line in ["pip install x", "pip3 install -r requirements.txt", "python3 -m pip install x"] {
+            assert!(pip.matches(&ToolCall::Shell(line.into())).is_some(), "{line}");
+        }
+        assert_eq!(pip.matches(&ToolCall::Shell("uv pip install x".into())), None);
+        let no_verify = command("git", &["commit", "--no-verify"]);
+        assert!(no_verify.matches(&ToolCall::Shell("git commit -n -m wip".into())).is_some());
+        assert_eq!(no_verify.matches(&ToolCall::Shell("git commit -m wip".into())), None);
         let python = command("python", &[]);
         assert!(
             python
