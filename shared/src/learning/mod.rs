@@ -22,7 +22,7 @@ pub mod validate;
 pub use ingestion::{
     CATCH_UP_LIMIT, LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError,
     RULES_2_EXTRACTOR_VERSION, RULES_EXTRACTOR_VERSION, ReflectOutcome, ReflectScope, RepairAction,
-    RepairReport, SessionDeletion, TurnOutcome, extractor_version,
+    ProjectDeletion, RepairReport, SessionDeletion, TurnOutcome, extractor_version,
 };
 pub use snapshot::{
     CheckedSource, SourceCheck, SourceGate, SourceSnapshot, cited_sources, manifest_for,
