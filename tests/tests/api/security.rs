@@ -655,6 +655,131 @@ async fn worktrees_are_claims(db: TestDb) {
     assert_eq!(status, 201, "{body}");
 }
 
+/// Issue 31, item 2: a worktree claimed by mistake (a parent of repositories, say) can be
+/// released and a project moved or deleted, by the user only; the claim rules hold for a move;
+/// sensitive directories are never bound.
+async fn a_user_token_unbinds_moves_and_deletes_a_project(db: TestDb) {
+    let roots = tempfile::tempdir().unwrap();
+    let root = roots.path().canonicalize().unwrap();
+    let mut config = Config::default();
+    config.server.worktree_roots = vec![root.display().to_string()];
+    let server = TestServer::start(&db, config, None).await;
+    let src = root.join("src");
+    let (app, docs) = (src.join("app"), src.join("docs"));
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&docs).unwrap();
+    let create = |id: &str, worktree: &std::path::Path| {
+        json!({"id": id, "name": id, "worktree": worktree.to_str().unwrap()})
+    };
+    let (status, body) = server.post("/api/projects", create("src", &src)).await;
+    assert_eq!(status, 201, "{body}");
+    // The parent holds the claim: the repository below it cannot be bound.
+    let (status, body) = server.post("/api/projects", create("app", &app)).await;
+    assert_eq!(status, 400, "{body}");
+    server
+        .post("/api/projects", json!({"id": "app", "name": "app"}))
+        .await;
+
+    let tokens = TokenStore::new(db.db.clone(), zuno_shared::clock::system_clock());
+    let (_, ci) = tokens
+        .create("ci", &["src".to_owned(), "app".to_owned()])
+        .await
+        .unwrap();
+    let (_, stranger) = tokens
+        .create_with(&NewToken {
+            name: "stranger".into(),
+            projects: vec!["other".into()],
+            global: GlobalAccess::Write,
+            user: true,
+        })
+        .await
+        .unwrap();
+    let (put, delete) = (reqwest::Method::PUT, reqwest::Method::DELETE);
+    let move_to = |path: &std::path::Path| Some(json!({"worktree": path.to_str().unwrap()}));
+    // A token that is not the user's may not unbind, move or delete (403); one without the
+    // project in its scope does not learn that it exists (404).
+    for (method, path, body) in [
+        (delete.clone(), "/api/projects/src/worktree", None),
+        (put.clone(), "/api/projects/app/worktree", move_to(&app)),
+        (delete.clone(), "/api/projects/src", None),
+    ] {
+        let (status, answer) = call(&server, method.clone(), path, &ci, body.clone()).await;
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+        let (status, answer) = call(&server, method.clone(), path, &stranger, body).await;
+        assert_eq!(status, 404, "{method} {path}: {answer}");
+    }
+    let (_, unchanged) = server.get("/api/projects/src").await;
+    assert_eq!(unchanged["worktree"], src.to_str().unwrap());
+
+    // The user unbinds the parent; the repository's next session binds it.
+    let token = server.token().to_owned();
+    let (status, body) = call(&server, delete.clone(), "/api/projects/src/worktree", &token, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["worktree"], Value::Null, "{body}");
+    let (status, body) = server.post("/api/projects", create("app", &app)).await;
+    assert_eq!(status, 200, "an unbound project takes its worktree: {body}");
+    assert_eq!(body["worktree"], app.to_str().unwrap());
+
+    // Moving respects the claims, the roots and the sensitive directories.
+    let home = std::path::PathBuf::from(std::env::var("HOME").expect("HOME"));
+    let refusals = [
+        (src.clone(), "`app`"),
+        (app.join("..").join("app"), "`app`"),
+        (std::env::temp_dir(), "worktree roots"),
+        (home.join(".ssh"), "sensitive"),
+        (home.clone(), "sensitive"),
+        (server.home().to_path_buf(), "sensitive"),
+    ];
+    for (path, says) in refusals {
+        let (status, body) = call(&server, put.clone(), "/api/projects/src/worktree", &token, move_to(&path)).await;
+        assert_eq!(status, 400, "{}: {body}", path.display());
+        assert_eq!(body["field"], "worktree", "{body}");
+        assert!(body["detail"].as_str().unwrap().contains(says), "{}: {body}", path.display());
+    }
+    let (status, body) = call(&server, put.clone(), "/api/projects/app/worktree", &token, move_to(&docs)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["worktree"], docs.to_str().unwrap(), "moved");
+    let (status, body) = call(&server, put.clone(), "/api/projects/src/worktree", &token, move_to(&app)).await;
+    assert_eq!(status, 200, "the old place is free again: {body}");
+
+    // Deleting: the project's sessions, turns and jobs go; nothing is left for a worker.
+    let (_, session) = server.post("/api/projects/app/sessions", json!({})).await;
+    let session = session["id"].as_str().unwrap().to_owned();
+    let messages = format!("/api/session/{session}/messages");
+    server
+        .post(&messages, json!({"role": "user", "parts": [{"type": "text", "text": "No, use pnpm, not npm"}]}))
+        .await;
+    let (status, turn) = server
+        .post(&messages, json!({"role": "assistant", "status": "completed", "parts": [
+            {"type": "tool_call", "toolName": "bash", "arguments": {"cmd": "pnpm i"}, "result": "ok", "status": "completed"}]}))
+        .await;
+    assert_eq!(status, 201, "{turn}");
+    assert_eq!(turn["admission"]["outcome"], "queued", "{turn}");
+    let (status, body) = call(&server, delete.clone(), "/api/projects/app", &token, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["projectId"], "app");
+    assert_eq!(body["sessionsRemoved"], 1, "{body}");
+    assert_eq!(body["jobsRemoved"], 1, "{body}");
+    assert_eq!(body["worktree"], docs.to_str().unwrap());
+    let (status, _) = server.get("/api/projects/app").await;
+    assert_eq!(status, 404);
+    let (status, _) = server.get(&format!("/api/session/{session}")).await;
+    assert_eq!(status, 404);
+    let jobs: i64 = zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM learning_job WHERE project_id = 'app'"
+    )
+    .fetch_one(pool)
+    .await)
+    .unwrap();
+    assert_eq!(jobs, 0, "no job of the deleted project is left for a worker");
+    server.drain_extraction("after-delete").await;
+    server.drain_maintenance("after-delete").await;
+    let (status, body) = call(&server, delete.clone(), "/api/projects/app", &token, None).await;
+    assert_eq!(status, 404, "{body}");
+    let (_, projects) = server.get("/api/projects").await;
+    assert_eq!(projects.as_array().unwrap().len(), 1, "{projects}");
+}
+
 async fn claims_race_to_one_winner(db: TestDb) {
     let roots = tempfile::tempdir().unwrap();
     let root = roots.path().canonicalize().unwrap();
@@ -785,6 +910,7 @@ on_both_backends!(
     scoped_tokens_stop_at_global_memory,
     a_parent_session_of_another_project_looks_absent,
     worktrees_are_claims,
+    a_user_token_unbinds_moves_and_deletes_a_project,
     claims_race_to_one_winner,
     the_page_cursor_saturates_and_pages_are_bounded,
     a_resent_message_is_stored_once,
