@@ -524,6 +524,77 @@ async fn scoped_tokens_stop_at_global_memory(db: TestDb) {
     assert_eq!(body["applied"], true, "{body}");
 }
 
+/// Issue 31, item 8: global read reaches global Memory, not the projects it was learned in; a
+/// global candidate another project proposed is listed without that project's id, reason, job
+/// or detail (to a global writer acting on it too), and in full to a caller of that project.
+async fn a_global_reader_does_not_see_other_projects_in_global_candidates(db: TestDb) {
+    let mut config = Config::default();
+    config.memory.promotion = MemoryPromotion::Review;
+    let server = TestServer::start(&db, config, None).await;
+    let beta_candidate = two_projects_with_global_memory(&server).await;
+    let tokens = TokenStore::new(db.db.clone(), zuno_shared::clock::system_clock());
+    let token = |name: &str, project: &str, global: GlobalAccess| NewToken {
+        name: name.into(),
+        projects: vec![project.into()],
+        global,
+        user: false,
+    };
+    let (_, reader) = tokens
+        .create_with(&token("reader", "alpha", GlobalAccess::Read))
+        .await
+        .unwrap();
+    let (_, writer) = tokens
+        .create_with(&token("writer", "alpha", GlobalAccess::Write))
+        .await
+        .unwrap();
+    let (_, beta) = tokens
+        .create_with(&token("beta", "beta", GlobalAccess::Read))
+        .await
+        .unwrap();
+    let get = reqwest::Method::GET;
+    let global_candidates = |list: &Value| -> Vec<Value> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["target"] == "global")
+            .cloned()
+            .collect()
+    };
+
+    let (status, list) = call(&server, get.clone(), "/api/projects/alpha/memory/candidates", &reader, None).await;
+    assert_eq!(status, 200, "{list}");
+    let seen = global_candidates(&list);
+    assert!(!seen.is_empty(), "global candidates are listed: {list}");
+    for candidate in &seen {
+        assert_eq!(candidate["projectId"], Value::Null, "{candidate}");
+        assert_eq!(candidate["jobId"], Value::Null, "{candidate}");
+        assert_eq!(candidate["reason"], "proposed in another project", "{candidate}");
+    }
+    let text = list.to_string();
+    assert!(!text.contains("beta"), "beta's id and reasons leak: {text}");
+    assert!(text.contains("Prefer tabs in Go files."), "global content is readable: {text}");
+
+    // Beta's own token sees its candidate in full.
+    let (_, list) = call(&server, get.clone(), "/api/projects/beta/memory/candidates", &beta, None).await;
+    let own = global_candidates(&list);
+    let pending = own.iter().find(|c| c["id"] == beta_candidate.as_str()).unwrap();
+    assert_eq!(pending["projectId"], "beta", "{pending}");
+    assert_eq!(pending["reason"], "seen in beta", "{pending}");
+
+    // A global writer of another project may reject it, and learns no more from the answer.
+    let (status, rejected) = call(
+        &server,
+        reqwest::Method::POST,
+        &format!("/api/memory/candidates/{beta_candidate}/reject"),
+        &writer,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 200, "{rejected}");
+    assert_eq!(rejected["state"], "rejected", "{rejected}");
+    assert!(!rejected.to_string().contains("beta"), "{rejected}");
+}
+
 async fn a_parent_session_of_another_project_looks_absent(db: TestDb) {
     let server = TestServer::start(&db, Config::default(), None).await;
     for id in ["alpha", "beta"] {
@@ -908,6 +979,7 @@ on_both_backends!(
     a_project_token_reaches_global_memory_only_through_review,
     the_users_own_token_still_learns_user_wide_preferences,
     scoped_tokens_stop_at_global_memory,
+    a_global_reader_does_not_see_other_projects_in_global_candidates,
     a_parent_session_of_another_project_looks_absent,
     worktrees_are_claims,
     a_user_token_unbinds_moves_and_deletes_a_project,
