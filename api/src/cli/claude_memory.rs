@@ -405,8 +405,13 @@ async fn ensure_import_project(
         }
         None => {
             let local = local_project(&cwd);
-            super::client::ensure_project(client, &local.id, &local.name, local.worktree.as_deref())
-                .await?;
+            super::client::ensure_project(
+                client,
+                &local.id,
+                &local.name,
+                local.worktree.as_deref(),
+            )
+            .await?;
             local.id
         }
     })

@@ -20,9 +20,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use zuno_shared::transcript::import::{
-    Host, ImportedSession, Parsed, Position, session_id_for,
-};
+use zuno_shared::transcript::import::{Host, ImportedSession, Parsed, Position, session_id_for};
 use zuno_shared::transcript::{MessageStatus, Role};
 
 use super::client::{ApiClient, ClientError, encode};
@@ -178,8 +176,7 @@ async fn ensure_session(
     let local = local_project(cwd);
     let project = local.id;
     let session = session_id_for(host, &input.session_id);
-    super::client::ensure_project(client, &project, &local.name, local.worktree.as_deref())
-        .await?;
+    super::client::ensure_project(client, &project, &local.name, local.worktree.as_deref()).await?;
     let body = json!({ "id": session, "externalRef": input.session_id });
     tolerate_conflict(
         client

@@ -521,7 +521,11 @@ mod tests {
         // A linked worktree or submodule has a `.git` file.
         let linked = src.join("linked");
         std::fs::create_dir_all(&linked).unwrap();
-        std::fs::write(linked.join(".git"), "gitdir: ../app/.git/worktrees/linked\n").unwrap();
+        std::fs::write(
+            linked.join(".git"),
+            "gitdir: ../app/.git/worktrees/linked\n",
+        )
+        .unwrap();
         let text = |path: &Path| path.to_str().unwrap().to_owned();
         let root = |path: &Path| repository_root(&text(path), Some(&home));
 

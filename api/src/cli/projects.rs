@@ -60,7 +60,10 @@ pub async fn run(global: &GlobalArgs, args: ProjectsArgs) -> Result<(), CliError
         }
         ProjectsCommand::Rebind { project, worktree } => {
             let worktree = std::path::absolute(&worktree).map_err(|error| {
-                CliError::new(CliError::BAD_INPUT, format!("{}: {error}", worktree.display()))
+                CliError::new(
+                    CliError::BAD_INPUT,
+                    format!("{}: {error}", worktree.display()),
+                )
             })?;
             client
                 .put(
@@ -77,7 +80,10 @@ pub async fn run(global: &GlobalArgs, args: ProjectsArgs) -> Result<(), CliError
                     format!(
                         "this deletes project `{project}` (worktree {}) with its sessions, \
                          Experience, Memory, Skill candidates and jobs; pass --yes to delete it",
-                        found.get("worktree").and_then(Value::as_str).unwrap_or("none")
+                        found
+                            .get("worktree")
+                            .and_then(Value::as_str)
+                            .unwrap_or("none")
                     ),
                 ));
             }

@@ -112,7 +112,7 @@ impl Sensitive {
     /// again on its canonical one.
     pub fn contains(&self, path: &Path) -> bool {
         let path = normalize(path);
-        self.exact.iter().any(|exact| *exact == path)
+        self.exact.contains(&path)
             || self.trees.iter().any(|tree| path.starts_with(tree))
     }
 }
@@ -184,9 +184,7 @@ pub fn resolve(
     if sensitive.contains(path) {
         return Err(WorktreeRefusal::Sensitive(requested.to_owned()));
     }
-    let canonical = path
-        .canonicalize()
-        .map_err(|_| WorktreeRefusal::Refused)?;
+    let canonical = path.canonicalize().map_err(|_| WorktreeRefusal::Refused)?;
     if sensitive.contains(&canonical) {
         return Err(WorktreeRefusal::Sensitive(requested.to_owned()));
     }
@@ -247,7 +245,10 @@ mod tests {
             repo.to_str().unwrap()
         );
         let dotted = format!("{}/repo/../repo", root_path.display());
-        assert_eq!(resolve(&dotted, &roots, &Sensitive::default()).unwrap(), repo.to_str().unwrap());
+        assert_eq!(
+            resolve(&dotted, &roots, &Sensitive::default()).unwrap(),
+            repo.to_str().unwrap()
+        );
         let refusals: Vec<String> = [
             "/etc".to_owned(),
             "/definitely/not/here".to_owned(),
@@ -256,7 +257,11 @@ mod tests {
             root_path.display().to_string(),
         ]
         .iter()
-        .map(|path| resolve(path, &roots, &Sensitive::default()).unwrap_err().to_string())
+        .map(|path| {
+            resolve(path, &roots, &Sensitive::default())
+                .unwrap_err()
+                .to_string()
+        })
         .collect();
         assert!(
             refusals.iter().all(|r| r == &refusals[0]),

@@ -20,9 +20,9 @@ pub mod usage;
 pub mod validate;
 
 pub use ingestion::{
-    CATCH_UP_LIMIT, LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError,
+    CATCH_UP_LIMIT, LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError, ProjectDeletion,
     RULES_2_EXTRACTOR_VERSION, RULES_EXTRACTOR_VERSION, ReflectOutcome, ReflectScope, RepairAction,
-    ProjectDeletion, RepairReport, SessionDeletion, TurnOutcome, extractor_version,
+    RepairReport, SessionDeletion, TurnOutcome, extractor_version,
 };
 pub use snapshot::{
     CheckedSource, SourceCheck, SourceGate, SourceSnapshot, cited_sources, manifest_for,

@@ -561,23 +561,46 @@ async fn a_global_reader_does_not_see_other_projects_in_global_candidates(db: Te
             .collect()
     };
 
-    let (status, list) = call(&server, get.clone(), "/api/projects/alpha/memory/candidates", &reader, None).await;
+    let (status, list) = call(
+        &server,
+        get.clone(),
+        "/api/projects/alpha/memory/candidates",
+        &reader,
+        None,
+    )
+    .await;
     assert_eq!(status, 200, "{list}");
     let seen = global_candidates(&list);
     assert!(!seen.is_empty(), "global candidates are listed: {list}");
     for candidate in &seen {
         assert_eq!(candidate["projectId"], Value::Null, "{candidate}");
         assert_eq!(candidate["jobId"], Value::Null, "{candidate}");
-        assert_eq!(candidate["reason"], "proposed in another project", "{candidate}");
+        assert_eq!(
+            candidate["reason"], "proposed in another project",
+            "{candidate}"
+        );
     }
     let text = list.to_string();
     assert!(!text.contains("beta"), "beta's id and reasons leak: {text}");
-    assert!(text.contains("Prefer tabs in Go files."), "global content is readable: {text}");
+    assert!(
+        text.contains("Prefer tabs in Go files."),
+        "global content is readable: {text}"
+    );
 
     // Beta's own token sees its candidate in full.
-    let (_, list) = call(&server, get.clone(), "/api/projects/beta/memory/candidates", &beta, None).await;
+    let (_, list) = call(
+        &server,
+        get.clone(),
+        "/api/projects/beta/memory/candidates",
+        &beta,
+        None,
+    )
+    .await;
     let own = global_candidates(&list);
-    let pending = own.iter().find(|c| c["id"] == beta_candidate.as_str()).unwrap();
+    let pending = own
+        .iter()
+        .find(|c| c["id"] == beta_candidate.as_str())
+        .unwrap();
     assert_eq!(pending["projectId"], "beta", "{pending}");
     assert_eq!(pending["reason"], "seen in beta", "{pending}");
 
@@ -739,9 +762,7 @@ async fn a_user_token_unbinds_moves_and_deletes_a_project(db: TestDb) {
     let (app, docs) = (src.join("app"), src.join("docs"));
     std::fs::create_dir_all(&app).unwrap();
     std::fs::create_dir_all(&docs).unwrap();
-    let create = |id: &str, worktree: &std::path::Path| {
-        json!({"id": id, "name": id, "worktree": worktree.to_str().unwrap()})
-    };
+    let create = |id: &str, worktree: &std::path::Path| json!({"id": id, "name": id, "worktree": worktree.to_str().unwrap()});
     let (status, body) = server.post("/api/projects", create("src", &src)).await;
     assert_eq!(status, 201, "{body}");
     // The parent holds the claim: the repository below it cannot be bound.
@@ -784,7 +805,14 @@ async fn a_user_token_unbinds_moves_and_deletes_a_project(db: TestDb) {
 
     // The user unbinds the parent; the repository's next session binds it.
     let token = server.token().to_owned();
-    let (status, body) = call(&server, delete.clone(), "/api/projects/src/worktree", &token, None).await;
+    let (status, body) = call(
+        &server,
+        delete.clone(),
+        "/api/projects/src/worktree",
+        &token,
+        None,
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["worktree"], Value::Null, "{body}");
     let (status, body) = server.post("/api/projects", create("app", &app)).await;
@@ -802,15 +830,40 @@ async fn a_user_token_unbinds_moves_and_deletes_a_project(db: TestDb) {
         (server.home().to_path_buf(), "sensitive"),
     ];
     for (path, says) in refusals {
-        let (status, body) = call(&server, put.clone(), "/api/projects/src/worktree", &token, move_to(&path)).await;
+        let (status, body) = call(
+            &server,
+            put.clone(),
+            "/api/projects/src/worktree",
+            &token,
+            move_to(&path),
+        )
+        .await;
         assert_eq!(status, 400, "{}: {body}", path.display());
         assert_eq!(body["field"], "worktree", "{body}");
-        assert!(body["detail"].as_str().unwrap().contains(says), "{}: {body}", path.display());
+        assert!(
+            body["detail"].as_str().unwrap().contains(says),
+            "{}: {body}",
+            path.display()
+        );
     }
-    let (status, body) = call(&server, put.clone(), "/api/projects/app/worktree", &token, move_to(&docs)).await;
+    let (status, body) = call(
+        &server,
+        put.clone(),
+        "/api/projects/app/worktree",
+        &token,
+        move_to(&docs),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["worktree"], docs.to_str().unwrap(), "moved");
-    let (status, body) = call(&server, put.clone(), "/api/projects/src/worktree", &token, move_to(&app)).await;
+    let (status, body) = call(
+        &server,
+        put.clone(),
+        "/api/projects/src/worktree",
+        &token,
+        move_to(&app),
+    )
+    .await;
     assert_eq!(status, 200, "the old place is free again: {body}");
 
     // Deleting: the project's sessions, turns and jobs go; nothing is left for a worker.
@@ -818,7 +871,10 @@ async fn a_user_token_unbinds_moves_and_deletes_a_project(db: TestDb) {
     let session = session["id"].as_str().unwrap().to_owned();
     let messages = format!("/api/session/{session}/messages");
     server
-        .post(&messages, json!({"role": "user", "parts": [{"type": "text", "text": "No, use pnpm, not npm"}]}))
+        .post(
+            &messages,
+            json!({"role": "user", "parts": [{"type": "text", "text": "No, use pnpm, not npm"}]}),
+        )
         .await;
     let (status, turn) = server
         .post(&messages, json!({"role": "assistant", "status": "completed", "parts": [
@@ -842,7 +898,10 @@ async fn a_user_token_unbinds_moves_and_deletes_a_project(db: TestDb) {
     .fetch_one(pool)
     .await)
     .unwrap();
-    assert_eq!(jobs, 0, "no job of the deleted project is left for a worker");
+    assert_eq!(
+        jobs, 0,
+        "no job of the deleted project is left for a worker"
+    );
     server.drain_extraction("after-delete").await;
     server.drain_maintenance("after-delete").await;
     let (status, body) = call(&server, delete.clone(), "/api/projects/app", &token, None).await;

@@ -324,7 +324,10 @@ async fn stop_after_a_rewind_fails_the_abandoned_turn_already_imported(db: TestD
 /// `zuno projects …` against the server, as the local user.
 async fn projects(home: &std::path::Path, server: &str, args: &[&str]) -> Output {
     let mut command = zuno(home);
-    command.arg("projects").args(args).args(["--server", server]);
+    command
+        .arg("projects")
+        .args(args)
+        .args(["--server", server]);
     run(command, None).await
 }
 
@@ -357,8 +360,17 @@ async fn a_hook_binds_only_a_repository_root(db: TestDb) {
 
     let out = hook(home, &server.base, "SessionStart", start(&src, "s-parent")).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert_eq!(worktree_of(project_for_cwd(&text(&src)).0).await, Value::Null);
-    let out = hook(home, &server.base, "SessionStart", start(&app.join("crates/core"), "s-app")).await;
+    assert_eq!(
+        worktree_of(project_for_cwd(&text(&src)).0).await,
+        Value::Null
+    );
+    let out = hook(
+        home,
+        &server.base,
+        "SessionStart",
+        start(&app.join("crates/core"), "s-app"),
+    )
+    .await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     let app_project = project_for_cwd(&text(&app)).0;
     assert_eq!(worktree_of(app_project.clone()).await, text(&app).as_str());
@@ -367,7 +379,10 @@ async fn a_hook_binds_only_a_repository_root(db: TestDb) {
     let (legacy, lib) = (dir.join("legacy"), dir.join("legacy/lib"));
     std::fs::create_dir_all(lib.join(".git")).unwrap();
     let (status, body) = server
-        .post("/api/projects", json!({"id": "legacy", "name": "legacy", "worktree": legacy}))
+        .post(
+            "/api/projects",
+            json!({"id": "legacy", "name": "legacy", "worktree": legacy}),
+        )
         .await;
     assert_eq!(status, 201, "{body}");
     let lib_project = project_for_cwd(&text(&lib)).0;
@@ -376,7 +391,13 @@ async fn a_hook_binds_only_a_repository_root(db: TestDb) {
     assert_eq!(worktree_of(lib_project.clone()).await, Value::Null);
     let listed = projects(home, &server.base, &["list"]).await;
     assert_eq!(listed.code, 0, "{}", listed.stderr);
-    assert!(listed.stdout.contains(&format!("legacy\t{}", text(&legacy))), "{}", listed.stdout);
+    assert!(
+        listed
+            .stdout
+            .contains(&format!("legacy\t{}", text(&legacy))),
+        "{}",
+        listed.stdout
+    );
     let unbound = projects(home, &server.base, &["unbind", "legacy"]).await;
     assert_eq!(unbound.code, 0, "{}", unbound.stderr);
     let out = hook(home, &server.base, "SessionStart", start(&lib, "s-lib-2")).await;
@@ -389,7 +410,12 @@ async fn a_hook_binds_only_a_repository_root(db: TestDb) {
     assert!(refused.stderr.contains("overlaps"), "{}", refused.stderr);
     let notes = dir.join("notes");
     std::fs::create_dir(&notes).unwrap();
-    let moved = projects(home, &server.base, &["rebind", "legacy", &text(&notes), "--json"]).await;
+    let moved = projects(
+        home,
+        &server.base,
+        &["rebind", "legacy", &text(&notes), "--json"],
+    )
+    .await;
     assert_eq!(moved.code, 0, "{}", moved.stderr);
     let moved: Value = serde_json::from_str(&moved.stdout).unwrap();
     assert_eq!(moved["worktree"], text(&notes).as_str());
@@ -398,7 +424,10 @@ async fn a_hook_binds_only_a_repository_root(db: TestDb) {
     let asked = projects(home, &server.base, &["delete", "legacy"]).await;
     assert_eq!(asked.code, 2, "{}", asked.stderr);
     assert!(asked.stderr.contains("--yes"), "{}", asked.stderr);
-    assert_eq!(worktree_of("legacy".to_owned()).await, text(&notes).as_str());
+    assert_eq!(
+        worktree_of("legacy".to_owned()).await,
+        text(&notes).as_str()
+    );
     let deleted = projects(home, &server.base, &["delete", "legacy", "--yes", "--json"]).await;
     assert_eq!(deleted.code, 0, "{}", deleted.stderr);
     let (status, _) = server.get("/api/projects/legacy").await;

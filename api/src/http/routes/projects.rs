@@ -4,8 +4,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
-use zuno_shared::learning::ProjectDeletion;
 use utoipa::ToSchema;
+use zuno_shared::learning::ProjectDeletion;
 use zuno_shared::transcript::{NewProject, NewSession, Project, Session};
 
 use crate::http::AppState;
@@ -215,12 +215,9 @@ pub async fn bind_worktree(
     ApiJson(body): ApiJson<BindWorktree>,
 ) -> ApiResult<Json<Project>> {
     require_user(&caller, &project_id, "binding a worktree")?;
-    let worktree = crate::http::worktree::resolve_blocking(
-        body.worktree,
-        &state.config.server,
-        &state.paths,
-    )
-    .await?;
+    let worktree =
+        crate::http::worktree::resolve_blocking(body.worktree, &state.config.server, &state.paths)
+            .await?;
     let project = match state
         .transcripts
         .set_worktree(&project_id, Some(&worktree))
