@@ -27,10 +27,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use zuno_shared::memory::dedupe::same_rule;
 use zuno_shared::memory::markdown;
-use zuno_shared::transcript::import::project_for_cwd;
 
 use super::client::{ApiClient, ClientError, ServerArgs, encode};
-use super::import::local_worktree;
+use super::import::local_project;
 use super::{CliError, GlobalArgs};
 
 /// Lines of `MEMORY.md` Claude Code loads at the start of a session.
@@ -405,10 +404,15 @@ async fn ensure_import_project(
             project.to_owned()
         }
         None => {
-            let (id, name) = project_for_cwd(&cwd);
-            super::client::ensure_project(client, &id, &name, local_worktree(&cwd).as_deref())
-                .await?;
-            id
+            let local = local_project(&cwd);
+            super::client::ensure_project(
+                client,
+                &local.id,
+                &local.name,
+                local.worktree.as_deref(),
+            )
+            .await?;
+            local.id
         }
     })
 }

@@ -24,13 +24,11 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use zuno_shared::transcript::import::{
-    Host, ImportedSession, Parsed, Position, project_for_cwd, session_id_for,
-};
+use zuno_shared::transcript::import::{Host, ImportedSession, Parsed, Position, session_id_for};
 use zuno_shared::transcript::{MessageStatus, Role};
 
 use super::client::{ApiClient, ClientError, encode};
-use super::import::{Importer, local_worktree, parse_file, parse_file_with_session};
+use super::import::{Importer, local_project, parse_file, parse_file_with_session};
 use super::{CliError, GlobalArgs};
 
 /// The server the hook talks to when none is configured.
@@ -189,9 +187,10 @@ async fn ensure_session(
     input: &HookInput,
 ) -> Result<String, HookError> {
     let cwd = input.cwd.as_deref().unwrap_or("unknown");
-    let (project, name) = project_for_cwd(cwd);
+    let local = local_project(cwd);
+    let project = local.id;
     let session = session_id_for(host, &input.session_id);
-    super::client::ensure_project(client, &project, &name, local_worktree(cwd).as_deref()).await?;
+    super::client::ensure_project(client, &project, &local.name, local.worktree.as_deref()).await?;
     let body = json!({ "id": session, "externalRef": input.session_id });
     tolerate_conflict(
         client
@@ -215,7 +214,8 @@ async fn pre_tool_use(
     else {
         return Ok(None);
     };
-    let (project, _) = project_for_cwd(cwd);
+    // The project the session hooks bound: the repository root's, not the subdirectory's.
+    let project = local_project(cwd).id;
     let body = json!({
         "toolName": tool_name,
         "toolInput": tool_input,

@@ -6,7 +6,6 @@
 
 use clap::{Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use zuno_shared::transcript::import::project_for_cwd;
 
 use super::client::{ApiClient, ServerArgs, encode};
 use super::{CliError, GlobalArgs};
@@ -230,7 +229,7 @@ pub(super) fn project(common: &Common) -> Result<String, CliError> {
         None => {
             let cwd = std::env::current_dir()
                 .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
-            Ok(project_for_cwd(&cwd.to_string_lossy()).0)
+            Ok(super::import::local_project(&cwd.to_string_lossy()).id)
         }
     }
 }

@@ -22,7 +22,6 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use zuno_shared::transcript::import::project_for_cwd;
 
 use super::client::{ApiClient, ServerArgs, encode};
 use super::{CliError, GlobalArgs};
@@ -341,7 +340,7 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<(), CliError> {
         None => {
             let cwd = std::env::current_dir()
                 .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
-            project_for_cwd(&cwd.to_string_lossy()).0
+            super::import::local_project(&cwd.to_string_lossy()).id
         }
     };
     let service = ZunoTools::new(client, project, args.read_only)

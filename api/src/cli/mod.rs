@@ -13,6 +13,7 @@ pub mod install;
 mod jobs;
 pub mod learn;
 pub mod mcp;
+mod projects;
 mod tokens;
 
 use std::path::PathBuf;
@@ -63,6 +64,8 @@ pub enum Command {
         #[command(subcommand)]
         command: jobs::JobsCommand,
     },
+    /// Projects and their worktrees: list, unbind, rebind (move), delete.
+    Projects(projects::ProjectsArgs),
     /// Manage API tokens scoped to projects.
     Tokens {
         #[command(subcommand)]
@@ -234,6 +237,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate { check } => migrate(&cli.global, check).await,
         Command::Debug { command } => debug::run(&cli.global, command).await,
         Command::Jobs { command } => jobs::run(&cli.global, command).await,
+        Command::Projects(args) => projects::run(&cli.global, args).await,
         Command::Tokens { command } => tokens::run(&cli.global, command).await,
         Command::Import { command } => import::run(&cli.global, command).await,
         Command::Hook(args) => hook::run(&cli.global, args).await,

@@ -46,6 +46,8 @@ pub struct AppState {
     pub dashboard: routes::ui::Dashboard,
     /// The Prometheus registry rendered at `/metrics` (absent in tests without telemetry).
     pub metrics: Option<prometheus::Registry>,
+    /// The server's data and configuration directories (never a worktree).
+    pub paths: zuno_shared::paths::Paths,
 }
 
 impl AppState {
@@ -69,9 +71,10 @@ impl AppState {
             memory: zuno_shared::memory::service::MemoryService::new(
                 db.clone(),
                 config.clone(),
-                paths,
+                paths.clone(),
                 clock.clone(),
             ),
+            paths,
             tokens: TokenStore::new(db.clone(), clock),
             auth: auth::Auth::new(server_token),
             hosts: guard::HostPolicy::new(&config.server.bind, &config.server.allowed_hosts),

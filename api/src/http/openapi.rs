@@ -35,7 +35,8 @@ impl utoipa::Modify for BearerAuth {
 pub(super) fn api_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(projects::create_project, projects::list_projects))
-        .routes(routes!(projects::get_project))
+        .routes(routes!(projects::get_project, projects::delete_project))
+        .routes(routes!(projects::bind_worktree, projects::unbind_worktree))
         .routes(routes!(projects::create_session))
         .routes(routes!(sessions::get_session, sessions::delete_session))
         .routes(routes!(sessions::append_message, sessions::list_messages))

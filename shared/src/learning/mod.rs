@@ -20,7 +20,7 @@ pub mod usage;
 pub mod validate;
 
 pub use ingestion::{
-    CATCH_UP_LIMIT, LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError,
+    CATCH_UP_LIMIT, LearningIngestion, MODEL_EXTRACTOR_VERSION, ManualError, ProjectDeletion,
     RULES_2_EXTRACTOR_VERSION, RULES_EXTRACTOR_VERSION, ReflectOutcome, ReflectScope, RepairAction,
     RepairReport, SessionDeletion, TurnOutcome, extractor_version,
 };

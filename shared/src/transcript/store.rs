@@ -206,10 +206,13 @@ impl TranscriptStore {
     }
 
     /// Creates a project, or returns the existing one when it has the same name and worktree.
-    /// The boolean is true when the project was created.
+    /// The boolean is true when the project was created. An existing project without a
+    /// worktree takes the one asked for (a repository whose first sessions found its worktree
+    /// claimed, or whose worktree was unbound, is bound by its next session); one with another
+    /// worktree is a conflict (moving it is [`TranscriptStore::set_worktree`]'s business).
     ///
     /// A worktree is a claim: no other project's worktree may equal it, lie inside it or contain
-    /// it. The check and the insert happen in one write transaction (on Postgres under an
+    /// it. The check and the write happen in one write transaction (on Postgres under an
     /// advisory lock), so two concurrent claims of overlapping directories cannot both succeed.
     /// The caller passes the worktree in canonical form; filesystem checks are its business.
     pub async fn create_project(
@@ -220,46 +223,26 @@ impl TranscriptStore {
         if new.name.trim().is_empty() || new.name.len() > 200 {
             return Err(invalid("name", "must be 1–200 characters"));
         }
-        let mut tx = self.db.begin().await?;
-        if tx.backend() == Backend::Postgres {
-            crate::db::execute_in(
-                &mut tx,
-                "SELECT pg_advisory_xact_lock($1)",
-                &[WORKTREE_CLAIM_LOCK.into()],
-            )
-            .await?;
-        }
-        let sql = "SELECT id, name, worktree, created_at FROM project WHERE id = $1";
-        let existing: Option<Project> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(sql)
-            .bind(&new.id)
-            .fetch_optional(conn)
-            .await)?;
-        if let Some(project) = existing {
-            tx.rollback().await?;
-            if project.name != new.name || project.worktree != new.worktree {
+        let mut tx = self.claim_tx().await?;
+        if let Some(project) = project_in(&mut tx, &new.id).await? {
+            let binds = project.worktree.is_none() && new.worktree.is_some();
+            if project.name != new.name || (project.worktree != new.worktree && !binds) {
+                tx.rollback().await?;
                 return Err(TranscriptError::Conflict(format!(
                     "project `{}` already exists with a different name or worktree",
                     new.id
                 )));
             }
+            if !binds {
+                tx.rollback().await?;
+                return Ok((project, false));
+            }
+            let project = set_worktree_in(&mut tx, project, new.worktree.as_deref()).await?;
+            tx.commit().await?;
             return Ok((project, false));
         }
         if let Some(worktree) = &new.worktree {
-            let claimed: Vec<(String, String)> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(
-                "SELECT id, worktree FROM project WHERE worktree IS NOT NULL ORDER BY id"
-            )
-            .fetch_all(conn)
-            .await)?;
-            let wanted = std::path::Path::new(worktree);
-            if let Some((project, _)) = claimed.iter().find(|(_, other)| {
-                let other = std::path::Path::new(other);
-                wanted.starts_with(other) || other.starts_with(wanted)
-            }) {
-                tx.rollback().await?;
-                return Err(TranscriptError::WorktreeClaimed {
-                    project: project.clone(),
-                });
-            }
+            check_claim_in(&mut tx, worktree, &new.id).await?;
         }
         let now = self.clock.now_ms();
         let insert = "INSERT INTO project (id, name, worktree, created_at) VALUES ($1, $2, $3, $4)";
@@ -284,6 +267,42 @@ impl TranscriptStore {
             },
             true,
         ))
+    }
+
+    /// Binds a project to `worktree` (canonical, checked by the caller), moving it from any
+    /// worktree it had, or unbinds it (`None`). The claim rule of
+    /// [`TranscriptStore::create_project`] holds, the project's own claim aside. What Zuno last
+    /// wrote at the old place is forgotten, so the project's rules file is written afresh at the
+    /// new one (a file already there that Zuno did not write is preserved, not overwritten);
+    /// the old file stays where it is.
+    pub async fn set_worktree(
+        &self,
+        id: &str,
+        worktree: Option<&str>,
+    ) -> Result<Project, TranscriptError> {
+        let mut tx = self.claim_tx().await?;
+        let Some(project) = project_in(&mut tx, id).await? else {
+            tx.rollback().await?;
+            return Err(not_found("project", id));
+        };
+        let project = set_worktree_in(&mut tx, project, worktree).await?;
+        tx.commit().await?;
+        Ok(project)
+    }
+
+    /// A write transaction in which worktree claims are checked and written (on Postgres under
+    /// the claim lock; SQLite's write transaction is already exclusive).
+    async fn claim_tx(&self) -> Result<Tx, TranscriptError> {
+        let mut tx = self.db.begin().await?;
+        if tx.backend() == Backend::Postgres {
+            crate::db::execute_in(
+                &mut tx,
+                "SELECT pg_advisory_xact_lock($1)",
+                &[WORKTREE_CLAIM_LOCK.into()],
+            )
+            .await?;
+        }
+        Ok(tx)
     }
 
     pub async fn project(&self, id: &str) -> Result<Project, TranscriptError> {
@@ -706,6 +725,66 @@ impl TranscriptStore {
 /// The part content one page of messages may carry (text, tool arguments and results, artifact
 /// URIs), so a listing cannot be made to hold a whole huge session in memory at once.
 pub const MAX_PAGE_BYTES: i64 = 4 * 1024 * 1024;
+
+async fn project_in(tx: &mut Tx, id: &str) -> Result<Option<Project>, TranscriptError> {
+    let sql = "SELECT id, name, worktree, created_at FROM project WHERE id = $1";
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
+        .bind(id)
+        .fetch_optional(conn)
+        .await)?)
+}
+
+/// Refuses `worktree` when it equals, lies inside or contains the worktree of a project other
+/// than `project_id`.
+async fn check_claim_in(
+    tx: &mut Tx,
+    worktree: &str,
+    project_id: &str,
+) -> Result<(), TranscriptError> {
+    let claimed: Vec<(String, String)> = crate::on_tx!(tx, |conn| sqlx::query_as(
+        "SELECT id, worktree FROM project WHERE worktree IS NOT NULL AND id <> $1 ORDER BY id"
+    )
+    .bind(project_id)
+    .fetch_all(conn)
+    .await)?;
+    let wanted = std::path::Path::new(worktree);
+    match claimed.iter().find(|(_, other)| {
+        let other = std::path::Path::new(other);
+        wanted.starts_with(other) || other.starts_with(wanted)
+    }) {
+        Some((project, _)) => Err(TranscriptError::WorktreeClaimed {
+            project: project.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Writes `project`'s new worktree after the claim check, and forgets the projection record of
+/// its Memory document (the digest of a file at the old place).
+async fn set_worktree_in(
+    tx: &mut Tx,
+    mut project: Project,
+    worktree: Option<&str>,
+) -> Result<Project, TranscriptError> {
+    if let Some(worktree) = worktree {
+        check_claim_in(tx, worktree, &project.id).await?;
+    }
+    crate::db::execute_in(
+        tx,
+        "UPDATE project SET worktree = $2 WHERE id = $1",
+        &[(&project.id).into(), worktree.into()],
+    )
+    .await?;
+    crate::db::execute_in(
+        tx,
+        "DELETE FROM memory_projection WHERE document_id IN \
+           (SELECT id FROM memory_document WHERE project_id = $1)",
+        &[(&project.id).into()],
+    )
+    .await?;
+    project.worktree = worktree.map(str::to_owned);
+    Ok(project)
+}
 
 /// The Postgres advisory-lock key under which project worktree claims are checked and inserted
 /// (`zuno-wtree` in ASCII).

@@ -524,6 +524,100 @@ async fn scoped_tokens_stop_at_global_memory(db: TestDb) {
     assert_eq!(body["applied"], true, "{body}");
 }
 
+/// Issue 31, item 8: global read reaches global Memory, not the projects it was learned in; a
+/// global candidate another project proposed is listed without that project's id, reason, job
+/// or detail (to a global writer acting on it too), and in full to a caller of that project.
+async fn a_global_reader_does_not_see_other_projects_in_global_candidates(db: TestDb) {
+    let mut config = Config::default();
+    config.memory.promotion = MemoryPromotion::Review;
+    let server = TestServer::start(&db, config, None).await;
+    let beta_candidate = two_projects_with_global_memory(&server).await;
+    let tokens = TokenStore::new(db.db.clone(), zuno_shared::clock::system_clock());
+    let token = |name: &str, project: &str, global: GlobalAccess| NewToken {
+        name: name.into(),
+        projects: vec![project.into()],
+        global,
+        user: false,
+    };
+    let (_, reader) = tokens
+        .create_with(&token("reader", "alpha", GlobalAccess::Read))
+        .await
+        .unwrap();
+    let (_, writer) = tokens
+        .create_with(&token("writer", "alpha", GlobalAccess::Write))
+        .await
+        .unwrap();
+    let (_, beta) = tokens
+        .create_with(&token("beta", "beta", GlobalAccess::Read))
+        .await
+        .unwrap();
+    let get = reqwest::Method::GET;
+    let global_candidates = |list: &Value| -> Vec<Value> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["target"] == "global")
+            .cloned()
+            .collect()
+    };
+
+    let (status, list) = call(
+        &server,
+        get.clone(),
+        "/api/projects/alpha/memory/candidates",
+        &reader,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{list}");
+    let seen = global_candidates(&list);
+    assert!(!seen.is_empty(), "global candidates are listed: {list}");
+    for candidate in &seen {
+        assert_eq!(candidate["projectId"], Value::Null, "{candidate}");
+        assert_eq!(candidate["jobId"], Value::Null, "{candidate}");
+        assert_eq!(
+            candidate["reason"], "proposed in another project",
+            "{candidate}"
+        );
+    }
+    let text = list.to_string();
+    assert!(!text.contains("beta"), "beta's id and reasons leak: {text}");
+    assert!(
+        text.contains("Prefer tabs in Go files."),
+        "global content is readable: {text}"
+    );
+
+    // Beta's own token sees its candidate in full.
+    let (_, list) = call(
+        &server,
+        get.clone(),
+        "/api/projects/beta/memory/candidates",
+        &beta,
+        None,
+    )
+    .await;
+    let own = global_candidates(&list);
+    let pending = own
+        .iter()
+        .find(|c| c["id"] == beta_candidate.as_str())
+        .unwrap();
+    assert_eq!(pending["projectId"], "beta", "{pending}");
+    assert_eq!(pending["reason"], "seen in beta", "{pending}");
+
+    // A global writer of another project may reject it, and learns no more from the answer.
+    let (status, rejected) = call(
+        &server,
+        reqwest::Method::POST,
+        &format!("/api/memory/candidates/{beta_candidate}/reject"),
+        &writer,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 200, "{rejected}");
+    assert_eq!(rejected["state"], "rejected", "{rejected}");
+    assert!(!rejected.to_string().contains("beta"), "{rejected}");
+}
+
 async fn a_parent_session_of_another_project_looks_absent(db: TestDb) {
     let server = TestServer::start(&db, Config::default(), None).await;
     for id in ["alpha", "beta"] {
@@ -655,6 +749,167 @@ async fn worktrees_are_claims(db: TestDb) {
     assert_eq!(status, 201, "{body}");
 }
 
+/// Issue 31, item 2: a worktree claimed by mistake (a parent of repositories, say) can be
+/// released and a project moved or deleted, by the user only; the claim rules hold for a move;
+/// sensitive directories are never bound.
+async fn a_user_token_unbinds_moves_and_deletes_a_project(db: TestDb) {
+    let roots = tempfile::tempdir().unwrap();
+    let root = roots.path().canonicalize().unwrap();
+    let mut config = Config::default();
+    config.server.worktree_roots = vec![root.display().to_string()];
+    let server = TestServer::start(&db, config, None).await;
+    let src = root.join("src");
+    let (app, docs) = (src.join("app"), src.join("docs"));
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&docs).unwrap();
+    let create = |id: &str, worktree: &std::path::Path| json!({"id": id, "name": id, "worktree": worktree.to_str().unwrap()});
+    let (status, body) = server.post("/api/projects", create("src", &src)).await;
+    assert_eq!(status, 201, "{body}");
+    // The parent holds the claim: the repository below it cannot be bound.
+    let (status, body) = server.post("/api/projects", create("app", &app)).await;
+    assert_eq!(status, 400, "{body}");
+    server
+        .post("/api/projects", json!({"id": "app", "name": "app"}))
+        .await;
+
+    let tokens = TokenStore::new(db.db.clone(), zuno_shared::clock::system_clock());
+    let (_, ci) = tokens
+        .create("ci", &["src".to_owned(), "app".to_owned()])
+        .await
+        .unwrap();
+    let (_, stranger) = tokens
+        .create_with(&NewToken {
+            name: "stranger".into(),
+            projects: vec!["other".into()],
+            global: GlobalAccess::Write,
+            user: true,
+        })
+        .await
+        .unwrap();
+    let (put, delete) = (reqwest::Method::PUT, reqwest::Method::DELETE);
+    let move_to = |path: &std::path::Path| Some(json!({"worktree": path.to_str().unwrap()}));
+    // A token that is not the user's may not unbind, move or delete (403); one without the
+    // project in its scope does not learn that it exists (404).
+    for (method, path, body) in [
+        (delete.clone(), "/api/projects/src/worktree", None),
+        (put.clone(), "/api/projects/app/worktree", move_to(&app)),
+        (delete.clone(), "/api/projects/src", None),
+    ] {
+        let (status, answer) = call(&server, method.clone(), path, &ci, body.clone()).await;
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+        let (status, answer) = call(&server, method.clone(), path, &stranger, body).await;
+        assert_eq!(status, 404, "{method} {path}: {answer}");
+    }
+    let (_, unchanged) = server.get("/api/projects/src").await;
+    assert_eq!(unchanged["worktree"], src.to_str().unwrap());
+
+    // The user unbinds the parent; the repository's next session binds it.
+    let token = server.token().to_owned();
+    let (status, body) = call(
+        &server,
+        delete.clone(),
+        "/api/projects/src/worktree",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["worktree"], Value::Null, "{body}");
+    let (status, body) = server.post("/api/projects", create("app", &app)).await;
+    assert_eq!(status, 200, "an unbound project takes its worktree: {body}");
+    assert_eq!(body["worktree"], app.to_str().unwrap());
+
+    // Moving respects the claims, the roots and the sensitive directories.
+    let home = std::path::PathBuf::from(std::env::var("HOME").expect("HOME"));
+    let refusals = [
+        (src.clone(), "`app`"),
+        (app.join("..").join("app"), "`app`"),
+        (std::env::temp_dir(), "worktree roots"),
+        (home.join(".ssh"), "sensitive"),
+        (home.clone(), "sensitive"),
+        (server.home().to_path_buf(), "sensitive"),
+    ];
+    for (path, says) in refusals {
+        let (status, body) = call(
+            &server,
+            put.clone(),
+            "/api/projects/src/worktree",
+            &token,
+            move_to(&path),
+        )
+        .await;
+        assert_eq!(status, 400, "{}: {body}", path.display());
+        assert_eq!(body["field"], "worktree", "{body}");
+        assert!(
+            body["detail"].as_str().unwrap().contains(says),
+            "{}: {body}",
+            path.display()
+        );
+    }
+    let (status, body) = call(
+        &server,
+        put.clone(),
+        "/api/projects/app/worktree",
+        &token,
+        move_to(&docs),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["worktree"], docs.to_str().unwrap(), "moved");
+    let (status, body) = call(
+        &server,
+        put.clone(),
+        "/api/projects/src/worktree",
+        &token,
+        move_to(&app),
+    )
+    .await;
+    assert_eq!(status, 200, "the old place is free again: {body}");
+
+    // Deleting: the project's sessions, turns and jobs go; nothing is left for a worker.
+    let (_, session) = server.post("/api/projects/app/sessions", json!({})).await;
+    let session = session["id"].as_str().unwrap().to_owned();
+    let messages = format!("/api/session/{session}/messages");
+    server
+        .post(
+            &messages,
+            json!({"role": "user", "parts": [{"type": "text", "text": "No, use pnpm, not npm"}]}),
+        )
+        .await;
+    let (status, turn) = server
+        .post(&messages, json!({"role": "assistant", "status": "completed", "parts": [
+            {"type": "tool_call", "toolName": "bash", "arguments": {"cmd": "pnpm i"}, "result": "ok", "status": "completed"}]}))
+        .await;
+    assert_eq!(status, 201, "{turn}");
+    assert_eq!(turn["admission"]["outcome"], "queued", "{turn}");
+    let (status, body) = call(&server, delete.clone(), "/api/projects/app", &token, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["projectId"], "app");
+    assert_eq!(body["sessionsRemoved"], 1, "{body}");
+    assert_eq!(body["jobsRemoved"], 1, "{body}");
+    assert_eq!(body["worktree"], docs.to_str().unwrap());
+    let (status, _) = server.get("/api/projects/app").await;
+    assert_eq!(status, 404);
+    let (status, _) = server.get(&format!("/api/session/{session}")).await;
+    assert_eq!(status, 404);
+    let jobs: i64 = zuno_shared::on_db!(db.db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM learning_job WHERE project_id = 'app'"
+    )
+    .fetch_one(pool)
+    .await)
+    .unwrap();
+    assert_eq!(
+        jobs, 0,
+        "no job of the deleted project is left for a worker"
+    );
+    server.drain_extraction("after-delete").await;
+    server.drain_maintenance("after-delete").await;
+    let (status, body) = call(&server, delete.clone(), "/api/projects/app", &token, None).await;
+    assert_eq!(status, 404, "{body}");
+    let (_, projects) = server.get("/api/projects").await;
+    assert_eq!(projects.as_array().unwrap().len(), 1, "{projects}");
+}
+
 async fn claims_race_to_one_winner(db: TestDb) {
     let roots = tempfile::tempdir().unwrap();
     let root = roots.path().canonicalize().unwrap();
@@ -783,8 +1038,10 @@ on_both_backends!(
     a_project_token_reaches_global_memory_only_through_review,
     the_users_own_token_still_learns_user_wide_preferences,
     scoped_tokens_stop_at_global_memory,
+    a_global_reader_does_not_see_other_projects_in_global_candidates,
     a_parent_session_of_another_project_looks_absent,
     worktrees_are_claims,
+    a_user_token_unbinds_moves_and_deletes_a_project,
     claims_race_to_one_winner,
     the_page_cursor_saturates_and_pages_are_bounded,
     a_resent_message_is_stored_once,

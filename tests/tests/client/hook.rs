@@ -32,6 +32,8 @@ async fn session_start_injects_memory_and_prompt_submit_returns_the_context_sect
     // The hook runs with the server's data directory and no token: it finds the local token.
     let home = server.home();
     let worktree = tempfile::tempdir().unwrap();
+    // A repository: hooks bind only a repository root.
+    std::fs::create_dir(worktree.path().join(".git")).unwrap();
     let cwd = worktree.path().to_string_lossy().into_owned();
     let input = |event: &str, prompt: Option<&str>| {
         let mut input = json!({
@@ -319,7 +321,6 @@ async fn stop_after_a_rewind_fails_the_abandoned_turn_already_imported(db: TestD
     );
 }
 
-zuno_tests::on_both_backends!(stop_after_a_rewind_fails_the_abandoned_turn_already_imported);
 
 /// `PreToolUse`: an approved guard makes the hook answer Claude Code with `permissionDecision:
 /// ask` and the lesson; Codex (whose hooks cannot ask) gets a warning; an allowed call gets no
@@ -330,12 +331,16 @@ async fn pre_tool_use_asks_for_a_guarded_call_and_stays_silent_otherwise() {
     let server = TestServer::start(&db, Config::default(), None).await;
     let home = server.home();
     let worktree = tempfile::tempdir().unwrap();
-    let cwd = worktree.path().to_string_lossy().into_owned();
+    std::fs::create_dir(worktree.path().join(".git")).unwrap();
+    std::fs::create_dir(worktree.path().join("src")).unwrap();
+    let root = worktree.path().to_string_lossy().into_owned();
+    // The calls come from a subdirectory: the guard is the repository's.
+    let cwd = worktree.path().join("src").to_string_lossy().into_owned();
     let start = json!({"session_id": "s-guard", "cwd": cwd, "hook_event_name": "SessionStart",
                        "source": "startup", "transcript_path": null});
     let started = hook(home, &server.base, "SessionStart", start).await;
     assert_eq!(started.code, 0, "{}", started.stderr);
-    let (project, _) = project_for_cwd(&cwd);
+    let (project, _) = project_for_cwd(&root);
     add_project_rule(&server, &project, "Use pnpm, not npm.").await;
     let (_, guards) = server.get(&format!("/api/projects/{project}/guards")).await;
     let id = guards[0]["id"].as_str().unwrap().to_owned();
@@ -367,3 +372,123 @@ async fn pre_tool_use_asks_for_a_guarded_call_and_stays_silent_otherwise() {
     assert!(answer["systemMessage"].as_str().unwrap().contains("Use pnpm"), "{answer}");
     assert!(answer.get("hookSpecificOutput").is_none(), "Codex cannot ask: {answer}");
 }
+
+/// `zuno projects …` against the server, as the local user.
+async fn projects(home: &std::path::Path, server: &str, args: &[&str]) -> Output {
+    let mut command = zuno(home);
+    command
+        .arg("projects")
+        .args(args)
+        .args(["--server", server]);
+    run(command, None).await
+}
+
+/// Issue 31, item 2: a session in a parent directory (`~/src`) binds nothing, so the
+/// repositories below it keep their own worktrees; a session in a repository's subdirectory
+/// belongs to the repository; a parent claimed before this rule is released with
+/// `zuno projects unbind`, after which the repository's next session binds it; deleting needs
+/// `--yes`.
+async fn a_hook_binds_only_a_repository_root(db: TestDb) {
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let home = server.home();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let (src, app) = (dir.join("src"), dir.join("src/app"));
+    std::fs::create_dir_all(app.join(".git")).unwrap();
+    std::fs::create_dir_all(app.join("crates/core")).unwrap();
+    let text = |path: &std::path::Path| path.to_string_lossy().into_owned();
+    let start = |cwd: &std::path::Path, session: &str| {
+        json!({"session_id": session, "cwd": cwd, "hook_event_name": "SessionStart",
+               "source": "startup"})
+    };
+    let worktree_of = |project: String| {
+        let server = &server;
+        async move {
+            let (status, body) = server.get(&format!("/api/projects/{project}")).await;
+            assert_eq!(status, 200, "{body}");
+            body["worktree"].clone()
+        }
+    };
+
+    let out = hook(home, &server.base, "SessionStart", start(&src, "s-parent")).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        worktree_of(project_for_cwd(&text(&src)).0).await,
+        Value::Null
+    );
+    let out = hook(
+        home,
+        &server.base,
+        "SessionStart",
+        start(&app.join("crates/core"), "s-app"),
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let app_project = project_for_cwd(&text(&app)).0;
+    assert_eq!(worktree_of(app_project.clone()).await, text(&app).as_str());
+
+    // A parent claimed the old way (a worktree named explicitly) blocks its repository.
+    let (legacy, lib) = (dir.join("legacy"), dir.join("legacy/lib"));
+    std::fs::create_dir_all(lib.join(".git")).unwrap();
+    let (status, body) = server
+        .post(
+            "/api/projects",
+            json!({"id": "legacy", "name": "legacy", "worktree": legacy}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let lib_project = project_for_cwd(&text(&lib)).0;
+    let out = hook(home, &server.base, "SessionStart", start(&lib, "s-lib-1")).await;
+    assert!(out.stderr.contains("was not bound"), "{}", out.stderr);
+    assert_eq!(worktree_of(lib_project.clone()).await, Value::Null);
+    let listed = projects(home, &server.base, &["list"]).await;
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        listed
+            .stdout
+            .contains(&format!("legacy\t{}", text(&legacy))),
+        "{}",
+        listed.stdout
+    );
+    let unbound = projects(home, &server.base, &["unbind", "legacy"]).await;
+    assert_eq!(unbound.code, 0, "{}", unbound.stderr);
+    let out = hook(home, &server.base, "SessionStart", start(&lib, "s-lib-2")).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(worktree_of(lib_project.clone()).await, text(&lib).as_str());
+
+    // Moving onto another project's tree is refused (exit 2); onto a free directory it moves.
+    let refused = projects(home, &server.base, &["rebind", "legacy", &text(&legacy)]).await;
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("overlaps"), "{}", refused.stderr);
+    let notes = dir.join("notes");
+    std::fs::create_dir(&notes).unwrap();
+    let moved = projects(
+        home,
+        &server.base,
+        &["rebind", "legacy", &text(&notes), "--json"],
+    )
+    .await;
+    assert_eq!(moved.code, 0, "{}", moved.stderr);
+    let moved: Value = serde_json::from_str(&moved.stdout).unwrap();
+    assert_eq!(moved["worktree"], text(&notes).as_str());
+
+    // Deleting asks for --yes first.
+    let asked = projects(home, &server.base, &["delete", "legacy"]).await;
+    assert_eq!(asked.code, 2, "{}", asked.stderr);
+    assert!(asked.stderr.contains("--yes"), "{}", asked.stderr);
+    assert_eq!(
+        worktree_of("legacy".to_owned()).await,
+        text(&notes).as_str()
+    );
+    let deleted = projects(home, &server.base, &["delete", "legacy", "--yes", "--json"]).await;
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    let (status, _) = server.get("/api/projects/legacy").await;
+    assert_eq!(status, 404);
+    let missing = projects(home, &server.base, &["unbind", "legacy"]).await;
+    assert_eq!(missing.code, 3, "{}", missing.stderr);
+}
+
+zuno_tests::on_both_backends!(
+    stop_after_a_rewind_fails_the_abandoned_turn_already_imported,
+    a_hook_binds_only_a_repository_root,
+);

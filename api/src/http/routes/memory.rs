@@ -303,7 +303,34 @@ pub async fn candidates(
             candidate.target != "global" && candidate.project_id.as_deref() == Some(&project_id)
         });
     }
-    Ok(Json(candidates))
+    Ok(Json(
+        candidates
+            .into_iter()
+            .map(|candidate| redact_foreign(&caller, candidate))
+            .collect(),
+    ))
+}
+
+/// What a caller sees of a global candidate proposed in a project outside its scope: global
+/// access reaches global Memory, not the projects it was learned in, so the project's id, the
+/// reason (drawn from that project's transcripts), the job and the detail are withheld.
+fn redact_foreign(caller: &Caller, mut candidate: Candidate) -> Candidate {
+    let foreign = candidate
+        .project_id
+        .as_deref()
+        .is_some_and(|project| !caller.can_access(project));
+    if foreign {
+        candidate.project_id = None;
+        candidate.reason = String::from("proposed in another project");
+        candidate.job_id = None;
+        candidate.detail = None;
+    }
+    candidate
+}
+
+fn redact_outcome(caller: &Caller, mut outcome: Outcome) -> Outcome {
+    outcome.candidate = redact_foreign(caller, outcome.candidate);
+    outcome
 }
 
 /// A candidate the caller may see (404 otherwise, also for a global candidate without global
@@ -351,7 +378,8 @@ pub async fn approve(
     ApiJson(body): ApiJson<ApproveRequest>,
 ) -> ApiResult<Json<Outcome>> {
     visible_candidate(&state, &caller, &id, GlobalAccess::Write).await?;
-    Ok(Json(state.memory.approve(&id, body.content).await?))
+    let outcome = state.memory.approve(&id, body.content).await?;
+    Ok(Json(redact_outcome(&caller, outcome)))
 }
 
 /// Reject a pending candidate.
@@ -363,7 +391,8 @@ pub async fn reject(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Candidate>> {
     visible_candidate(&state, &caller, &id, GlobalAccess::Write).await?;
-    Ok(Json(state.memory.reject(&id).await?))
+    let candidate = state.memory.reject(&id).await?;
+    Ok(Json(redact_foreign(&caller, candidate)))
 }
 
 /// Undo an applied candidate (a new revision restoring its exact `before` snapshot).
@@ -375,7 +404,8 @@ pub async fn undo(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Outcome>> {
     visible_candidate(&state, &caller, &id, GlobalAccess::Write).await?;
-    Ok(Json(state.memory.undo(&id).await?))
+    let outcome = state.memory.undo(&id).await?;
+    Ok(Json(redact_outcome(&caller, outcome)))
 }
 
 /// Restore an entry maintenance withheld as stale (named by the `remove` candidate that withheld

@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
 use utoipa::ToSchema;
+use zuno_shared::learning::ProjectDeletion;
 use zuno_shared::transcript::{NewProject, NewSession, Project, Session};
 
 use crate::http::AppState;
@@ -20,8 +21,10 @@ pub struct CreateProject {
     pub name: String,
     /// The project's worktree, where `.zuno/RULES.md` lives: an absolute path to an existing
     /// directory inside one of the server's `server.worktree_roots`, shared with no other
-    /// project. It is stored canonical (symbolic links resolved). Binding one needs the user's
-    /// token (the local token or one created with `--user`).
+    /// project and not a sensitive directory (the home directory itself, `~/.ssh`, …). It is
+    /// stored canonical (symbolic links resolved). Binding one needs the user's token (the local
+    /// token or one created with `--user`). An existing project without a worktree is bound to
+    /// it; one with another worktree answers 409 (move it with `PUT …/worktree`).
     #[serde(default)]
     pub worktree: Option<String>,
 }
@@ -76,11 +79,8 @@ pub async fn create_project(
             )));
         }
         Some(requested) => Some(
-            crate::http::worktree::resolve_blocking(
-                requested,
-                crate::http::worktree::roots(&state.config.server),
-            )
-            .await?,
+            crate::http::worktree::resolve_blocking(requested, &state.config.server, &state.paths)
+                .await?,
         ),
     };
     let created = state
@@ -163,4 +163,116 @@ pub async fn create_session(
         })
         .await?;
     Ok((StatusCode::CREATED, Json(session)))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BindWorktree {
+    /// The new worktree, under the rules of `CreateProject.worktree`, here named explicitly:
+    /// it need not be a repository root.
+    pub worktree: String,
+}
+
+/// 404 outside the caller's scope, 403 for a token that is not the user's: binding, moving and
+/// deleting are the user's acts, as binding is at creation.
+fn require_user(caller: &Caller, project_id: &str, verb: &str) -> Result<(), ApiError> {
+    caller.require(project_id, "project", project_id)?;
+    if caller.is_user() {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "{verb} needs the user's token (the local token, or one created with `zuno tokens create --user`)"
+        )))
+    }
+}
+
+/// Rewrites the project's rules file at its (new) worktree, when it has Memory; a failure is
+/// the projection's state, reported by inspect-memory, not the request's.
+async fn republish_project_memory(state: &AppState, project_id: &str) {
+    match state.memory.project_document_id(project_id).await {
+        Ok(Some(document)) => {
+            if let Err(error) = state.memory.publish(&document).await {
+                tracing::warn!(%error, "memory projection failed after a worktree change");
+            }
+        }
+        Ok(None) => {}
+        Err(error) => tracing::warn!(%error, "memory projection skipped after a worktree change"),
+    }
+}
+
+/// Bind the project to a worktree, or move it to another one. The user names the directory
+/// explicitly; it must lie inside `server.worktree_roots`, overlap no other project's worktree
+/// and not be a sensitive directory. The rules file is written at the new place (a file there
+/// that Zuno did not write is kept and reported by inspect-memory); the old file stays.
+#[utoipa::path(put, path = "/api/projects/{projectId}/worktree", tag = "projects",
+    params(("projectId" = String, Path)), request_body = BindWorktree,
+    responses((status = 200, body = Project), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn bind_worktree(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(project_id): Path<String>,
+    ApiJson(body): ApiJson<BindWorktree>,
+) -> ApiResult<Json<Project>> {
+    require_user(&caller, &project_id, "binding a worktree")?;
+    let worktree =
+        crate::http::worktree::resolve_blocking(body.worktree, &state.config.server, &state.paths)
+            .await?;
+    let project = match state
+        .transcripts
+        .set_worktree(&project_id, Some(&worktree))
+        .await
+    {
+        Err(zuno_shared::transcript::TranscriptError::WorktreeClaimed { project }) => {
+            return Err(crate::http::worktree::overlap(
+                &project,
+                caller.can_access(&project),
+            ));
+        }
+        other => other?,
+    };
+    republish_project_memory(&state, &project_id).await;
+    Ok(Json(project))
+}
+
+/// Unbind the project's worktree. Nothing on disk changes; Zuno stops writing there, and the
+/// directory may be claimed by another project. The project's next hook session binds it again
+/// when it runs in a repository root.
+#[utoipa::path(delete, path = "/api/projects/{projectId}/worktree", tag = "projects",
+    params(("projectId" = String, Path)),
+    responses((status = 200, body = Project), (status = 403, body = Problem),
+        (status = 404, body = Problem)))]
+pub async fn unbind_worktree(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(project_id): Path<String>,
+) -> ApiResult<Json<Project>> {
+    require_user(&caller, &project_id, "unbinding a worktree")?;
+    Ok(Json(
+        state.transcripts.set_worktree(&project_id, None).await?,
+    ))
+}
+
+/// Delete a project with its sessions, transcripts, Experience, project Memory, Skill
+/// candidates and learning jobs. Global Memory entries that only this project's Experience
+/// supported are retracted; its pending global candidates become `stale`. Files in the
+/// worktree (`.zuno/RULES.md`, applied Skills) and tokens naming the project are left alone.
+#[utoipa::path(delete, path = "/api/projects/{projectId}", tag = "projects",
+    params(("projectId" = String, Path)),
+    responses((status = 200, body = ProjectDeletion), (status = 403, body = Problem),
+        (status = 404, body = Problem)))]
+pub async fn delete_project(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(project_id): Path<String>,
+) -> ApiResult<Json<ProjectDeletion>> {
+    require_user(&caller, &project_id, "deleting a project")?;
+    let deletion = state.ingestion.delete_project(&project_id).await?;
+    for document in &deletion.documents {
+        // The retraction is committed; a failed projection is reported by inspect-memory.
+        if let Err(error) = state.memory.publish(document).await {
+            tracing::warn!(%error, "memory projection failed after project deletion");
+        }
+    }
+    Ok(Json(deletion))
 }

@@ -17,7 +17,7 @@ use serde::Serialize;
 pub use manual::ReflectOutcome;
 pub use manual::{ManualError, ReflectScope};
 pub use repair::{CATCH_UP_LIMIT, REPAIR_BATCH as REPAIR_BATCH_LIMIT, RepairAction, RepairReport};
-pub use retention::SessionDeletion;
+pub use retention::{ProjectDeletion, SessionDeletion};
 
 use super::eligibility::{self, Eligibility};
 use super::feedback::{self, Feedback, FeedbackError, FeedbackValue};

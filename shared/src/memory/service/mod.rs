@@ -188,6 +188,20 @@ impl MemoryService {
         self.clock.now_ms()
     }
 
+    /// The id of a project's Memory document when it holds at least one revision (a document
+    /// never written has no file to move).
+    pub async fn project_document_id(
+        &self,
+        project_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(crate::on_db!(self.db, |pool| sqlx::query_scalar(
+            "SELECT id FROM memory_document WHERE project_id = $1 AND revision > 0"
+        )
+        .bind(project_id)
+        .fetch_optional(pool)
+        .await)?)
+    }
+
     /// The projection path of a document: `$CONFIG/memory/MEMORY.md` or
     /// `<worktree>/.zuno/RULES.md` (none for a project without an absolute worktree).
     pub async fn projection_path(
