@@ -10,14 +10,27 @@ use super::matcher::ToolCall;
 /// The call `tool_name` with `tool_input` makes, or `None` for a tool guards do not check
 /// (reads, searches, web fetches). Edited paths inside `worktree` become relative to it.
 pub fn tool_call(tool_name: &str, tool_input: &Value, worktree: Option<&Path>) -> Option<ToolCall> {
-    let field = |name: &str| tool_input.get(name).and_then(Value::as_str);
-    match tool_name {
-        "Bash" | "shell" | "local_shell" | "exec_command" | "container.exec" => {
-            shell_line(tool_input.get("command").or_else(|| tool_input.get("cmd"))?)
-                .map(ToolCall::Shell)
+    // Codex records a function call's arguments as a JSON string.
+    let parsed;
+    let tool_input = match tool_input {
+        Value::String(text) if text.trim_start().starts_with('{') => {
+            parsed = serde_json::from_str::<Value>(text).unwrap_or_else(|_| tool_input.clone());
+            &parsed
         }
-        "Edit" | "Write" | "MultiEdit" | "NotebookEdit" => {
-            let path = field("file_path").or_else(|| field("notebook_path"))?;
+        _ => tool_input,
+    };
+    let field = |name: &str| tool_input.get(name).and_then(Value::as_str);
+    // Claude Code names tools `Bash`, `Edit`…; Codex `shell`, `apply_patch`; other hosts and
+    // imported histories spell them in lower case.
+    match tool_name.to_ascii_lowercase().as_str() {
+        "bash" | "shell" | "shell_command" | "local_shell" | "exec_command" | "container.exec"
+        | "run_command"
+        | "terminal" => shell_line(tool_input.get("command").or_else(|| tool_input.get("cmd"))?)
+            .map(ToolCall::Shell),
+        "edit" | "write" | "multiedit" | "notebookedit" | "create" | "str_replace_editor" => {
+            let path = field("file_path")
+                .or_else(|| field("notebook_path"))
+                .or_else(|| field("path"))?;
             Some(ToolCall::Edit(vec![relative(path, worktree)]))
         }
         "apply_patch" => {

@@ -61,13 +61,18 @@ fn covered(program: &str) -> &[&str] {
     }
 }
 
-/// The program `command` runs and its arguments; `python -m pip install x` runs `pip install x`.
+/// The program `command` runs through a runner, and its arguments: `python -m pip install x`
+/// runs `pip install x`, `uv run black .` runs `black .` (also `poetry`, `pipenv`, `pdm`, `rye`,
+/// `hatch`, `conda`).
 fn effective(command: &SimpleCommand) -> (&str, &[String]) {
-    if command.program.starts_with("python")
-        && command.args.first().is_some_and(|a| a == "-m")
-        && let Some(module) = command.args.get(1)
-    {
-        return (module.as_str(), &command.args[2..]);
+    let through = |flag: &str| command.args.first().is_some_and(|a| a == flag);
+    let runner = command.program.starts_with("python") && through("-m")
+        || matches!(
+            command.program.as_str(),
+            "uv" | "poetry" | "pipenv" | "pdm" | "rye" | "hatch" | "conda"
+        ) && through("run");
+    if runner && let Some(inner) = command.args.get(1) {
+        return (inner.as_str(), &command.args[2..]);
     }
     (command.program.as_str(), &command.args)
 }

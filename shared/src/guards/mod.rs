@@ -132,9 +132,10 @@ pub fn verdict<'a>(
             GuardDecision::Ask
         }
     };
+    let call = call.prepare();
     let mut found: Option<Verdict<'a>> = None;
     for guard in guards {
-        let Some(matched) = guard.matcher.matches(call) else {
+        let Some(matched) = guard.matcher.matches_prepared(&call) else {
             continue;
         };
         let decision = decision_of(guard);
@@ -205,8 +206,9 @@ pub async fn record_violations_in(tx: &mut Tx, message: &Message, now: i64) -> R
         let Some(call) = call::tool_call(tool_name, arguments, root) else {
             continue;
         };
+        let call = call.prepare();
         for guard in &guards {
-            if let Some(matched) = guard.matcher.matches(&call) {
+            if let Some(matched) = guard.matcher.matches_prepared(&call) {
                 store::count_in(tx, &guard.id, true, now).await?;
                 store::event_in(tx, &guard.id, "violated", Some(&message.session_id), Some(&matched), now)
                     .await?;
