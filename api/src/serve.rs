@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use zuno_shared::clock::system_clock;
 use zuno_shared::db::Db;
-use zuno_shared::ledger::{ClaimGate, Ledger};
+use zuno_shared::ledger::{ClaimGate, JobKind, Ledger};
 use zuno_shared::runtime::process::{
     Settings, WorkerEnv, allow_all, default_worker_id, init_telemetry, open_database, source_gate,
 };
@@ -81,6 +81,8 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
     settings.config.server.bind.clone_from(&bind);
     let server_token = ServerToken::decide(&bind, args.insecure_no_auth, &settings)?;
     let telemetry = init_telemetry("zuno-api", &settings.config)?;
+    // The API admits every kind; its counters are scraped from 0, not from a first admission.
+    zuno_shared::telemetry::metrics::ledger().export_from_zero(&JobKind::ALL);
     let shutdown = zuno_shared::runtime::shutdown::on_signal();
     let mut options = settings.connect_options();
     if options.is_postgres() {

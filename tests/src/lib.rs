@@ -6,6 +6,7 @@ pub mod fake_embeddings;
 pub mod fake_provider;
 pub mod label_oracle;
 pub mod otlp_receiver;
+pub mod pg_cluster;
 pub mod pnpm;
 pub mod processes;
 pub mod rng;

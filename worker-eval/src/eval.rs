@@ -386,8 +386,7 @@ impl EvaluateHandler {
                     "the evaluation was cancelled (lease lost or shutdown) before a verdict";
                 self.skills
                     .end_run(run, RunEnding::Cancelled, diagnostic)
-                    .await
-                    .map_err(|error| JobError::retryable(error.to_string()))?;
+                    .await?;
                 Err(JobError::LeaseLost)
             }
         }

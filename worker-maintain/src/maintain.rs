@@ -276,10 +276,7 @@ impl JobHandler for MaintainHandler {
         };
         // Adopt existing projection files before planning against the documents.
         for scope in [Scope::Global, Scope::Project] {
-            self.memory
-                .prepare(scope, Some(&project_id))
-                .await
-                .map_err(|e| JobError::retryable(e.to_string()))?;
+            self.memory.prepare(scope, Some(&project_id)).await?;
         }
         let inputs = read_inputs(ctx.ledger.db(), &project_id).await?;
         let plan = self.plan(&ctx, &project_id, &inputs).await?;
@@ -426,8 +423,7 @@ impl MaintainHandler {
             if let Some(entry) = self
                 .memory
                 .reinforce_in(tx, scope, Some(project_id), content, &change.experience_ids)
-                .await
-                .map_err(|e| JobError::retryable(e.to_string()))?
+                .await?
             {
                 reinforced.push(serde_json::json!({
                     "entry": entry.id, "content": entry.content, "experienceIds": change.experience_ids,
@@ -463,8 +459,7 @@ impl MaintainHandler {
                     project_id,
                     &format!("after:{id}"),
                 )
-                .await
-                .map_err(|e| JobError::retryable(e.to_string()))?;
+                .await?;
             }
         }
         let settled = settlement.complete(result_json(plan, &outcome)).await?;
@@ -496,6 +491,11 @@ fn repair_once(
     error: MemoryError,
     repaired: bool,
 ) -> Result<(), JobError> {
+    // A failed statement is no fault of the plan: the job runs again (within its attempt while
+    // the database is only unreachable) with the change kept.
+    if let MemoryError::Store(store) = error {
+        return Err(store.into());
+    }
     if repaired {
         return Err(JobError::Permanent {
             message: format!("the maintenance plan stayed invalid after one repair: {error}"),

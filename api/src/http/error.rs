@@ -191,7 +191,7 @@ impl IntoResponse for ApiError {
             ApiError::Internal(error) => {
                 tracing::error!(error = format!("{error:#}"), "request failed");
             }
-            ApiError::Unavailable(reason) => tracing::warn!(%reason, "dependency unavailable"),
+            ApiError::Unavailable(reason) => outage_log::answered_503(reason),
             _ => {}
         }
         let problem = this.problem();
@@ -272,3 +272,54 @@ fn store_error(error: zuno_shared::db::StoreError) -> ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// 503s are logged once per outage: the first at WARN, then a WARN reminder a minute at most
+/// with how many requests were answered 503 since; each one at DEBUG. An outage of a few
+/// seconds under load otherwise logs hundreds of identical lines.
+mod outage_log {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    /// A 503 this long after the previous one starts a new episode.
+    const EPISODE_GAP: Duration = Duration::from_secs(30);
+    const REMINDER: Duration = Duration::from_secs(60);
+
+    struct Episode {
+        started: Instant,
+        last: Instant,
+        reported: Instant,
+        answered: u64,
+    }
+
+    static EPISODE: Mutex<Option<Episode>> = Mutex::new(None);
+
+    pub(super) fn answered_503(reason: &str) {
+        let now = Instant::now();
+        let mut episode = EPISODE.lock().unwrap_or_else(|e| e.into_inner());
+        match episode.as_mut() {
+            Some(current) if now.duration_since(current.last) < EPISODE_GAP => {
+                current.last = now;
+                current.answered += 1;
+                if now.duration_since(current.reported) >= REMINDER {
+                    current.reported = now;
+                    tracing::warn!(%reason, answered_503 = current.answered,
+                        outage_ms = now.duration_since(current.started).as_millis() as u64,
+                        "dependency still unavailable; answering 503 with Retry-After");
+                } else {
+                    tracing::debug!(%reason, "dependency unavailable; answered 503");
+                }
+            }
+            _ => {
+                *episode = Some(Episode {
+                    started: now,
+                    last: now,
+                    reported: now,
+                    answered: 1,
+                });
+                tracing::warn!(%reason,
+                    "dependency unavailable; answering 503 with Retry-After \
+                     (further 503s of this outage at DEBUG, a reminder a minute)");
+            }
+        }
+    }
+}

@@ -123,21 +123,39 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(axum::middleware::from_fn(guard::problem_errors))
         .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                let span = tracing::info_span!(
-                    "http request",
-                    otel.name = %format!("{} {}", request.method(), request.uri().path()),
-                    http.method = %request.method(),
-                    http.path = %request.uri().path(),
-                );
-                // Continue a caller's trace when it sent one.
-                let parent = request
-                    .headers()
-                    .get("traceparent")
-                    .and_then(|value| value.to_str().ok());
-                zuno_shared::telemetry::continue_trace(&span, parent);
-                span
-            }),
+            TraceLayer::new_for_http()
+                .on_failure(log_failure)
+                .make_span_with(|request: &Request<_>| {
+                    let span = tracing::info_span!(
+                        "http request",
+                        otel.name = %format!("{} {}", request.method(), request.uri().path()),
+                        http.method = %request.method(),
+                        http.path = %request.uri().path(),
+                    );
+                    // Continue a caller's trace when it sent one.
+                    let parent = request
+                        .headers()
+                        .get("traceparent")
+                        .and_then(|value| value.to_str().ok());
+                    zuno_shared::telemetry::continue_trace(&span, parent);
+                    span
+                }),
         )
         .with_state(state)
+}
+
+/// The HTTP layer's log of a failed response. A 503 is already logged where it is answered
+/// (once per outage, see `error.rs`); every other server error at ERROR as before.
+fn log_failure(
+    failure: tower_http::classify::ServerErrorsFailureClass,
+    latency: std::time::Duration,
+    _span: &tracing::Span,
+) {
+    use tower_http::classify::ServerErrorsFailureClass;
+    match failure {
+        ServerErrorsFailureClass::StatusCode(status)
+            if status == axum::http::StatusCode::SERVICE_UNAVAILABLE => {}
+        failure => tracing::error!(classification = %failure,
+            latency_ms = latency.as_millis() as u64, "response failed"),
+    }
 }

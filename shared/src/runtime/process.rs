@@ -102,14 +102,17 @@ impl Settings {
     }
 }
 
-/// Installs telemetry for a process named `service`.
+/// Installs telemetry for a process named `service` and exports the domain counters at zero
+/// (the ledger's are exported by each runner for its kinds, and by `zuno serve` for all).
 pub fn init_telemetry(service: &str, config: &Config) -> anyhow::Result<TelemetryGuard> {
-    Ok(crate::telemetry::init(&TelemetryConfig {
+    let guard = crate::telemetry::init(&TelemetryConfig {
         service_name: service.to_owned(),
         json_logs: config.telemetry.json_logs,
         otlp_endpoint: config.telemetry.otlp_endpoint.clone(),
         metric_interval_ms: None,
-    })?)
+    })?;
+    crate::telemetry::metrics::export_from_zero();
+    Ok(guard)
 }
 
 /// Connects and migrates, retrying while the database is unreachable (a worker may start

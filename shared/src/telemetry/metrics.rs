@@ -172,7 +172,27 @@ pub fn learning() -> &'static LearningMetrics {
     })
 }
 
+/// Every `verification` label of `zuno_experiences_recorded`.
+const VERIFICATIONS: [&str; 2] = ["verified", "unverified"];
+
+/// Exports the domain counters whose label values are known at start (retrieval and learning;
+/// provider counters are labelled by the configured provider and model) at zero, so a scraper
+/// sees each series from the process's start, as the ledger's (`LedgerMetrics::export_from_zero`).
+pub fn export_from_zero() {
+    let retrieval = retrieval();
+    retrieval.skipped.add(0, &[]);
+    retrieval.selected.add(0, &[]);
+    let learning = learning();
+    for verification in VERIFICATIONS {
+        learning
+            .experiences
+            .add(0, &[KeyValue::new("verification", verification)]);
+    }
+    learning.refused.add(0, &[]);
+}
+
 impl LearningMetrics {
+    /// `verification` is one of [`VERIFICATIONS`].
     pub fn experience(&self, verification: &'static str) {
         self.experiences
             .add(1, &[KeyValue::new("verification", verification)]);

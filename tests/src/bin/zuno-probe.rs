@@ -19,6 +19,9 @@ use zuno_shared::runtime::{JobContext, JobError, JobHandler, Runner, RunnerConfi
 struct Args {
     #[arg(long)]
     database_url: String,
+    /// How long a SQLite statement waits for another connection's write lock.
+    #[arg(long)]
+    busy_timeout_ms: Option<u64>,
     #[command(subcommand)]
     command: Probe,
 }
@@ -100,8 +103,7 @@ impl JobHandler for EffectHandler {
         .bind(attempt)
         .execute(conn)
         .await
-        .map(|done| done.rows_affected()))
-        .map_err(|e| JobError::retryable(e.to_string()))?;
+        .map(|done| done.rows_affected()))?;
         Ok(settlement
             .complete(serde_json::json!({ "worker": worker }))
             .await?)
@@ -113,6 +115,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut options = ConnectOptions::new(args.database_url);
     options.max_connections = 4;
+    if let Some(ms) = args.busy_timeout_ms {
+        options.busy_timeout = Duration::from_millis(ms);
+    }
     let db = Db::connect(&options).await?;
     let ledger = Ledger::new(db.clone(), system_clock());
     match args.command {

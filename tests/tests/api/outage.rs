@@ -128,6 +128,29 @@ async fn a_database_outage_is_503_with_retry_after_and_a_retried_turn_is_stored_
     assert_eq!(stored, vec![text.to_owned()], "stored exactly once");
 }
 
+/// `zuno serve --database-url <url>` on a free loopback port, logging at the default level to
+/// `stderr`. Returns the child and its base URL.
+async fn serve(
+    url: &str,
+    home: &std::path::Path,
+    stderr: std::process::Stdio,
+) -> (tokio::process::Child, String) {
+    let (child, _, base, _stdout) = zuno_tests::processes::serve(
+        tokio::process::Command::new(zuno_tests::processes::binary("zuno"))
+            .env("ZUNO_HOME", home)
+            .env_remove("ZUNO_API_TOKEN")
+            .env_remove("DATABASE_URL")
+            .env_remove("ZUNO_DATABASE_URL")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("ZUNO_LOG")
+            .env_remove("RUST_LOG")
+            .args(["--database-url", url, "serve", "--bind", "127.0.0.1:0"]),
+        stderr,
+    )
+    .await;
+    (child, base)
+}
+
 /// `zuno serve` on Postgres whose server goes away entirely (its port refuses connections):
 /// a request answers 503 with `Retry-After` after the API's short connection wait, before a
 /// client's 15 s timeout, instead of hanging for the pool's full 30 s retry of refused
@@ -139,23 +162,7 @@ async fn refused_database_connections_are_503_before_a_client_gives_up() {
     let proxy = TcpProxy::start(target).await.unwrap();
     let (proxied_url, _) = through(&db.url, proxy.address());
     let home = tempfile::tempdir().unwrap();
-    let (mut child, _, base, _stdout) = zuno_tests::processes::serve(
-        tokio::process::Command::new(zuno_tests::processes::binary("zuno"))
-            .env("ZUNO_HOME", home.path())
-            .env_remove("ZUNO_API_TOKEN")
-            .env_remove("DATABASE_URL")
-            .env_remove("ZUNO_DATABASE_URL")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .args([
-                "--database-url",
-                &proxied_url,
-                "serve",
-                "--bind",
-                "127.0.0.1:0",
-            ]),
-        std::process::Stdio::null(),
-    )
-    .await;
+    let (mut child, base) = serve(&proxied_url, home.path(), std::process::Stdio::null()).await;
     let token = std::fs::read_to_string(home.path().join("local-token")).unwrap();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
@@ -183,4 +190,72 @@ async fn refused_database_connections_are_503_before_a_client_gives_up() {
         "application/problem+json"
     );
     child.kill().await.unwrap();
+}
+
+/// The API process exports its job counters at 0 before any admission (every kind, both
+/// outcomes), and an outage answered with 503s is logged once at WARN, never at ERROR: 40
+/// requests during the cut produce one log line about it (the HTTP layer logged each 503 at
+/// ERROR besides).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_is_logged_once_at_warn_and_counters_start_at_zero() {
+    let db = TestDb::postgres().await;
+    let (_, target) = through(&db.url, "127.0.0.1:1".parse().unwrap());
+    let proxy = TcpProxy::start(target).await.unwrap();
+    let (proxied_url, _) = through(&db.url, proxy.address());
+    let home = tempfile::tempdir().unwrap();
+    let log_path = home.path().join("serve.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let (mut child, base) = serve(&proxied_url, home.path(), log.into()).await;
+
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for kind in zuno_shared::ledger::JobKind::ALL {
+        for outcome in ["queued", "existing"] {
+            assert!(
+                metrics
+                    .lines()
+                    .any(|line| line.starts_with("zuno_jobs_admitted")
+                        && line.contains(&format!("kind=\"{kind}\""))
+                        && line.contains(&format!("outcome=\"{outcome}\""))
+                        && line.ends_with(" 0")),
+                "zuno_jobs_admitted{{kind={kind},outcome={outcome}}} is exported at 0:\n{metrics}"
+            );
+        }
+    }
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with("zuno_experiences_recorded")
+                && line.contains("verification=\"verified\"")
+                && line.ends_with(" 0")),
+        "{metrics}"
+    );
+
+    let token = std::fs::read_to_string(home.path().join("local-token")).unwrap();
+    let client = reqwest::Client::new();
+    proxy.cut();
+    for n in 0..40 {
+        let response = client
+            .post(format!("{base}/api/projects"))
+            .bearer_auth(token.trim())
+            .json(&json!({"id": format!("p{n}"), "name": "p"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 503);
+    }
+    child.kill().await.unwrap();
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    let errors: Vec<&str> = logged.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(errors.is_empty(), "no 503 is logged at ERROR:\n{logged}");
+    let outage: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("dependency unavailable"))
+        .collect();
+    assert_eq!(outage.len(), 1, "one line for the outage:\n{logged}");
+    assert!(outage[0].contains("WARN"), "{logged}");
 }

@@ -12,6 +12,8 @@ use zuno_shared::ledger::{JobIdentity, JobOrigin, JobState, NewJob};
 use zuno_tests::processes::binary;
 use zuno_tests::{TestDb, eventually, on_both_backends};
 
+mod outage;
+
 fn probe(db: &TestDb) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_zuno-probe"));
     command

@@ -1,7 +1,8 @@
 //! What a job kind implements.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
@@ -22,19 +23,54 @@ pub struct JobContext {
 /// Orders heartbeats before settlement for one attempt: once settlement begins no heartbeat
 /// starts, and a heartbeat already in flight finishes first. Without it a heartbeat queued
 /// behind our own settlement would find the job settled and report a false lease loss.
-#[derive(Default)]
 pub(crate) struct LeaseGuard {
     pub(crate) lock: tokio::sync::Mutex<()>,
     pub(crate) settling: AtomicBool,
+    /// When the lease was last extended (the claim, then each heartbeat that got through),
+    /// taken before the call was sent: the database started the lease no earlier, so this
+    /// side's deadline never falls after the database's.
+    extended_at: Mutex<Instant>,
+}
+
+impl LeaseGuard {
+    fn new(extended_at: Instant) -> LeaseGuard {
+        LeaseGuard {
+            lock: tokio::sync::Mutex::new(()),
+            settling: AtomicBool::new(false),
+            extended_at: Mutex::new(extended_at),
+        }
+    }
+
+    /// Records a lease extension sent at `sent`.
+    pub(crate) fn extended(&self, sent: Instant) {
+        let mut at = self.extended_at.lock().unwrap_or_else(|e| e.into_inner());
+        *at = (*at).max(sent);
+    }
+
+    /// When a lease of `lease` ends unless a heartbeat extends it, on this process's monotonic
+    /// clock.
+    pub(crate) fn deadline(&self, lease: Duration) -> Instant {
+        *self.extended_at.lock().unwrap_or_else(|e| e.into_inner()) + lease
+    }
 }
 
 impl JobContext {
     pub fn new(ledger: Ledger, claimed: ClaimedJob, cancel: CancellationToken) -> JobContext {
+        JobContext::claimed_at(ledger, claimed, cancel, Instant::now())
+    }
+
+    /// A context whose lease began no earlier than `claim_sent` (when the claim was sent).
+    pub(crate) fn claimed_at(
+        ledger: Ledger,
+        claimed: ClaimedJob,
+        cancel: CancellationToken,
+        claim_sent: Instant,
+    ) -> JobContext {
         JobContext {
             ledger,
             claimed,
             cancel,
-            lease_guard: Arc::new(LeaseGuard::default()),
+            lease_guard: Arc::new(LeaseGuard::new(claim_sent)),
         }
     }
 
@@ -95,11 +131,13 @@ pub enum JobError {
     /// The lease was lost; nothing was committed and nothing more may be written.
     #[error("lease lost")]
     LeaseLost,
-    /// A database statement failed (a dropped connection, a restart, a timeout). The runner
-    /// runs the job again within the same attempt a few times, then retries it like
-    /// [`JobError::Retryable`].
-    #[error("database error: {0}")]
-    Database(String),
+    /// A database statement failed. The runner runs the job again within the same attempt and
+    /// lease: a `transient` failure (the database unreachable, restarting or busy) until the
+    /// lease's deadline, so an outage shorter than the lease spends no attempt; any other a few
+    /// times. Then it is retried like [`JobError::Retryable`]. `message` is the store's own
+    /// text ("database error: …").
+    #[error("{message}")]
+    Database { message: String, transient: bool },
 }
 
 impl JobError {
@@ -135,7 +173,10 @@ impl From<crate::db::StoreError> for JobError {
     fn from(error: crate::db::StoreError) -> JobError {
         match &error {
             crate::db::StoreError::Database(_) if error.constraint_violation().is_none() => {
-                JobError::Database(error.to_string())
+                JobError::Database {
+                    transient: error.is_connection() || error.is_contention(),
+                    message: error.to_string(),
+                }
             }
             _ => JobError::retryable(error.to_string()),
         }

@@ -243,6 +243,7 @@ impl Runner {
             lease_ms: duration_ms(self.config.lease),
             scopes: self.config.scopes.as_deref(),
         };
+        let claim_sent = Instant::now();
         let claim = tokio::time::timeout(
             db_call_timeout(self.config.lease),
             self.ledger.claim(&request, self.gate.as_ref()),
@@ -265,7 +266,7 @@ impl Runner {
                 .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)).max(FAST_POLL_MIN)),
         };
         for claimed in batch.claimed {
-            let (id, entry) = self.spawn_attempt(running, claimed);
+            let (id, entry) = self.spawn_attempt(running, claimed, claim_sent);
             in_flight.insert(id, entry);
         }
         round
@@ -327,12 +328,13 @@ impl Runner {
         &self,
         running: &mut JoinSet<AttemptOutcome>,
         claimed: ClaimedJob,
+        claim_sent: Instant,
     ) -> (tokio::task::Id, Running) {
         let handler = Arc::clone(&self.handlers[&claimed.job.kind]);
         let cancel = CancellationToken::new();
         let kill = CancellationToken::new();
         let attempt = Attempt {
-            ctx: JobContext::new(self.ledger.clone(), claimed, cancel.clone()),
+            ctx: JobContext::claimed_at(self.ledger.clone(), claimed, cancel.clone(), claim_sent),
             handler,
             gate: Arc::clone(&self.gate),
             lease: self.config.lease,
@@ -454,9 +456,10 @@ const FAST_POLL_MAX: Duration = Duration::from_secs(1);
 const DB_RETRY_MIN: Duration = Duration::from_millis(100);
 const DB_RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// How often a database failure inside an attempt re-runs the handler (within the same attempt
-/// and lease) before the attempt is spent.
-const ATTEMPT_DB_RETRIES: usize = 3;
+/// How often a database failure that is not transient (a statement the database refused for
+/// another reason than being unreachable or busy) re-runs the handler within its attempt before
+/// the attempt is spent. Transient failures are re-run until the lease's deadline instead.
+const STATEMENT_RERUNS: usize = 3;
 
 /// Longest a single ledger call may take before the runner gives up on it: a frozen connection
 /// must not hold an attempt (or the claim loop) forever.
@@ -601,28 +604,62 @@ impl Attempt {
     }
 
     /// Runs the handler, re-running it within this attempt when it failed on the database: a
-    /// database blip must not spend one of the job's three attempts. Each re-run starts from
-    /// scratch (nothing of a failed run committed) and the lease stays ours meanwhile.
+    /// database outage shorter than the lease must not spend one of the job's three attempts.
+    /// Each re-run starts from scratch (nothing of a failed run committed) and the lease stays
+    /// ours meanwhile, extended by the heartbeats once the database answers again. Re-runs stop
+    /// at the lease's deadline as this side knows it; a run that starts before it and commits
+    /// after it is still fenced by the lease token (a rescuer's claim changed it).
     async fn run_handler(&self) -> Result<crate::ledger::Job, JobError> {
         let mut backoff = db_backoff(self.lease).build();
-        let mut reruns = 0;
+        let started = Instant::now();
+        let (mut reruns, mut statement_reruns) = (0, 0);
         loop {
             let error = match self.handler.run(self.ctx.clone()).await {
-                Err(JobError::Database(message)) => message,
+                Err(error @ JobError::Database { .. }) => error,
+                Ok(job) if reruns > 0 => {
+                    tracing::info!(
+                        reruns,
+                        waited_ms = duration_ms(started.elapsed()),
+                        "the database answered again; the job ran within its attempt"
+                    );
+                    return Ok(job);
+                }
                 other => return other,
             };
-            let delay = match backoff.next() {
-                Some(delay) if reruns < ATTEMPT_DB_RETRIES && !self.ctx.cancel.is_cancelled() => {
-                    delay
+            // The failed run's settlement is gone: heartbeats may extend the lease meanwhile.
+            self.ctx.lease_guard.settling.store(false, Ordering::SeqCst);
+            let transient = matches!(
+                error,
+                JobError::Database {
+                    transient: true,
+                    ..
                 }
-                _ => return Err(JobError::Database(error)),
+            );
+            statement_reruns += usize::from(!transient);
+            let Some(delay) = backoff.next() else {
+                return Err(error);
             };
+            let before_deadline =
+                Instant::now() + delay < self.ctx.lease_guard.deadline(self.lease);
+            if !before_deadline
+                || statement_reruns > STATEMENT_RERUNS
+                || self.ctx.cancel.is_cancelled()
+            {
+                return Err(error);
+            }
             reruns += 1;
             crate::ledger::metrics::ledger().attempt_db_retry(self.ctx.claimed.job.kind);
-            tracing::warn!(%error, rerun = reruns, retry_in_ms = delay.as_millis() as u64,
-                "database error inside the attempt; running the job again");
-            tokio::time::sleep(delay).await;
-            self.ctx.lease_guard.settling.store(false, Ordering::SeqCst);
+            if reruns == 1 {
+                tracing::warn!(%error, transient,
+                    "database error inside the attempt; running the job again within its lease");
+            } else {
+                tracing::debug!(%error, rerun = reruns, retry_in_ms = duration_ms(delay),
+                    "database error inside the attempt; running the job again");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = self.ctx.cancel.cancelled() => return Err(error),
+            }
         }
     }
 
@@ -678,64 +715,55 @@ impl Attempt {
         }
     }
 
-    /// Extends the lease every heartbeat interval. The attempt ends when the lease is lost, the
-    /// source revoked, or when heartbeats kept failing (or settlement kept hanging) for a whole
-    /// lease since the last contact, measured on this process's monotonic clock whatever the
-    /// database's clock says: by then the lease has expired for everyone else.
+    /// Extends the lease every heartbeat interval; after a failed heartbeat, again with a short
+    /// backoff (so the lease is extended as soon as the database answers). The attempt ends
+    /// when the lease is lost, the source revoked, or when heartbeats kept failing (or
+    /// settlement kept hanging) past the lease's deadline, measured on this process's monotonic
+    /// clock whatever the database's clock says: by then the lease has expired for everyone else.
     async fn heartbeat_loop(&self) -> HeartbeatEnd {
-        let lease = &self.ctx.claimed.lease;
-        let lease_ms = duration_ms(self.lease);
-        let mut last_contact = Instant::now();
-        // Set while heartbeats fail or settlement runs: only then is the deadline watched, so a
-        // worker merely configured with rare heartbeats keeps its old behaviour (fencing).
-        let mut watching_deadline = false;
-        let mut was_settling = false;
+        let guard = &self.ctx.lease_guard;
+        // Set while heartbeats fail: only then (or during settlement) is the deadline watched,
+        // so a worker that was frozen (paused, suspended) past its lease still reaches the
+        // database, which refuses and audits its stale heartbeat.
+        let mut failing: Option<backon::ExponentialBackoff> = None;
+        // Settlement, once seen in progress, gets one whole lease from then to finish.
+        let mut settling_since: Option<Instant> = None;
         loop {
-            let wait = if watching_deadline {
-                self.heartbeat
-                    .min(self.lease.saturating_sub(last_contact.elapsed()))
-            } else {
-                self.heartbeat
+            let deadline = settling_since
+                .map_or_else(|| guard.deadline(self.lease), |since| since + self.lease);
+            let watched = failing.is_some() || settling_since.is_some();
+            let mut wait = match failing.as_mut() {
+                Some(retry) => retry
+                    .next()
+                    .map_or(self.heartbeat, |d| d.min(self.heartbeat)),
+                None => self.heartbeat,
             };
+            if watched {
+                wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+            }
             tokio::time::sleep(wait).await;
-            if watching_deadline && last_contact.elapsed() >= self.lease {
+            if watched && Instant::now() >= deadline {
                 return HeartbeatEnd::Unreachable;
             }
-            let _exclusive = self.ctx.lease_guard.lock.lock().await;
-            if self.ctx.lease_guard.settling.load(Ordering::SeqCst) {
-                // Settlement owns the lease; it gets a whole lease from its start to finish.
-                if !was_settling {
-                    was_settling = true;
-                    watching_deadline = true;
-                    last_contact = Instant::now();
-                }
+            let _exclusive = guard.lock.lock().await;
+            if guard.settling.load(Ordering::SeqCst) {
+                settling_since.get_or_insert_with(Instant::now);
                 continue;
             }
-            // Settlement gave the lease back when a database error re-runs the job; the next
-            // heartbeat decides whether the deadline is watched.
-            was_settling = false;
-            // Only a watched deadline shortens the call: a worker that was frozen (paused,
-            // suspended) past its lease must still reach the database, which refuses and audits
-            // its stale heartbeat.
-            let call_timeout = if watching_deadline {
-                self.lease
-                    .saturating_sub(last_contact.elapsed())
-                    .min(db_call_timeout(self.lease))
-            } else {
-                db_call_timeout(self.lease)
+            // Settlement gave the lease back when a database error re-runs the job.
+            settling_since = None;
+            // Only a watched deadline shortens the call (see `failing`).
+            let call_timeout = match failing {
+                Some(_) => deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(db_call_timeout(self.lease)),
+                None => db_call_timeout(self.lease),
             };
-            let beat = tokio::time::timeout(
-                call_timeout,
-                self.ctx
-                    .ledger
-                    .heartbeat(lease, lease_ms, self.gate.as_ref()),
-            )
-            .await
-            .unwrap_or_else(|_| Err(timed_out("heartbeat")));
-            match beat {
+            match self.beat(call_timeout).await {
                 Ok(HeartbeatOutcome::Extended { .. }) => {
-                    last_contact = Instant::now();
-                    watching_deadline = false;
+                    if failing.take().is_some() {
+                        tracing::info!("heartbeat reached the database again; lease extended");
+                    }
                 }
                 Ok(HeartbeatOutcome::SourceRevoked { reason }) => {
                     return HeartbeatEnd::SourceRevoked(reason);
@@ -744,21 +772,45 @@ impl Attempt {
                 Err(error) => {
                     // The lease stays ours until it expires; fencing keeps a late settlement
                     // safe if it does expire meanwhile.
-                    tracing::warn!(%error, "heartbeat failed; will retry");
-                    watching_deadline = true;
+                    if failing.is_none() {
+                        tracing::warn!(%error, "heartbeat failed; retrying until the lease ends");
+                        failing = Some(db_backoff(self.lease).build());
+                    } else {
+                        tracing::debug!(%error, "heartbeat failed again");
+                    }
                 }
             }
         }
     }
 
+    /// One heartbeat, bounded by `call_timeout`; a success records the extension from when the
+    /// heartbeat was sent.
+    async fn beat(&self, call_timeout: Duration) -> Result<HeartbeatOutcome, LedgerError> {
+        let sent = Instant::now();
+        let beat = tokio::time::timeout(
+            call_timeout,
+            self.ctx.ledger.heartbeat(
+                &self.ctx.claimed.lease,
+                duration_ms(self.lease),
+                self.gate.as_ref(),
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| Err(timed_out("heartbeat")));
+        if matches!(beat, Ok(HeartbeatOutcome::Extended { .. })) {
+            self.ctx.lease_guard.extended(sent);
+        }
+        beat
+    }
+
     /// Records a failed attempt. A settlement the database refuses for any reason but a lost
-    /// lease is retried with backoff while the lease lasts; only then is it given up (the lease
-    /// expires and the job is rescued).
+    /// lease is retried with backoff until the lease's deadline; only then is it given up (the
+    /// lease expires and the job is rescued).
     async fn settle_error(&self, error: JobError) -> AttemptOutcome {
         let (verb, message) = match &error {
             JobError::LeaseLost => return AttemptOutcome::LeaseLost,
             JobError::Retryable { message, .. } => ("retry", message.clone()),
-            JobError::Database(message) => ("retry", format!("database error: {message}")),
+            JobError::Database { message, .. } => ("retry", message.clone()),
             JobError::Permanent { message, .. } => ("fail", message.clone()),
             JobError::SourceChanged(reason) => ("skip", reason.clone()),
         };
@@ -769,7 +821,7 @@ impl Attempt {
                     JobError::Retryable { message, retry_at } => {
                         settlement.retry(message, *retry_at).await
                     }
-                    JobError::Database(_) => settlement.retry(&message, None).await,
+                    JobError::Database { .. } => settlement.retry(&message, None).await,
                     JobError::Permanent { message, result } => {
                         settlement.fail(message, result.clone()).await
                     }
@@ -782,7 +834,12 @@ impl Attempt {
                 .unwrap_or_else(|_| Err(timed_out("settlement")))
         };
         let settled = settle
-            .retry(db_backoff(self.lease.saturating_sub(self.heartbeat)))
+            .retry(db_backoff(
+                self.ctx
+                    .lease_guard
+                    .deadline(self.lease)
+                    .saturating_duration_since(Instant::now()),
+            ))
             .when(|error| !matches!(error, LedgerError::LeaseLost { .. }))
             .notify(|settle_error, delay| {
                 tracing::warn!(%settle_error, retry_in_ms = delay.as_millis() as u64,
