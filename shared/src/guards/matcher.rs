@@ -142,22 +142,41 @@ fn wildcard(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// A tool call read once for many matchers: a shell line parsed into its simple commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreparedCall {
+    Shell(Vec<SimpleCommand>),
+    Edit(Vec<String>),
+}
+
+impl ToolCall {
+    pub fn prepare(&self) -> PreparedCall {
+        match self {
+            ToolCall::Shell(line) => PreparedCall::Shell(shell::simple_commands(line)),
+            ToolCall::Edit(paths) => PreparedCall::Edit(paths.clone()),
+        }
+    }
+}
+
 impl Matcher {
     /// The first part of `call` this matcher forbids, as text: the simple command or the path.
     pub fn matches(&self, call: &ToolCall) -> Option<String> {
+        self.matches_prepared(&call.prepare())
+    }
+
+    /// [`Matcher::matches`] on a call already read.
+    pub fn matches_prepared(&self, call: &PreparedCall) -> Option<String> {
         match (self, call) {
-            (Matcher::Command { program, args }, ToolCall::Shell(line)) => {
-                shell::simple_commands(line)
-                    .into_iter()
-                    .find(|command| command_matches(program, args, command))
-                    .map(|command| {
-                        std::iter::once(command.program)
-                            .chain(command.args)
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    })
-            }
-            (Matcher::Path { glob }, ToolCall::Edit(paths)) => {
+            (Matcher::Command { program, args }, PreparedCall::Shell(commands)) => commands
+                .iter()
+                .find(|command| command_matches(program, args, command))
+                .map(|command| {
+                    std::iter::once(command.program.as_str())
+                        .chain(command.args.iter().map(String::as_str))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                }),
+            (Matcher::Path { glob }, PreparedCall::Edit(paths)) => {
                 paths.iter().find(|path| glob_matches(glob, path)).cloned()
             }
             _ => None,
