@@ -228,9 +228,9 @@ impl MemoryService {
             scope,
             revision: view.map_or(0, |v| v.revision),
             differs: file.as_ref().is_some_and(|f| {
-                f.iter()
-                    .cloned()
-                    .ne(accepted.iter().map(|entry| markdown::visible_entry(entry)))
+                f.iter().cloned().ne(accepted
+                    .iter()
+                    .map(|entry| markdown::projected_entry(entry)))
             }),
             accepted,
             path: path.map(|p| p.display().to_string()),
