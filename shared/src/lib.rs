@@ -15,6 +15,7 @@ pub mod telemetry;
 pub mod text;
 pub mod tokens;
 pub mod transcript;
+pub mod worktree;
 
 // The job queue (storage, ledger, worker runtime) is its own crate; these re-exports keep one
 // path for the domain (`crate::ledger::…`) whether a type is the queue's or the domain's.
