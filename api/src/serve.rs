@@ -81,6 +81,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
     settings.config.server.bind.clone_from(&bind);
     let server_token = ServerToken::decide(&bind, args.insecure_no_auth, &settings)?;
     let telemetry = init_telemetry("zuno-api", &settings.config)?;
+    zuno_shared::runtime::process::secure_home(&settings.paths);
     let shutdown = zuno_shared::runtime::shutdown::on_signal();
     let mut options = settings.connect_options();
     if options.is_postgres() {

@@ -6,6 +6,7 @@ pub mod config;
 pub mod learning;
 pub mod managed_file;
 pub mod memory;
+pub mod ownership;
 pub mod paths;
 pub mod provider;
 pub mod runtime;

@@ -4,6 +4,7 @@ mod auth;
 mod cli;
 mod errors;
 mod events;
+mod files;
 mod ingestion;
 mod learning;
 mod openapi;
