@@ -121,7 +121,7 @@ fn escape_line(line: &str, spans: &[(usize, usize)], out: &mut String) {
             .iter()
             .any(|(start, end)| (*start..*end).contains(&at));
         let next_is_text = chars.peek().is_some_and(|(_, next)| !next.is_whitespace());
-        if !in_code && matches!(c, '@' | '<') && next_is_text && backslashes % 2 == 0 {
+        if !in_code && matches!(c, '@' | '<') && next_is_text && backslashes.is_multiple_of(2) {
             out.push('\\');
         }
         backslashes = if c == '\\' && !in_code {
