@@ -83,6 +83,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
     let telemetry = init_telemetry("zuno-api", &settings.config)?;
     // The API admits every kind; its counters are scraped from 0, not from a first admission.
     zuno_shared::telemetry::metrics::ledger().export_from_zero(&JobKind::ALL);
+    zuno_shared::runtime::process::secure_home(&settings.paths);
     let shutdown = zuno_shared::runtime::shutdown::on_signal();
     let mut options = settings.connect_options();
     if options.is_postgres() {

@@ -7,6 +7,7 @@ pub mod guards;
 pub mod learning;
 pub mod managed_file;
 pub mod memory;
+pub mod ownership;
 pub mod paths;
 pub mod provider;
 pub mod runtime;
@@ -16,6 +17,7 @@ pub mod telemetry;
 pub mod text;
 pub mod tokens;
 pub mod transcript;
+pub mod worktree;
 
 // The job queue (storage, ledger, worker runtime) is its own crate; these re-exports keep one
 // path for the domain (`crate::ledger::…`) whether a type is the queue's or the domain's.

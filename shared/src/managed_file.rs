@@ -75,15 +75,65 @@ pub enum Publish {
     Unchanged { digest: String },
 }
 
-/// Which directories [`publish_with`] may create when the file's directory is absent.
+/// Where a managed file lives, which decides what [`publish_with`] may create and with which
+/// permissions (README, Security: the file-permission model).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CreateDir {
-    /// Only the immediate directory (`<worktree>/.zuno`): a missing worktree is an error, never
-    /// recreated. What [`publish`] uses.
+    /// In a worktree (`<worktree>/.zuno`): only the immediate directory is created, so a missing
+    /// worktree is an error, never recreated. What [`publish`] uses. A new directory or file
+    /// follows the repository: group and others get the read (and, for a directory, search)
+    /// access they have on its parent directory, never write ([`inherited_mode`]); an existing
+    /// file keeps its mode.
     Immediate,
-    /// The immediate directory and any missing ancestors (`$CONFIG/memory` on a fresh install,
-    /// where `$CONFIG` itself may not exist yet).
+    /// In Zuno's own home: the immediate directory and any missing ancestors (`$CONFIG/memory`
+    /// on a fresh install, where `$CONFIG` itself may not exist yet), all private: directories
+    /// 0700, the file 0600, and an existing file loses any group or other access.
     WithAncestors,
+}
+
+/// The mode of a new file (or directory, `dir`) in a worktree whose parent directory has
+/// `parent_mode`: the owner's read and write (and search), plus the read (and search) bits the
+/// parent grants group and others.
+pub fn inherited_mode(parent_mode: u32, dir: bool) -> u32 {
+    if dir {
+        0o700 | (parent_mode & 0o055)
+    } else {
+        0o600 | (parent_mode & 0o044)
+    }
+}
+
+/// Creates `dir` (its parent must exist) with [`inherited_mode`] from its parent, whatever the
+/// process's umask: a directory Zuno adds to a repository is as readable as the one it is in.
+/// `Ok(())` when it exists already.
+pub fn create_dir_in_worktree(dir: &Path) -> io::Result<()> {
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(err) => return Err(err),
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        let parent_mode = fs::metadata(parent)?.permissions().mode();
+        fs::set_permissions(
+            dir,
+            fs::Permissions::from_mode(inherited_mode(parent_mode, true)),
+        )?;
+    }
+    Ok(())
+}
+
+/// Creates `dir` and its missing ancestors, each 0700.
+fn create_private_dirs(dir: &Path) -> io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
 }
 
 /// SHA-256 of `bytes`, lower-case hex.
@@ -357,6 +407,12 @@ fn lock_and_run<T>(
     let mut options = OpenOptions::new();
     options.read(true).write(true).create(true);
     no_follow(&mut options, false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Only writers open it, and they are the owner.
+        options.mode(0o600);
+    }
     let file = options
         .open(&lock_path)
         .map_err(|err| io_error(&lock_path, &err))?;
@@ -431,8 +487,8 @@ pub fn publish_with(
     let dir = parent_dir(path)?;
     if !check_dir(dir)? {
         let created = match create {
-            CreateDir::Immediate => fs::create_dir(dir),
-            CreateDir::WithAncestors => fs::create_dir_all(dir),
+            CreateDir::Immediate => create_dir_in_worktree(dir),
+            CreateDir::WithAncestors => create_private_dirs(dir),
         };
         match created {
             Ok(()) => {}
@@ -441,7 +497,7 @@ pub fn publish_with(
         }
     }
     lock_and_run(path, Wait::Block, MissingDir::Fail, || {
-        publish_locked(path, dir, content, expected_digest)
+        publish_locked(path, dir, content, expected_digest, create)
     })
 }
 
@@ -450,6 +506,7 @@ fn publish_locked(
     dir: &Path,
     content: &str,
     expected_digest: Option<&str>,
+    create: CreateDir,
 ) -> Result<Publish, ManagedFileError> {
     let current = if check_regular(path)? {
         read_existing(path)?
@@ -468,7 +525,7 @@ fn publish_locked(
     }
 
     remove_stale_temps(dir, path);
-    let temp = write_temp(dir, path, content.as_bytes(), current.as_ref())?;
+    let temp = write_temp(dir, path, content.as_bytes(), current.as_ref(), create)?;
 
     // Last look before replacing: still regular, still the bytes we compared against.
     check_regular(path)?;
@@ -522,6 +579,7 @@ fn write_temp(
     path: &Path,
     content: &[u8],
     current: Option<&Existing>,
+    create: CreateDir,
 ) -> Result<TempFile, ManagedFileError> {
     let mut name = temp_prefix(path);
     name.push(format!(
@@ -540,18 +598,43 @@ fn write_temp(
         path: temp_path,
         armed: std::cell::Cell::new(true),
     };
-    // Keep the mode a user gave the file (e.g. 0600).
     #[cfg(unix)]
-    if let Some(existing) = current {
-        file.set_permissions(existing.permissions.clone())
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(fs::Permissions::from_mode(file_mode(dir, current, create)?))
             .map_err(|err| io_error(&temp.path, &err))?;
     }
     #[cfg(not(unix))]
-    let _ = current;
+    let _ = (current, create);
     file.write_all(content)
         .map_err(|err| io_error(&temp.path, &err))?;
     file.sync_all().map_err(|err| io_error(&temp.path, &err))?;
     Ok(temp)
+}
+
+/// The mode the published file gets: in a worktree, the mode a user gave the existing file (e.g.
+/// 0600), else [`inherited_mode`] from its directory; in Zuno's home, 0600, or the existing
+/// file's mode without group and other access.
+#[cfg(unix)]
+fn file_mode(
+    dir: &Path,
+    current: Option<&Existing>,
+    create: CreateDir,
+) -> Result<u32, ManagedFileError> {
+    use std::os::unix::fs::PermissionsExt;
+    let existing = current.map(|existing| existing.permissions.mode() & 0o7777);
+    Ok(match (create, existing) {
+        (CreateDir::Immediate, Some(mode)) => mode,
+        (CreateDir::Immediate, None) => {
+            let dir_mode = fs::metadata(dir)
+                .map_err(|err| io_error(dir, &err))?
+                .permissions()
+                .mode();
+            inherited_mode(dir_mode, false)
+        }
+        (CreateDir::WithAncestors, Some(mode)) => mode & 0o700,
+        (CreateDir::WithAncestors, None) => 0o600,
+    })
 }
 
 /// Under the lock, every temp file of this file belongs to a writer that died mid-write.

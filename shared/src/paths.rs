@@ -50,6 +50,59 @@ impl Paths {
         self.config_dir.join("memory").join("MEMORY.md")
     }
 
+    /// Refuses a home that another user owns or may write to, and such a `config.json` (see
+    /// [`crate::ownership`]): the data and configuration directories and the configuration file
+    /// found there must be the user's (or root's) and writable by no one else. A configuration
+    /// file the operator named (`explicit_config`) may belong to anyone, but no one else may
+    /// write to it either. Absent paths pass.
+    pub fn check_trusted(
+        &self,
+        explicit_config: Option<&Path>,
+    ) -> Result<(), crate::ownership::Untrusted> {
+        use crate::ownership::{Owner, check};
+        check("the data directory", &self.data_dir, Owner::UserOrRoot)?;
+        if self.config_dir != self.data_dir {
+            check(
+                "the configuration directory",
+                &self.config_dir,
+                Owner::UserOrRoot,
+            )?;
+        }
+        match explicit_config {
+            Some(file) => check("the configuration file", file, Owner::Any),
+            None => check(
+                "the configuration file",
+                &self.config_file(),
+                Owner::UserOrRoot,
+            ),
+        }
+    }
+
+    /// Takes group and other access away from Zuno's directories and the files it keeps in them
+    /// (the data and configuration directories, `memory/`, the SQLite database with its `-wal`
+    /// and `-shm`, `MEMORY.md`, the local token), for homes created before these were private or
+    /// under a looser umask. Returns the paths it changed; absent ones are skipped.
+    pub fn make_private(&self) -> std::io::Result<Vec<PathBuf>> {
+        let database = self.database().display().to_string();
+        let candidates = [
+            self.data_dir.clone(),
+            self.config_dir.clone(),
+            self.config_dir.join("memory"),
+            PathBuf::from(&database),
+            PathBuf::from(format!("{database}-wal")),
+            PathBuf::from(format!("{database}-shm")),
+            self.global_memory(),
+            self.data_dir.join("local-token"),
+        ];
+        let mut changed = Vec::new();
+        for path in candidates {
+            if remove_group_and_other_access(&path)? {
+                changed.push(path);
+            }
+        }
+        Ok(changed)
+    }
+
     /// `<worktree>/.zuno/RULES.md`.
     pub fn project_rules(worktree: &Path) -> PathBuf {
         worktree.join(".zuno").join("RULES.md")
@@ -72,6 +125,32 @@ impl Paths {
             PathEntry::file("global memory", self.global_memory()),
             PathEntry::file("project rules", Paths::project_rules(worktree)),
         ]
+    }
+}
+
+/// Clears the group and other bits of `path` (links not followed: a link is left alone); false
+/// when it is absent or already private.
+pub fn remove_group_and_other_access(path: &Path) -> std::io::Result<bool> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) if !meta.file_type().is_symlink() => meta,
+            Ok(_) => return Ok(false),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o077 == 0 {
+            return Ok(false);
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7700))?;
+        Ok(true)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(false)
     }
 }
 

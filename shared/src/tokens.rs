@@ -242,6 +242,9 @@ pub mod local {
         Exposed { path: String, mode: u32 },
         #[error("the local token file {path} holds no token; remove it to generate a new one")]
         Empty { path: String },
+        /// Another user owns the file: whoever planted it knows the token.
+        #[error(transparent)]
+        Untrusted(#[from] crate::ownership::Untrusted),
     }
 
     fn io(path: &Path, error: &std::io::Error) -> LocalTokenError {
@@ -257,6 +260,11 @@ pub mod local {
     }
 
     fn read_file(file: &Path) -> Result<Option<String>, LocalTokenError> {
+        crate::ownership::check(
+            "the local token file",
+            file,
+            crate::ownership::Owner::UserOrRoot,
+        )?;
         let text = match std::fs::read_to_string(file) {
             Ok(text) => text,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -347,6 +355,35 @@ mod tests {
                 local::read(&paths),
                 Err(local::LocalTokenError::Exposed { .. })
             ));
+        }
+    }
+
+    /// Issue 31, item 5: a token file another user owns is refused even at mode 0600 (its
+    /// planter knows the token). Changing a file's owner needs root; elsewhere the rule itself is
+    /// tested on made-up metadata in `ownership`.
+    #[cfg(unix)]
+    #[test]
+    fn a_local_token_owned_by_another_user_is_refused() {
+        if crate::ownership::current_user() != 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::resolve(Some(dir.path()));
+        local::load_or_create(&paths).unwrap();
+        let file = local::path(&paths);
+        std::os::unix::fs::chown(&file, Some(4242), None).unwrap();
+        for result in [local::read(&paths), local::load_or_create(&paths).map(Some)] {
+            let error = result.unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    local::LocalTokenError::Untrusted(crate::ownership::Untrusted::ForeignOwner {
+                        owner: 4242,
+                        ..
+                    })
+                ),
+                "{error}"
+            );
         }
     }
 

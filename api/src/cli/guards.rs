@@ -34,14 +34,20 @@ pub enum GuardsAction {
     Enable { guard_id: String },
 }
 
-pub async fn run(global: &GlobalArgs, common: Common, action: GuardsAction) -> Result<(), CliError> {
+pub async fn run(
+    global: &GlobalArgs,
+    common: Common,
+    action: GuardsAction,
+) -> Result<(), CliError> {
     let client = ApiClient::connect(global, &common.server).await?;
     let p = encode(&project(&common)?);
     let decide = |id: &str, verb: &str| format!("/api/guards/{}/{verb}", encode(id));
     let answer = match action {
         GuardsAction::List { state } => {
             let query = state.map_or_else(String::new, |s| format!("?state={}", encode(&s)));
-            client.get(&format!("/api/projects/{p}/guards{query}")).await
+            client
+                .get(&format!("/api/projects/{p}/guards{query}"))
+                .await
         }
         GuardsAction::Test { command, path } => {
             client
@@ -51,10 +57,18 @@ pub async fn run(global: &GlobalArgs, common: Common, action: GuardsAction) -> R
                 )
                 .await
         }
-        GuardsAction::Approve { guard_id } => client.post(&decide(&guard_id, "approve"), &json!({})).await,
-        GuardsAction::Reject { guard_id } => client.post(&decide(&guard_id, "reject"), &json!({})).await,
-        GuardsAction::Disable { guard_id } => client.post(&decide(&guard_id, "disable"), &json!({})).await,
-        GuardsAction::Enable { guard_id } => client.post(&decide(&guard_id, "enable"), &json!({})).await,
+        GuardsAction::Approve { guard_id } => {
+            client.post(&decide(&guard_id, "approve"), &json!({})).await
+        }
+        GuardsAction::Reject { guard_id } => {
+            client.post(&decide(&guard_id, "reject"), &json!({})).await
+        }
+        GuardsAction::Disable { guard_id } => {
+            client.post(&decide(&guard_id, "disable"), &json!({})).await
+        }
+        GuardsAction::Enable { guard_id } => {
+            client.post(&decide(&guard_id, "enable"), &json!({})).await
+        }
     }?;
     print(&answer, common.json);
     Ok(())

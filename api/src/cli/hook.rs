@@ -210,7 +210,8 @@ async fn pre_tool_use(
     host: HookHost,
     input: &HookInput,
 ) -> Result<Option<String>, HookError> {
-    let (Some(tool_name), Some(tool_input), Some(cwd)) = (&input.tool_name, &input.tool_input, &input.cwd)
+    let (Some(tool_name), Some(tool_input), Some(cwd)) =
+        (&input.tool_name, &input.tool_input, &input.cwd)
     else {
         return Ok(None);
     };
@@ -222,7 +223,10 @@ async fn pre_tool_use(
         "sessionId": session_id_for(host.host(), &input.session_id),
     });
     let answer = match client
-        .post(&format!("/api/projects/{}/guards/check", encode(&project)), &body)
+        .post(
+            &format!("/api/projects/{}/guards/check", encode(&project)),
+            &body,
+        )
         .await
     {
         Ok(answer) => answer,
@@ -236,7 +240,10 @@ async fn pre_tool_use(
 /// The hook's answer for the server's verdict, in the host's vocabulary.
 fn pre_tool_use_output(host: HookHost, answer: &Value) -> Option<String> {
     let decision = answer.get("decision").and_then(Value::as_str)?;
-    let reason = answer.get("reason").and_then(Value::as_str).unwrap_or("Zuno guard");
+    let reason = answer
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or("Zuno guard");
     let output = match (host, decision) {
         (_, "allow") => return None,
         (HookHost::Codex, "ask") => json!({ "systemMessage": reason }),

@@ -34,7 +34,11 @@ use super::{CliError, GlobalArgs};
 const HOOKS: [(&str, u64, Option<&str>); 4] = [
     ("SessionStart", 10, None),
     ("UserPromptSubmit", 10, None),
-    ("PreToolUse", 5, Some("Bash|Edit|Write|MultiEdit|NotebookEdit|apply_patch")),
+    (
+        "PreToolUse",
+        5,
+        Some("Bash|Edit|Write|MultiEdit|NotebookEdit|apply_patch"),
+    ),
     ("Stop", 30, None),
 ];
 /// The line that makes Claude Code load Zuno's project rules from `CLAUDE.md`.

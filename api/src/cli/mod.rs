@@ -141,6 +141,9 @@ impl From<anyhow::Error> for CliError {
         if let Some(config) = error.downcast_ref::<zuno_shared::config::ConfigError>() {
             return CliError::new(CliError::BAD_INPUT, config.to_string());
         }
+        if let Some(untrusted) = error.downcast_ref::<zuno_shared::ownership::Untrusted>() {
+            return CliError::new(CliError::BAD_INPUT, untrusted.to_string());
+        }
         if let Some(migration) = error.downcast_ref::<zuno_shared::db::MigrationError>() {
             let code = match migration {
                 zuno_shared::db::MigrationError::Store(store) if store.is_connection() => {
@@ -212,6 +215,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Everything Zuno keeps is private to its user; `install` writes the user's agent settings
+    // and repository files, which keep the user's own umask.
+    if !matches!(cli.command, Command::Install { .. }) {
+        zuno_shared::runtime::process::private_umask();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

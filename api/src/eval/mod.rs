@@ -150,7 +150,9 @@ async fn evaluate(
     // The cassettes answer for the providers until the end of the run.
     let (config, _cassettes) = run_config(options, store, home).await?;
     let config = Arc::new(config);
-    let paths = Paths::resolve(Some(home));
+    // Zuno's own home sits beside the worktrees, never around them: a worktree inside Zuno's
+    // data directory is a sensitive directory it refuses to bind.
+    let paths = Paths::resolve(Some(&home.join("zuno")));
     let clock = system_clock();
     let state = crate::http::AppState::new(
         config.clone(),
@@ -306,7 +308,7 @@ fn lexical_only_client(config: &Config, store: &FreshStore, home: &Path) -> Opti
             Arc::new(lexical),
             store.db.clone(),
             system_clock(),
-            Paths::resolve(Some(home)),
+            Paths::resolve(Some(&home.join("zuno"))),
             None,
             None,
         );

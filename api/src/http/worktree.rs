@@ -112,8 +112,7 @@ impl Sensitive {
     /// again on its canonical one.
     pub fn contains(&self, path: &Path) -> bool {
         let path = normalize(path);
-        self.exact.contains(&path)
-            || self.trees.iter().any(|tree| path.starts_with(tree))
+        self.exact.contains(&path) || self.trees.iter().any(|tree| path.starts_with(tree))
     }
 }
 
@@ -150,17 +149,7 @@ const MAX_WORKTREE_BYTES: usize = 4096;
 
 /// The roots as canonical paths; a root that does not exist contains nothing.
 pub fn roots(config: &ServerConfig) -> Vec<PathBuf> {
-    let configured: Vec<PathBuf> = if config.worktree_roots.is_empty() {
-        directories::BaseDirs::new()
-            .map(|dirs| vec![dirs.home_dir().to_path_buf()])
-            .unwrap_or_default()
-    } else {
-        config.worktree_roots.iter().map(PathBuf::from).collect()
-    };
-    configured
-        .iter()
-        .filter_map(|root| root.canonicalize().ok())
-        .collect()
+    zuno_shared::worktree::roots(config)
 }
 
 fn refused() -> ApiError {

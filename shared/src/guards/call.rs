@@ -24,9 +24,12 @@ pub fn tool_call(tool_name: &str, tool_input: &Value, worktree: Option<&Path>) -
     // imported histories spell them in lower case.
     match tool_name.to_ascii_lowercase().as_str() {
         "bash" | "shell" | "shell_command" | "local_shell" | "exec_command" | "container.exec"
-        | "run_command"
-        | "terminal" => shell_line(tool_input.get("command").or_else(|| tool_input.get("cmd"))?)
-            .map(ToolCall::Shell),
+        | "run_command" | "terminal" => shell_line(
+            tool_input
+                .get("command")
+                .or_else(|| tool_input.get("cmd"))?,
+        )
+        .map(ToolCall::Shell),
         "edit" | "write" | "multiedit" | "notebookedit" | "create" | "str_replace_editor" => {
             let path = field("file_path")
                 .or_else(|| field("notebook_path"))
@@ -88,9 +91,10 @@ fn relative(path: &str, worktree: Option<&Path>) -> String {
     let inside = worktree
         .map(normalise)
         .and_then(|root| normal.strip_prefix(&root).ok().map(Path::to_path_buf));
-    let Some(inside) = inside.filter(|_| normal.is_absolute()).or_else(|| {
-        (!normal.is_absolute()).then(|| normal.clone())
-    }) else {
+    let Some(inside) = inside
+        .filter(|_| normal.is_absolute())
+        .or_else(|| (!normal.is_absolute()).then(|| normal.clone()))
+    else {
         return normal.to_string_lossy().replace('\\', "/");
     };
     inside
@@ -126,7 +130,11 @@ mod tests {
     fn hook_inputs_read_as_tool_calls() {
         let root = Path::new("/home/me/web");
         assert_eq!(
-            tool_call("Bash", &json!({"command": "npm i", "description": "x"}), Some(root)),
+            tool_call(
+                "Bash",
+                &json!({"command": "npm i", "description": "x"}),
+                Some(root)
+            ),
             Some(ToolCall::Shell("npm i".into()))
         );
         assert_eq!(
@@ -134,7 +142,11 @@ mod tests {
             Some(ToolCall::Shell("'bash' '-lc' 'npm i'".into()))
         );
         assert_eq!(
-            tool_call("Edit", &json!({"file_path": "/home/me/web/vendor/../vendor/a.js"}), Some(root)),
+            tool_call(
+                "Edit",
+                &json!({"file_path": "/home/me/web/vendor/../vendor/a.js"}),
+                Some(root)
+            ),
             Some(ToolCall::Edit(vec!["vendor/a.js".into()]))
         );
         assert_eq!(
@@ -144,8 +156,14 @@ mod tests {
         let patch = "*** Begin Patch\n*** Update File: vendor/a.js\n@@\n-a\n+b\n*** Add File: src/b.ts\n+x\n*** End Patch";
         assert_eq!(
             tool_call("apply_patch", &json!({"command": patch}), Some(root)),
-            Some(ToolCall::Edit(vec!["vendor/a.js".into(), "src/b.ts".into()]))
+            Some(ToolCall::Edit(vec![
+                "vendor/a.js".into(),
+                "src/b.ts".into()
+            ]))
         );
-        assert_eq!(tool_call("Read", &json!({"file_path": "/home/me/web/a"}), Some(root)), None);
+        assert_eq!(
+            tool_call("Read", &json!({"file_path": "/home/me/web/a"}), Some(root)),
+            None
+        );
     }
 }

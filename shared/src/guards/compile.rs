@@ -216,7 +216,10 @@ pub fn compile(lesson: &str) -> Vec<CompiledGuard> {
                 "justfile" => "just",
                 _ => "npm",
             };
-            add(command_guard(&format!("`{program}`"), &alternatives_in(lesson)));
+            add(command_guard(
+                &format!("`{program}`"),
+                &alternatives_in(lesson),
+            ));
         }
     }
     for captures in CREATE_INSTEAD.captures_iter(lesson) {

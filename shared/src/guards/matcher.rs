@@ -222,13 +222,30 @@ mod tests {
             assert_eq!(npm.matches(&ToolCall::Shell(line.into())), None, "{line}");
         }
         let pip = command("pip", &[]);
-        for line in ["pip install x", "pip3 install -r requirements.txt", "python3 -m pip install x"] {
-            assert!(pip.matches(&ToolCall::Shell(line.into())).is_some(), "{line}");
+        for line in [
+            "pip install x",
+            "pip3 install -r requirements.txt",
+            "python3 -m pip install x",
+        ] {
+            assert!(
+                pip.matches(&ToolCall::Shell(line.into())).is_some(),
+                "{line}"
+            );
         }
-        assert_eq!(pip.matches(&ToolCall::Shell("uv pip install x".into())), None);
+        assert_eq!(
+            pip.matches(&ToolCall::Shell("uv pip install x".into())),
+            None
+        );
         let no_verify = command("git", &["commit", "--no-verify"]);
-        assert!(no_verify.matches(&ToolCall::Shell("git commit -n -m wip".into())).is_some());
-        assert_eq!(no_verify.matches(&ToolCall::Shell("git commit -m wip".into())), None);
+        assert!(
+            no_verify
+                .matches(&ToolCall::Shell("git commit -n -m wip".into()))
+                .is_some()
+        );
+        assert_eq!(
+            no_verify.matches(&ToolCall::Shell("git commit -m wip".into())),
+            None
+        );
         let python = command("python", &[]);
         assert!(
             python

@@ -82,9 +82,18 @@ pub async fn compile_memory_in(
                 .source_entry_id
                 .as_ref()
                 .is_some_and(|entry| !sources.contains(entry));
-        if orphaned && store::transition_in(tx, &guard.id, &["pending", "active"], "retired", now).await? {
-            store::event_in(tx, &guard.id, "retired", None, Some("its lesson left Memory"), now)
-                .await?;
+        if orphaned
+            && store::transition_in(tx, &guard.id, &["pending", "active"], "retired", now).await?
+        {
+            store::event_in(
+                tx,
+                &guard.id,
+                "retired",
+                None,
+                Some("its lesson left Memory"),
+                now,
+            )
+            .await?;
             compiled.retired.push(guard.id);
         }
     }
@@ -94,16 +103,36 @@ pub async fn compile_memory_in(
 /// Proposes `new`, or points the existing guard of the same matcher at `new`'s entry (a
 /// rewritten lesson keeps its guard; a retired one comes back for review). Returns the id of a
 /// newly proposed guard.
-async fn propose_in(tx: &mut Tx, new: &NewGuard<'_>, now: i64) -> Result<Option<String>, StoreError> {
+async fn propose_in(
+    tx: &mut Tx,
+    new: &NewGuard<'_>,
+    now: i64,
+) -> Result<Option<String>, StoreError> {
     if store::follow_entry_in(tx, new, now).await? {
         return Ok(None);
     }
     let Some(id) = store::insert_in(tx, new, now).await? else {
         return Ok(None);
     };
-    store::event_in(tx, &id, "proposed", None, Some(&new.matcher.describe()), now).await?;
+    store::event_in(
+        tx,
+        &id,
+        "proposed",
+        None,
+        Some(&new.matcher.describe()),
+        now,
+    )
+    .await?;
     if new.state == "active" {
-        store::event_in(tx, &id, "approved", None, Some("guards.promotion: automatic"), now).await?;
+        store::event_in(
+            tx,
+            &id,
+            "approved",
+            None,
+            Some("guards.promotion: automatic"),
+            now,
+        )
+        .await?;
     }
     Ok(Some(id))
 }
@@ -139,7 +168,10 @@ pub fn verdict<'a>(
             continue;
         };
         let decision = decision_of(guard);
-        if found.as_ref().is_none_or(|f| f.decision == GuardDecision::Ask && decision == GuardDecision::Deny) {
+        if found
+            .as_ref()
+            .is_none_or(|f| f.decision == GuardDecision::Ask && decision == GuardDecision::Deny)
+        {
             found = Some(Verdict {
                 guard,
                 matched,
@@ -172,7 +204,10 @@ impl Verdict<'_> {
         if !guard.evidence.is_empty() {
             reason.push_str(&format!(", learned from {}", guard.evidence.join(", ")));
         }
-        reason.push_str(&format!("; `zuno guards disable {}` turns it off.)", guard.id));
+        reason.push_str(&format!(
+            "; `zuno guards disable {}` turns it off.)",
+            guard.id
+        ));
         reason
     }
 }
@@ -180,19 +215,29 @@ impl Verdict<'_> {
 /// Counts, for each pending or active guard of the session's project, an assistant message
 /// that ran what it forbids after the guard existed: the rule was in Memory (so in the prompt)
 /// and was broken anyway. In the caller's transaction (the message's append).
-pub async fn record_violations_in(tx: &mut Tx, message: &Message, now: i64) -> Result<usize, StoreError> {
+pub async fn record_violations_in(
+    tx: &mut Tx,
+    message: &Message,
+    now: i64,
+) -> Result<usize, StoreError> {
     if message.role != Role::Assistant
-        || !message.parts.iter().any(|p| matches!(p.part, Part::ToolCall { .. }))
+        || !message
+            .parts
+            .iter()
+            .any(|p| matches!(p.part, Part::ToolCall { .. }))
     {
         return Ok(0);
     }
-    let Some((project_id, worktree)) = store::session_project_in(tx, &message.session_id).await? else {
+    let Some((project_id, worktree)) = store::session_project_in(tx, &message.session_id).await?
+    else {
         return Ok(0);
     };
     let guards: Vec<Guard> = store::of_project_in(tx, &project_id)
         .await?
         .into_iter()
-        .filter(|g| matches!(g.state.as_str(), "pending" | "active") && g.created_at <= message.created_at)
+        .filter(|g| {
+            matches!(g.state.as_str(), "pending" | "active") && g.created_at <= message.created_at
+        })
         .collect();
     if guards.is_empty() {
         return Ok(0);
@@ -200,7 +245,12 @@ pub async fn record_violations_in(tx: &mut Tx, message: &Message, now: i64) -> R
     let root = worktree.as_deref().map(Path::new);
     let mut recorded = 0;
     for part in &message.parts {
-        let Part::ToolCall { tool_name, arguments, .. } = &part.part else {
+        let Part::ToolCall {
+            tool_name,
+            arguments,
+            ..
+        } = &part.part
+        else {
             continue;
         };
         let Some(call) = call::tool_call(tool_name, arguments, root) else {
@@ -210,8 +260,15 @@ pub async fn record_violations_in(tx: &mut Tx, message: &Message, now: i64) -> R
         for guard in &guards {
             if let Some(matched) = guard.matcher.matches_prepared(&call) {
                 store::count_in(tx, &guard.id, true, now).await?;
-                store::event_in(tx, &guard.id, "violated", Some(&message.session_id), Some(&matched), now)
-                    .await?;
+                store::event_in(
+                    tx,
+                    &guard.id,
+                    "violated",
+                    Some(&message.session_id),
+                    Some(&matched),
+                    now,
+                )
+                .await?;
                 recorded += 1;
             }
         }
@@ -248,11 +305,23 @@ pub enum Decision {
 }
 
 impl Decision {
-    fn transition(self) -> (&'static [&'static str], &'static str, &'static str, &'static str) {
+    fn transition(
+        self,
+    ) -> (
+        &'static [&'static str],
+        &'static str,
+        &'static str,
+        &'static str,
+    ) {
         match self {
             Decision::Approve => (&["pending"], "active", "approved", "pending"),
             Decision::Reject => (&["pending"], "rejected", "rejected", "pending"),
-            Decision::Disable => (&["pending", "active"], "disabled", "disabled", "pending or active"),
+            Decision::Disable => (
+                &["pending", "active"],
+                "disabled",
+                "disabled",
+                "pending or active",
+            ),
             Decision::Enable => (&["disabled"], "active", "enabled", "disabled"),
         }
     }
@@ -268,7 +337,12 @@ impl Decision {
 }
 
 /// Applies a person's `decision` to guard `id` and records it in the guard's audit trail.
-pub async fn decide(db: &crate::db::Db, id: &str, decision: Decision, now: i64) -> Result<Guard, GuardError> {
+pub async fn decide(
+    db: &crate::db::Db,
+    id: &str,
+    decision: Decision,
+    now: i64,
+) -> Result<Guard, GuardError> {
     let mut tx = db.begin().await?;
     let guard = store::get_in(&mut tx, id)
         .await?

@@ -56,8 +56,9 @@ const COLUMNS: &str = "id, project_id, matcher, alternative, reason, source_entr
                        origin, state, decision, blocks, violations, created_at, updated_at";
 
 fn guard_of(row: Row) -> Result<Guard, StoreError> {
-    let (id, project_id, matcher, alternative, reason, source_entry_id, evidence, origin, state) =
-        (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8);
+    let (id, project_id, matcher, alternative, reason, source_entry_id, evidence, origin, state) = (
+        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
+    );
     Ok(Guard {
         matcher: serde_json::from_str(&matcher)
             .map_err(|e| StoreError::Corrupt(format!("guard `{id}` matcher: {e}")))?,
@@ -160,13 +161,12 @@ pub async fn list(
         "SELECT {COLUMNS} FROM guard WHERE (project_id = $1 OR project_id IS NULL) \
          AND ($2 IS NULL OR state = $2) ORDER BY created_at DESC, id"
     );
-    let rows: Vec<Row> = crate::on_db!(db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
-        sql.as_str()
-    ))
-    .bind(project_id)
-    .bind(state)
-    .fetch_all(pool)
-    .await)?;
+    let rows: Vec<Row> =
+        crate::on_db!(db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(project_id)
+            .bind(state)
+            .fetch_all(pool)
+            .await)?;
     rows.into_iter().map(guard_of).collect()
 }
 
@@ -180,23 +180,21 @@ pub async fn of_project_in(tx: &mut Tx, project_id: &str) -> Result<Vec<Guard>, 
     let sql = format!(
         "SELECT {COLUMNS} FROM guard WHERE project_id = $1 OR project_id IS NULL ORDER BY created_at, id"
     );
-    let rows: Vec<Row> = crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(
-        sql.as_str()
-    ))
-    .bind(project_id)
-    .fetch_all(conn)
-    .await)?;
+    let rows: Vec<Row> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(project_id)
+            .fetch_all(conn)
+            .await)?;
     rows.into_iter().map(guard_of).collect()
 }
 
 pub async fn get_in(tx: &mut Tx, id: &str) -> Result<Option<Guard>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM guard WHERE id = $1");
-    let row: Option<Row> = crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(
-        sql.as_str()
-    ))
-    .bind(id)
-    .fetch_optional(conn)
-    .await)?;
+    let row: Option<Row> =
+        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(id)
+            .fetch_optional(conn)
+            .await)?;
     row.map(guard_of).transpose()
 }
 
@@ -232,7 +230,11 @@ pub async fn count_in(tx: &mut Tx, id: &str, violation: bool, now: i64) -> Resul
 /// Points the guard of `new`'s scope and matcher at `new`'s entry, reason and evidence; a
 /// retired one returns to `pending`. `false` when there is none (or it was rejected or
 /// disabled: a person's decision stands).
-pub async fn follow_entry_in(tx: &mut Tx, new: &NewGuard<'_>, now: i64) -> Result<bool, StoreError> {
+pub async fn follow_entry_in(
+    tx: &mut Tx,
+    new: &NewGuard<'_>,
+    now: i64,
+) -> Result<bool, StoreError> {
     let evidence = serde_json::to_string(new.evidence).expect("ids serialise");
     let changed = crate::db::execute_in(
         tx,
@@ -255,13 +257,15 @@ pub async fn follow_entry_in(tx: &mut Tx, new: &NewGuard<'_>, now: i64) -> Resul
     if changed > 0 {
         return Ok(true);
     }
-    let decided: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+    let decided: Option<String> = crate::on_tx!(tx, |conn| {
+        sqlx::query_scalar(
         "SELECT id FROM guard WHERE COALESCE(project_id, '') = COALESCE($1, '') AND matcher_key = $2"
     )
     .bind(new.project_id)
     .bind(new.matcher.key())
     .fetch_optional(conn)
-    .await)?;
+    .await
+    })?;
     Ok(decided.is_some())
 }
 
@@ -270,10 +274,12 @@ pub async fn session_project_in(
     tx: &mut Tx,
     session_id: &str,
 ) -> Result<Option<(String, Option<String>)>, StoreError> {
-    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(
+    Ok(crate::on_tx!(tx, |conn| {
+        sqlx::query_as(
         "SELECT p.id, p.worktree FROM session s JOIN project p ON p.id = s.project_id WHERE s.id = $1"
     )
     .bind(session_id)
     .fetch_optional(conn)
-    .await)?)
+    .await
+    })?)
 }

@@ -7,11 +7,12 @@
 /// continuation lines of a multi-line entry indented by two spaces (blank lines inside an entry
 /// stay blank).
 ///
-/// Entries are normalised first ([`normalize_entry`]; empty ones are dropped) and made visible
-/// ([`visible_entry`]: invisible and reordering characters become `[U+XXXX]` markers, as in prompt
-/// sections, so the file shows a person what a model reading it would see), so
-/// `parse(&render(s, r, x)) == visible(normalize(x))`, and `== x` when every entry is already
-/// normalised and visible.
+/// Entries are normalised first ([`normalize_entry`]; empty ones are dropped) and projected
+/// ([`projected_entry`]: invisible and reordering characters become `[U+XXXX]` markers, as in
+/// prompt sections, so the file shows a person what a model reading it would see; `@` and `<`
+/// are escaped so the file imports nothing and hides nothing), so
+/// `parse(&render(s, r, x)) == projected(normalize(x))`, and `== x` when every entry is already
+/// normalised and projected.
 /// An entry whose first line would turn `- …` into a thematic break (`---`, `- -`) is written
 /// with a `* ` bullet instead, so it still round-trips. `scope` is `global` or `project`; `>` and
 /// control characters are dropped from it so it cannot end the comment.
@@ -32,7 +33,7 @@ pub fn render(scope: &str, revision: i64, entries: &[String]) -> String {
     for entry in entries
         .iter()
         .filter_map(|entry| normalize_entry(entry))
-        .map(|entry| visible_entry(&entry))
+        .map(|entry| projected_entry(&entry))
     {
         if first_entry {
             out.push('\n');
@@ -57,6 +58,158 @@ pub fn render(scope: &str, revision: i64, entries: &[String]) -> String {
         }
     }
     out
+}
+
+/// An entry as its projection writes it: [`visible_entry`], then [`inert_entry`]. Idempotent,
+/// so an imported projection renders to the same file.
+pub fn projected_entry(entry: &str) -> String {
+    inert_entry(&visible_entry(entry))
+}
+
+/// An entry whose Markdown can neither import a file nor hide text: every `@` and every `<`
+/// followed by a non-space character gets a backslash, unless it already has one or sits in code
+/// (a fenced code block, or an inline code span when the entry's code spans are unambiguous).
+///
+/// Why: `CLAUDE.md` imports `.zuno/RULES.md` (`@.zuno/RULES.md`), and Claude Code reads an `@`
+/// that starts a token outside code (the pattern `(?:^|\s)@\S+`, also at the start of a text
+/// run after emphasis or a link) as an import of that path, recursively: an entry "keys are in
+/// @~/.ssh/id_ed25519" would put the key into the model's context. `\@` is a Markdown escape:
+/// rendered Markdown still shows `@`, and neither the raw text (`@` after a backslash) nor the
+/// parsed text (an escape, then text without `@`) matches. A backslash survives the secret
+/// filter and a copy-paste, where a zero-width character or an unbalanced backtick would not. A
+/// `<` would open an HTML comment (`<!--`, which hides every later entry in a rendered file), a
+/// tag or an autolink; `\<` shows it as text.
+///
+/// Code is left alone because an escape shows there literally. A fence counts only when
+/// CommonMark would surely open one (indent at most three, three or more backticks or tildes),
+/// and closes at any line that could close it, so a doubt escapes more. Inline code spans are
+/// skipped only when every backtick run outside fences closes on its own line and no line with
+/// backticks holds a backslash before a backtick or a table `|`; otherwise spans could pair
+/// across lines or cells differently than a renderer pairs them, and everything is escaped.
+pub fn inert_entry(entry: &str) -> String {
+    let lines: Vec<&str> = entry.split('\n').collect();
+    let fenced = fenced_lines(&lines);
+    let spans_are_clear = lines
+        .iter()
+        .zip(&fenced)
+        .all(|(line, fenced)| *fenced || line_code_spans(line).is_some());
+    let mut out = String::with_capacity(entry.len() + 8);
+    for (i, (line, fenced)) in lines.iter().zip(&fenced).enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        if *fenced {
+            out.push_str(line);
+            continue;
+        }
+        let spans = if spans_are_clear {
+            line_code_spans(line).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        escape_line(line, &spans, &mut out);
+    }
+    out
+}
+
+/// Escapes `@` and `<` (before a non-space character) outside `spans` (byte ranges of code).
+fn escape_line(line: &str, spans: &[(usize, usize)], out: &mut String) {
+    let mut backslashes = 0usize;
+    let mut chars = line.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let in_code = spans
+            .iter()
+            .any(|(start, end)| (*start..*end).contains(&at));
+        let next_is_text = chars.peek().is_some_and(|(_, next)| !next.is_whitespace());
+        if !in_code && matches!(c, '@' | '<') && next_is_text && backslashes.is_multiple_of(2) {
+            out.push('\\');
+        }
+        backslashes = if c == '\\' && !in_code {
+            backslashes + 1
+        } else {
+            0
+        };
+        out.push(c);
+    }
+}
+
+/// Which lines are inside a fenced code block (the fence lines included), as every renderer
+/// would agree: a fence opens on a line indented by spaces only, at most three; it closes on a
+/// line CommonMark closes it with. A line that some renderer might read as a close and
+/// CommonMark does not (indented further, or ending in other fence characters) leaves the rest
+/// of the entry unfenced, since a renderer that closed there would read a later fence line as
+/// an opening one.
+fn fenced_lines(lines: &[&str]) -> Vec<bool> {
+    let mut fenced = vec![false; lines.len()];
+    let mut open: Option<Fence> = None;
+    for (i, line) in lines.iter().enumerate() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let text = line.trim_start_matches([' ', '\t']);
+        match open {
+            Some(fence) => {
+                let run = text.chars().take_while(|c| *c == fence.ch).count();
+                let rest = &text[run * fence.ch.len_utf8()..];
+                let strict = indent <= 3
+                    && text.len() == line.len() - indent
+                    && run >= fence.len
+                    && rest.trim().is_empty();
+                let possible =
+                    run >= fence.len && rest.chars().all(|c| matches!(c, '`' | '~' | ' ' | '\t'));
+                if possible && !strict {
+                    break;
+                }
+                fenced[i] = true;
+                if strict {
+                    open = None;
+                }
+            }
+            None if indent <= 3 && text.len() == line.len() - indent => {
+                open = open_fence(text);
+                fenced[i] = open.is_some();
+            }
+            None => {}
+        }
+    }
+    fenced
+}
+
+/// The byte ranges of a line's inline code spans (backtick runs paired left to right with the
+/// next run of the same length), or `None` when a run does not close on this line, a backtick
+/// follows a backslash, or the line could be a table row.
+fn line_code_spans(line: &str) -> Option<Vec<(usize, usize)>> {
+    let bytes = line.as_bytes();
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'`' {
+            let start = i;
+            while i < bytes.len() && bytes[i] == b'`' {
+                i += 1;
+            }
+            runs.push((start, i - start));
+        } else {
+            i += 1;
+        }
+    }
+    if runs.is_empty() {
+        return Some(Vec::new());
+    }
+    if line.contains('|')
+        || runs
+            .iter()
+            .any(|(start, _)| *start > 0 && bytes[start - 1] == b'\\')
+    {
+        return None;
+    }
+    let mut spans = Vec::new();
+    let mut k = 0;
+    while k < runs.len() {
+        let (start, len) = runs[k];
+        let close = (k + 1..runs.len()).find(|j| runs[*j].1 == len)?;
+        spans.push((start, runs[close].0 + len));
+        k = close + 1;
+    }
+    Some(spans)
 }
 
 /// An entry as its projection shows it: every invisible or reordering codepoint (zero-width
@@ -476,14 +629,23 @@ mod tests {
         let rendered = render("project", 42, &original);
         let parsed = parse(&rendered);
         let normalized: Vec<String> = original.iter().filter_map(|e| normalize_entry(e)).collect();
-        assert_eq!(parsed, normalized, "rendered:\n{rendered}");
+        let projected: Vec<String> = normalized.iter().map(|e| projected_entry(e)).collect();
+        assert_eq!(parsed, projected, "rendered:\n{rendered}");
         // Only the ideographic-space entry changes under normalisation.
         assert_eq!(
             normalized.last().unwrap(),
             "ideographic space later\nok",
             "leading whitespace of the first line is not content"
         );
-        assert_eq!(parsed[..14], original[..14]);
+        // Only the two entries holding `<!--` change under projection.
+        assert_eq!(
+            parsed[8],
+            "# looks like a heading\n\\<!-- looks like a comment -->\n---\n==="
+        );
+        assert_eq!(parsed[12], "\\<!-- starts a comment");
+        for i in (0..14).filter(|i| ![8, 12].contains(i)) {
+            assert_eq!(parsed[i], original[i]);
+        }
         // Rendering is stable.
         assert_eq!(render("project", 42, &parsed), rendered);
     }
@@ -534,6 +696,77 @@ mod tests {
         let visible: Vec<String> = hostile.iter().map(|e| visible_entry(e)).collect();
         assert_eq!(parsed, visible);
         assert_eq!(parsed[2], "plain entry", "ordinary entries are unchanged");
+    }
+
+    #[test]
+    fn projections_escape_imports_and_html_outside_code() {
+        let hostile = entries(&[
+            "Deploy keys are documented in @~/.ssh/id_ed25519",
+            "@~/.aws/credentials first, then *emphasis*@/etc/passwd and [link @./secrets.md](x)",
+            "<!-- hide everything after this",
+            "mail alice@example.com, compare a < b and a<b",
+            "Run `npm i -D @types/node` and ``a ` @inside``, not @outside",
+            "Setup:\n```sh\nnpm i @scope/pkg <tag>\n```\nthen @~/.ssh/config",
+            "already \\@escaped and \\\\@not-escaped",
+            "last entry",
+        ]);
+        let rendered = render("project", 1, &hostile);
+        assert!(
+            rendered.contains("- Deploy keys are documented in \\@~/.ssh/id_ed25519\n"),
+            "{rendered}"
+        );
+        assert!(rendered.contains(
+            "- \\@~/.aws/credentials first, then *emphasis*\\@/etc/passwd and [link \\@./secrets.md](x)\n"
+        ));
+        assert!(rendered.contains("- \\<!-- hide everything after this\n"));
+        assert!(rendered.contains("- mail alice\\@example.com, compare a < b and a\\<b\n"));
+        assert!(
+            rendered.contains("- Run `npm i -D @types/node` and ``a ` @inside``, not \\@outside\n")
+        );
+        assert!(rendered.contains(
+            "- Setup:\n  ```sh\n  npm i @scope/pkg <tag>\n  ```\n  then \\@~/.ssh/config\n"
+        ));
+        assert!(rendered.contains("- already \\@escaped and \\\\\\@not-escaped\n"));
+        // Outside code, no `@` starts a token and no `<` opens markup.
+        let fenced = "  npm i @scope/pkg <tag>";
+        for line in rendered.lines().skip(6).filter(|line| *line != fenced) {
+            for (at, c) in line.char_indices() {
+                if matches!(c, '@' | '<')
+                    && line[at + 1..].starts_with(|n: char| !n.is_whitespace())
+                {
+                    let escaped = line[..at].ends_with('\\');
+                    let code = line.contains('`');
+                    assert!(escaped || code, "unescaped {c} in {line:?}");
+                }
+            }
+        }
+        let parsed = parse(&rendered);
+        assert_eq!(parsed.len(), hostile.len(), "every entry still parses");
+        assert_eq!(parsed.last().unwrap(), "last entry");
+        // Projection is idempotent: an imported file renders to itself.
+        assert_eq!(render("project", 1, &parsed), rendered);
+    }
+
+    #[test]
+    fn ambiguous_code_is_escaped_too() {
+        // A code span that may pair across lines, a table row, an escaped backtick: no skipping.
+        assert_eq!(
+            inert_entry("`open\nclose` @x `y`"),
+            "`open\nclose` \\@x `y`"
+        );
+        assert_eq!(inert_entry("| `a | @b` |"), "| `a | \\@b` |");
+        assert_eq!(inert_entry("\\`a `@b`"), "\\`a `\\@b`");
+        // A fence some renderer may close early leaves the rest unfenced.
+        assert_eq!(
+            inert_entry("```\n@in\n    ```\n@x\n```\n@y"),
+            "```\n@in\n    ```\n\\@x\n```\n\\@y"
+        );
+        assert_eq!(inert_entry("```\n@in\n```~\n@x"), "```\n@in\n```~\n\\@x");
+        // Tab-indented fences are not trusted; an unclosed fence runs to the end.
+        assert_eq!(inert_entry("\t```\n@x"), "\t```\n\\@x");
+        assert_eq!(inert_entry("~~~\n@x <y"), "~~~\n@x <y");
+        // `@` or `<` before a space or at the end imports and opens nothing.
+        assert_eq!(inert_entry("a @ b <"), "a @ b <");
     }
 
     #[test]

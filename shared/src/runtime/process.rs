@@ -79,12 +79,14 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Reads the configuration file and applies environment overrides.
+    /// Reads the configuration file and applies environment overrides, after refusing a home or
+    /// configuration file another user could have planted ([`Paths::check_trusted`]).
     pub fn load(
         home: Option<&std::path::Path>,
         config_file: Option<&std::path::Path>,
     ) -> anyhow::Result<Settings> {
         let paths = Paths::resolve(home);
+        paths.check_trusted(config_file)?;
         let file = config_file.map_or_else(|| paths.config_file(), std::path::Path::to_path_buf);
         let mut config = load_file(&file)?;
         EnvOverrides::from_env().apply(&mut config);
@@ -99,6 +101,35 @@ impl Settings {
         };
         options.sqlite_synchronous = self.config.database.sqlite_synchronous;
         options
+    }
+}
+
+/// Makes every file and directory this process creates private to its user (umask 077) unless
+/// created with an explicit mode, as the files written into a worktree are
+/// (`managed_file::inherited_mode`). Returns the umask it replaced.
+pub fn private_umask() -> u32 {
+    #[cfg(unix)]
+    {
+        use nix::sys::stat::{Mode, umask};
+        umask(Mode::from_bits_truncate(0o077)).bits() as u32
+    }
+    #[cfg(not(unix))]
+    {
+        0
+    }
+}
+
+/// The start of a long-running process: takes group and other access away from the home it
+/// will use (a home made under a looser umask, or before Zuno kept it private), logging what
+/// changed. A failure is logged, not fatal: the ownership check has already passed.
+pub fn secure_home(paths: &Paths) {
+    match paths.make_private() {
+        Ok(changed) if !changed.is_empty() => {
+            let changed: Vec<String> = changed.iter().map(|p| p.display().to_string()).collect();
+            tracing::info!(?changed, "made Zuno's files private to their owner");
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "could not make Zuno's files private"),
     }
 }
 
@@ -125,7 +156,12 @@ pub async fn open_database(
         && let Some(parent) = std::path::Path::new(crate::paths::sqlite_path(&options.url)).parent()
         && !parent.as_os_str().is_empty()
     {
-        std::fs::create_dir_all(parent)
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder
+            .create(parent)
             .with_context(|| format!("cannot create the data directory {}", parent.display()))?;
     }
     let connect = || async { Db::open(options).await };
@@ -142,6 +178,19 @@ pub async fn open_database(
             tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "database not reachable yet");
         })
         .await?;
+    if !options.is_postgres() {
+        // SQLite creates the file at 0644 under the usual umask, and the -wal and -shm with the
+        // file's mode; every transcript is in there.
+        let file = crate::paths::sqlite_path(&options.url);
+        for path in [
+            file.to_owned(),
+            format!("{file}-wal"),
+            format!("{file}-shm"),
+        ] {
+            crate::paths::remove_group_and_other_access(std::path::Path::new(&path))
+                .with_context(|| format!("cannot make the database {path} private"))?;
+        }
+    }
     Ok(db)
 }
 
@@ -160,6 +209,7 @@ pub async fn worker_main(
     handlers: impl FnOnce(&WorkerEnv) -> anyhow::Result<Vec<Arc<dyn JobHandler>>>,
 ) -> anyhow::Result<()> {
     use clap::{Args as _, FromArgMatches as _};
+    private_umask();
     let command = clap::Command::new(name)
         .about(about)
         .version(env!("CARGO_PKG_VERSION"));
@@ -184,6 +234,7 @@ where
         settings.config.database.url = Some(url.clone());
     }
     let telemetry = init_telemetry(service, &settings.config)?;
+    secure_home(&settings.paths);
     let shutdown = super::shutdown::on_signal();
     // Bound before waiting for the database: a worker stuck on an unreachable database is
     // alive, and its metrics say so.

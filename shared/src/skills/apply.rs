@@ -100,9 +100,8 @@ fn create_dirs(worktree: &Path, path: &Path) -> Result<(), ManagedFileError> {
     let components: Vec<_> = relative.components().collect();
     for component in &components[..components.len().saturating_sub(1)] {
         current.push(component);
-        match std::fs::create_dir(&current) {
+        match managed_file::create_dir_in_worktree(&current) {
             Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(error) => {
                 return Err(ManagedFileError::Io {
                     path: current,

@@ -50,17 +50,31 @@ fn guard(id: String, matcher: Matcher, alternative: Option<String>, reason: &str
 
 fn shown(call: &ToolCall) -> String {
     match call {
-        ToolCall::Shell(line) => line.lines().next().unwrap_or("").chars().take(120).collect(),
+        ToolCall::Shell(line) => line
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(120)
+            .collect(),
         ToolCall::Edit(paths) => format!("edit {}", paths.join(", ")),
     }
 }
 
 fn calls_of_parts(source: &str, parts: &[Part], worktree: Option<&Path>, out: &mut Vec<Call>) {
     for part in parts {
-        if let Part::ToolCall { tool_name, arguments, .. } = part
+        if let Part::ToolCall {
+            tool_name,
+            arguments,
+            ..
+        } = part
             && let Some(call) = tool_call(tool_name, arguments, worktree)
         {
-            out.push(Call { source: source.to_owned(), shown: shown(&call), call });
+            out.push(Call {
+                source: source.to_owned(),
+                shown: shown(&call),
+                call,
+            });
         }
     }
 }
@@ -87,10 +101,19 @@ fn synthetic_calls(path: &Path) -> Vec<Call> {
     let mut out = Vec::new();
     let text = std::fs::read_to_string(path).unwrap_or_default();
     for (index, line) in text.lines().enumerate() {
-        let Ok(value) = serde_json::from_str::<Value>(line) else { continue };
-        let Some(parts) = value.get("parts") else { continue };
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let Some(parts) = value.get("parts") else {
+            continue;
+        };
         let parts: Vec<Part> = serde_json::from_value(parts.clone()).unwrap_or_default();
-        calls_of_parts(&format!("{}:{}", path.display(), index + 1), &parts, None, &mut out);
+        calls_of_parts(
+            &format!("{}:{}", path.display(), index + 1),
+            &parts,
+            None,
+            &mut out,
+        );
     }
     out
 }
@@ -106,7 +129,9 @@ fn transcript_calls(labels: &Value, corpus: &Path) -> Vec<Call> {
 }
 
 fn files_under(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() && path.file_name().is_some_and(|n| n != "dev") {
@@ -122,7 +147,10 @@ fn corpus_calls(corpus: &Path) -> Vec<Call> {
     let mut files = Vec::new();
     files_under(&corpus.join("claude-code-jsonl"), ".jsonl", &mut files);
     let mut calls = Vec::new();
-    for file in files.iter().filter(|f| !f.to_string_lossy().contains("hook_logs")) {
+    for file in files
+        .iter()
+        .filter(|f| !f.to_string_lossy().contains("hook_logs"))
+    {
         calls.extend(host_calls(Host::ClaudeCode, file));
     }
     let mut rollouts = Vec::new();
@@ -167,7 +195,9 @@ fn main() -> anyhow::Result<()> {
         let labels: Value = serde_json::from_str(&std::fs::read_to_string(file)?)?;
         let mut guards: Vec<Guard> = Vec::new();
         for prompt in labels["prompts"].as_array().into_iter().flatten() {
-            let (Some(lesson), Some(group)) = (prompt["lesson"].as_str(), prompt["lesson_group"].as_str()) else {
+            let (Some(lesson), Some(group)) =
+                (prompt["lesson"].as_str(), prompt["lesson_group"].as_str())
+            else {
                 continue;
             };
             for compiled in compile(lesson) {
@@ -185,8 +215,13 @@ fn main() -> anyhow::Result<()> {
         let calls = transcript_calls(&labels, &corpus);
         own_calls += calls.len();
         for call in &calls {
-            if let Some(verdict) = zuno_shared::guards::verdict(&guards, &call.call, GuardDecision::Ask) {
-                own_blocks.push(format!("{} | {} | {} | {}", call.source, verdict.guard.id, verdict.matched, call.shown));
+            if let Some(verdict) =
+                zuno_shared::guards::verdict(&guards, &call.call, GuardDecision::Ask)
+            {
+                own_blocks.push(format!(
+                    "{} | {} | {} | {}",
+                    call.source, verdict.guard.id, verdict.matched, call.shown
+                ));
             }
         }
         all_guards.extend(guards);
@@ -194,11 +229,22 @@ fn main() -> anyhow::Result<()> {
     println!("## Guards compiled from the dev set's lessons\n");
     for (group, guards) in &by_group {
         for g in guards {
-            println!("- `{group}`: {} (alternative: {})", g.matcher.describe(), g.alternative.as_deref().unwrap_or("-"));
+            println!(
+                "- `{group}`: {} (alternative: {})",
+                g.matcher.describe(),
+                g.alternative.as_deref().unwrap_or("-")
+            );
         }
     }
-    println!("\n{} guards from {} lesson groups.\n", all_guards.len(), by_group.len());
-    println!("## Own transcripts: {own_calls} tool calls, {} blocked\n", own_blocks.len());
+    println!(
+        "\n{} guards from {} lesson groups.\n",
+        all_guards.len(),
+        by_group.len()
+    );
+    println!(
+        "## Own transcripts: {own_calls} tool calls, {} blocked\n",
+        own_blocks.len()
+    );
     for block in &own_blocks {
         println!("- {block}");
     }
@@ -208,11 +254,18 @@ fn main() -> anyhow::Result<()> {
     let cross: Vec<String> = corpus_calls
         .iter()
         .filter_map(|call| {
-            zuno_shared::guards::verdict(&all_guards, &call.call, GuardDecision::Ask)
-                .map(|v| format!("{} | {} | {} | {}", call.source, v.guard.id, v.matched, call.shown))
+            zuno_shared::guards::verdict(&all_guards, &call.call, GuardDecision::Ask).map(|v| {
+                format!(
+                    "{} | {} | {} | {}",
+                    call.source, v.guard.id, v.matched, call.shown
+                )
+            })
         })
         .collect();
-    let shell = corpus_calls.iter().filter(|c| matches!(c.call, ToolCall::Shell(_))).count();
+    let shell = corpus_calls
+        .iter()
+        .filter(|c| matches!(c.call, ToolCall::Shell(_)))
+        .count();
     println!(
         "\n## Other corpus transcripts through all {} dev guards: {} tool calls ({} shell, {} edits), {} blocked ({:.2} %)\n",
         all_guards.len(),
@@ -227,7 +280,9 @@ fn main() -> anyhow::Result<()> {
     }
 
     // 3: follow-up violations and near misses.
-    let truth: Value = serde_json::from_str(&std::fs::read_to_string("tests/learning-eval/guards/checkable.json")?)?;
+    let truth: Value = serde_json::from_str(&std::fs::read_to_string(
+        "tests/learning-eval/guards/checkable.json",
+    )?)?;
     let as_call = |v: &Value| match (v["command"].as_str(), v["path"].as_str()) {
         (Some(command), _) => ToolCall::Shell(command.to_owned()),
         (_, Some(path)) => ToolCall::Edit(vec![path.to_owned()]),
@@ -270,9 +325,14 @@ fn main() -> anyhow::Result<()> {
     while two_hundred.len() < 200 {
         filler += 1;
         let matcher = if filler % 4 == 0 {
-            Matcher::Path { glob: format!("generated{filler}/") }
+            Matcher::Path {
+                glob: format!("generated{filler}/"),
+            }
         } else {
-            Matcher::Command { program: format!("tool{filler}"), args: vec![String::from("run")] }
+            Matcher::Command {
+                program: format!("tool{filler}"),
+                args: vec![String::from("run")],
+            }
         };
         two_hundred.push(guard(format!("filler{filler}"), matcher, None, "filler"));
     }
@@ -280,7 +340,8 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .map(|call| {
             let start = Instant::now();
-            let verdict = zuno_shared::guards::verdict(&two_hundred, &call.call, GuardDecision::Ask);
+            let verdict =
+                zuno_shared::guards::verdict(&two_hundred, &call.call, GuardDecision::Ask);
             std::hint::black_box(verdict);
             start.elapsed().as_secs_f64() * 1e6
         })

@@ -3,8 +3,9 @@
 mod auth;
 mod cli;
 mod errors;
-mod guards;
 mod events;
+mod files;
+mod guards;
 mod ingestion;
 mod learning;
 mod openapi;

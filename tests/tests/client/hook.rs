@@ -321,7 +321,6 @@ async fn stop_after_a_rewind_fails_the_abandoned_turn_already_imported(db: TestD
     );
 }
 
-
 /// `PreToolUse`: an approved guard makes the hook answer Claude Code with `permissionDecision:
 /// ask` and the lesson; Codex (whose hooks cannot ask) gets a warning; an allowed call gets no
 /// output at all.
@@ -344,7 +343,9 @@ async fn pre_tool_use_asks_for_a_guarded_call_and_stays_silent_otherwise() {
     add_project_rule(&server, &project, "Use pnpm, not npm.").await;
     let (_, guards) = server.get(&format!("/api/projects/{project}/guards")).await;
     let id = guards[0]["id"].as_str().unwrap().to_owned();
-    let (status, _) = server.post(&format!("/api/guards/{id}/approve"), json!({})).await;
+    let (status, _) = server
+        .post(&format!("/api/guards/{id}/approve"), json!({}))
+        .await;
     assert_eq!(status, 200);
 
     let call = |command: &str| {
@@ -352,25 +353,54 @@ async fn pre_tool_use_asks_for_a_guarded_call_and_stays_silent_otherwise() {
                "tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": "t1",
                "transcript_path": null, "permission_mode": "default"})
     };
-    let asked = hook(home, &server.base, "PreToolUse", call("npm install left-pad")).await;
+    let asked = hook(
+        home,
+        &server.base,
+        "PreToolUse",
+        call("npm install left-pad"),
+    )
+    .await;
     assert_eq!(asked.code, 0, "{}", asked.stderr);
     let answer: Value = serde_json::from_str(asked.stdout.trim()).expect(&asked.stdout);
     let output = &answer["hookSpecificOutput"];
     assert_eq!(output["hookEventName"], "PreToolUse");
     assert_eq!(output["permissionDecision"], "ask");
     let reason = output["permissionDecisionReason"].as_str().unwrap();
-    assert!(reason.contains("Use pnpm, not npm.") && reason.contains(&id), "{reason}");
+    assert!(
+        reason.contains("Use pnpm, not npm.") && reason.contains(&id),
+        "{reason}"
+    );
 
-    let allowed = hook(home, &server.base, "PreToolUse", call("pnpm install left-pad")).await;
-    assert_eq!((allowed.code, allowed.stdout.as_str()), (0, ""), "{}", allowed.stderr);
+    let allowed = hook(
+        home,
+        &server.base,
+        "PreToolUse",
+        call("pnpm install left-pad"),
+    )
+    .await;
+    assert_eq!(
+        (allowed.code, allowed.stdout.as_str()),
+        (0, ""),
+        "{}",
+        allowed.stderr
+    );
 
     let mut codex = zuno(home);
     codex.args(["hook", "codex", "PreToolUse", "--server", &server.base]);
     let warned = run(codex, Some(call("npx jest").to_string())).await;
     assert_eq!(warned.code, 0, "{}", warned.stderr);
     let answer: Value = serde_json::from_str(warned.stdout.trim()).expect(&warned.stdout);
-    assert!(answer["systemMessage"].as_str().unwrap().contains("Use pnpm"), "{answer}");
-    assert!(answer.get("hookSpecificOutput").is_none(), "Codex cannot ask: {answer}");
+    assert!(
+        answer["systemMessage"]
+            .as_str()
+            .unwrap()
+            .contains("Use pnpm"),
+        "{answer}"
+    );
+    assert!(
+        answer.get("hookSpecificOutput").is_none(),
+        "Codex cannot ask: {answer}"
+    );
 }
 
 /// `zuno projects …` against the server, as the local user.

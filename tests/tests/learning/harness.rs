@@ -47,7 +47,12 @@ impl World {
         .expect("the session exists")
     }
 
-    pub async fn new(db: TestDb, config: Config) -> World {
+    pub async fn new(db: TestDb, mut config: Config) -> World {
+        // A project's worktree is used only inside the worktree roots (checked again on every
+        // projection); this world's worktrees are temporary directories.
+        if config.server.worktree_roots.is_empty() {
+            config.server.worktree_roots = vec![std::env::temp_dir().display().to_string()];
+        }
         let config = Arc::new(config);
         let clock = zuno_shared::clock::system_clock();
         let ledger = Ledger::new(db.db.clone(), clock.clone());

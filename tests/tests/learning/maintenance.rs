@@ -759,6 +759,7 @@ async fn remember_and_maintain(world: &World, memory: &MemoryService, text: &str
 async fn an_entry_whose_files_are_gone_is_withheld_as_stale_and_restorable(db: TestDb) {
     let world = World::new(db, zuno_shared::config::Config::default()).await;
     let worktree = tempfile::tempdir().unwrap();
+    std::fs::create_dir(worktree.path().join(".git")).unwrap();
     std::fs::create_dir_all(worktree.path().join("src/Pricing")).unwrap();
     std::fs::write(worktree.path().join("src/Pricing/Tables.py"), "PRICES = {}").unwrap();
     std::fs::write(worktree.path().join("next.config.mjs"), "export default {}").unwrap();

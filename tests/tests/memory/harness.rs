@@ -48,11 +48,16 @@ impl Env {
         Env::with_config(db, config).await
     }
 
-    pub async fn with_config(db: TestDb, config: Config) -> Env {
+    pub async fn with_config(db: TestDb, mut config: Config) -> Env {
         let dir = tempfile::tempdir().expect("temp dir");
         let home = dir.path().join("zuno-home");
         let worktree = dir.path().join("repo");
         std::fs::create_dir(&worktree).expect("worktree");
+        // Worktrees are used only inside the roots (the claim's rule, checked again on every
+        // projection); the temporary directory is this world's root.
+        if config.server.worktree_roots.is_empty() {
+            config.server.worktree_roots = vec![dir.path().display().to_string()];
+        }
         let config = Arc::new(config);
         let memory = MemoryService::new(
             db.db.clone(),

@@ -140,6 +140,10 @@ async fn the_maintain_worker_reconciles_and_repairs_files_when_it_starts(db: Tes
     );
     std::fs::write(&other_rules, &edited).unwrap();
 
+    // The worker reads the same worktree roots as this world (its projections are checked
+    // against them).
+    let config = env.dir.path().join("config.json");
+    std::fs::write(&config, serde_json::to_string(&*env.config).unwrap()).unwrap();
     let output = tokio::process::Command::new(binary("zuno-worker-maintain"))
         .args([
             "--database-url",
@@ -149,6 +153,7 @@ async fn the_maintain_worker_reconciles_and_repairs_files_when_it_starts(db: Tes
             "--exit-when-idle",
         ])
         .env("ZUNO_HOME", &env.home)
+        .env("ZUNO_CONFIG", &config)
         .kill_on_drop(true)
         .output()
         .await

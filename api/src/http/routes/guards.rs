@@ -169,7 +169,9 @@ pub async fn test(
         if let Some(matched) = guard.matcher.matches(&call) {
             let decision = if guard.state != "active" {
                 "none"
-            } else if guard.decision == "deny" || state.config.guards.decision == GuardDecision::Deny {
+            } else if guard.decision == "deny"
+                || state.config.guards.decision == GuardDecision::Deny
+            {
                 "deny"
             } else {
                 "ask"
@@ -185,7 +187,12 @@ pub async fn test(
 }
 
 /// Approve, reject, disable or enable a guard. A global guard needs global write.
-async fn decide(state: &AppState, caller: &Caller, id: &str, decision: Decision) -> ApiResult<Json<Guard>> {
+async fn decide(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    decision: Decision,
+) -> ApiResult<Json<Guard>> {
     let not_found = || ApiError::NotFound(format!("guard `{id}` was not found"));
     let guard = guards::get(&state.db, id).await?.ok_or_else(not_found)?;
     match guard.project_id.as_deref() {
@@ -193,7 +200,9 @@ async fn decide(state: &AppState, caller: &Caller, id: &str, decision: Decision)
         None if caller.can_read_global() => caller.require_global(GlobalAccess::Write)?,
         _ => return Err(not_found()),
     }
-    Ok(Json(guards::decide(&state.db, id, decision, state.ledger.now_ms()).await?))
+    Ok(Json(
+        guards::decide(&state.db, id, decision, state.ledger.now_ms()).await?,
+    ))
 }
 
 macro_rules! decision_route {
@@ -212,7 +221,27 @@ macro_rules! decision_route {
     };
 }
 
-decision_route!(approve, "approve", Decision::Approve, "Approve a pending guard: it takes effect.");
-decision_route!(reject, "reject", Decision::Reject, "Reject a pending guard: it is never proposed again.");
-decision_route!(disable, "disable", Decision::Disable, "Disable a guard (pending or active).");
-decision_route!(enable, "enable", Decision::Enable, "Enable a disabled guard again.");
+decision_route!(
+    approve,
+    "approve",
+    Decision::Approve,
+    "Approve a pending guard: it takes effect."
+);
+decision_route!(
+    reject,
+    "reject",
+    Decision::Reject,
+    "Reject a pending guard: it is never proposed again."
+);
+decision_route!(
+    disable,
+    "disable",
+    Decision::Disable,
+    "Disable a guard (pending or active)."
+);
+decision_route!(
+    enable,
+    "enable",
+    Decision::Enable,
+    "Enable a disabled guard again."
+);

@@ -42,7 +42,7 @@ impl From<MemoryError> for ApiError {
                 ApiError::bad_request(*field, refusal.to_string())
             }
             MemoryError::NotFound(detail) => ApiError::NotFound(detail),
-            MemoryError::Stale { .. } | MemoryError::Conflict(_) => {
+            MemoryError::Stale { .. } | MemoryError::Conflict(_) | MemoryError::Worktree(_) => {
                 ApiError::Conflict(error.to_string())
             }
             MemoryError::Store(store) => store.into(),

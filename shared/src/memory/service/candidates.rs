@@ -363,9 +363,13 @@ impl MemoryService {
         };
         let compiled = async {
             let mut tx = self.db.begin().await?;
-            let compiled =
-                crate::guards::compile_memory_in(&mut tx, project_id, &self.config.guards, self.now())
-                    .await?;
+            let compiled = crate::guards::compile_memory_in(
+                &mut tx,
+                project_id,
+                &self.config.guards,
+                self.now(),
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, crate::db::StoreError>(compiled)
         }

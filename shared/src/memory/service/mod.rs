@@ -86,6 +86,9 @@ pub enum MemoryError {
     Conflict(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The project's worktree moved since its claim (see [`crate::worktree`]).
+    #[error(transparent)]
+    Worktree(#[from] crate::worktree::WorktreeMoved),
 }
 
 impl From<sqlx::Error> for MemoryError {
@@ -203,12 +206,14 @@ impl MemoryService {
     }
 
     /// The projection path of a document: `$CONFIG/memory/MEMORY.md` or
-    /// `<worktree>/.zuno/RULES.md` (none for a project without an absolute worktree).
+    /// `<worktree>/.zuno/RULES.md` (none for a project without an absolute worktree). The
+    /// worktree is resolved again on every call, and a worktree that moved since its claim is
+    /// [`MemoryError::Worktree`]: every read and write of a projection starts here.
     pub async fn projection_path(
         &self,
         scope: Scope,
         project_id: Option<&str>,
-    ) -> Result<Option<PathBuf>, StoreError> {
+    ) -> Result<Option<PathBuf>, MemoryError> {
         match scope {
             Scope::Global => Ok(Some(self.paths.global_memory())),
             Scope::Project => {
@@ -216,11 +221,20 @@ impl MemoryService {
                     return Ok(None);
                 };
                 let worktree = store::project_worktree(&self.db, project_id).await?;
-                Ok(worktree
+                let Some(worktree) = worktree
                     .flatten()
                     .map(PathBuf::from)
                     .filter(|p| p.is_absolute())
-                    .map(|w| Paths::project_rules(&w)))
+                else {
+                    return Ok(None);
+                };
+                let roots = crate::worktree::roots(&self.config.server);
+                let checked = tokio::task::spawn_blocking(move || {
+                    crate::worktree::recheck(&worktree, &roots)
+                })
+                .await
+                .map_err(|e| MemoryError::Conflict(format!("worktree check failed: {e}")))??;
+                Ok(Some(Paths::project_rules(&checked)))
             }
         }
     }

@@ -55,6 +55,11 @@ impl MemoryService {
     async fn reconcile_projections(&self, report: &mut ReconcileReport) -> Result<(), MemoryError> {
         for (document_id, path, written) in store::published_documents(&self.db).await? {
             let Some(path) = path else { continue };
+            // A moved worktree is neither read nor written: publishing records the refusal.
+            if !self.projection_still_there(&document_id).await? {
+                self.publish(&document_id).await?;
+                continue;
+            }
             let target = PathBuf::from(&path);
             let state = tokio::task::spawn_blocking(move || managed_file::read(&target))
                 .await
@@ -86,6 +91,23 @@ impl MemoryService {
             }
         }
         Ok(())
+    }
+}
+
+impl MemoryService {
+    /// False when the document's project worktree moved since its claim.
+    async fn projection_still_there(&self, document_id: &str) -> Result<bool, MemoryError> {
+        let mut tx = self.db.begin_read().await?;
+        let document = self.document_by_id_in(&mut tx, document_id).await?;
+        tx.rollback().await?;
+        match self
+            .projection_path(document.scope, document.project_id.as_deref())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(MemoryError::Worktree(_)) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 }
 

@@ -36,7 +36,7 @@ fn staleness(
 impl MemoryService {
     /// Withholds the stale derived entries of `project_id`'s document in the caller's
     /// transaction (maintenance's settlement). `worktree` is the project's worktree as this host
-    /// sees it: when it is not a directory here, no file is judged missing.
+    /// sees it: unless it is a checkout here (it holds `.git`), no file is judged missing.
     pub async fn withhold_stale_in(
         &self,
         tx: &mut Tx,
@@ -50,7 +50,9 @@ impl MemoryService {
             0 => None,
             days => Some(now - i64::from(days) * DAY_MS),
         };
-        let worktree = worktree.filter(|root| root.is_dir());
+        // Only a checkout tells what the code holds: an empty or unrelated directory (a project
+        // bound before its files arrived, an evaluation's scratch worktree) judges nothing.
+        let worktree = worktree.filter(|root| root.join(".git").exists());
         let mut withheld = Vec::new();
         for candidate in store::stale_candidates_in(tx, &document.id).await? {
             let Some((reason, missing)) = staleness(&candidate, worktree, unused_before) else {

@@ -23,15 +23,22 @@ impl MemoryService {
         let document = self.document_by_id_in(&mut tx, document_id).await?;
         let expected = store::written_digest_in(&mut tx, document_id).await?;
         tx.rollback().await?;
-        let Some(path) = self
+        let path = match self
             .projection_path(document.scope, document.project_id.as_deref())
-            .await?
-        else {
-            return Ok(ProjectionReport {
-                path: None,
-                state: String::from("none"),
-                detail: Some(String::from("the project has no worktree")),
-            });
+            .await
+        {
+            Ok(Some(path)) => path,
+            Ok(None) => {
+                return Ok(ProjectionReport {
+                    path: None,
+                    state: String::from("none"),
+                    detail: Some(String::from("the project has no worktree")),
+                });
+            }
+            Err(MemoryError::Worktree(moved)) => {
+                return self.refuse_projection(document_id, &document, moved).await;
+            }
+            Err(error) => return Err(error),
         };
         let content = markdown::render(
             document.scope.as_str(),
@@ -77,6 +84,33 @@ impl MemoryService {
             path: Some(path.display().to_string()),
             state: state.to_owned(),
             detail,
+        })
+    }
+
+    /// A projection not written because the project's worktree moved since its claim: recorded
+    /// as `error` under the path the claim named, so `inspect` and the next start-up see why.
+    async fn refuse_projection(
+        &self,
+        document_id: &str,
+        document: &store::Document,
+        moved: crate::worktree::WorktreeMoved,
+    ) -> Result<ProjectionReport, MemoryError> {
+        let detail = moved.to_string();
+        let stored = match document.project_id.as_deref() {
+            Some(project_id) => store::project_worktree(&self.db, project_id)
+                .await?
+                .flatten()
+                .map(|worktree| crate::paths::Paths::project_rules(Path::new(&worktree))),
+            None => None,
+        };
+        if let Some(stored) = &stored {
+            self.record_projection(document_id, stored, "error", None, None, Some(&detail))
+                .await?;
+        }
+        Ok(ProjectionReport {
+            path: stored.map(|path| path.display().to_string()),
+            state: String::from("error"),
+            detail: Some(detail),
         })
     }
 
@@ -150,8 +184,12 @@ impl MemoryService {
         scope: Scope,
         project_id: Option<&str>,
     ) -> Result<(), MemoryError> {
-        let Some(path) = self.projection_path(scope, project_id).await? else {
-            return Ok(());
+        // A worktree that moved is not read from (the refusal is logged where it is checked);
+        // the document's next publication records why nothing is written either.
+        let path = match self.projection_path(scope, project_id).await {
+            Ok(Some(path)) => path,
+            Ok(None) | Err(MemoryError::Worktree(_)) => return Ok(()),
+            Err(error) => return Err(error),
         };
         let now = self.now();
         let mut tx = self.db.begin().await?;
@@ -228,9 +266,9 @@ impl MemoryService {
             scope,
             revision: view.map_or(0, |v| v.revision),
             differs: file.as_ref().is_some_and(|f| {
-                f.iter()
-                    .cloned()
-                    .ne(accepted.iter().map(|entry| markdown::visible_entry(entry)))
+                f.iter().cloned().ne(accepted
+                    .iter()
+                    .map(|entry| markdown::projected_entry(entry)))
             }),
             accepted,
             path: path.map(|p| p.display().to_string()),
