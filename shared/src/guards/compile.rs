@@ -181,73 +181,8 @@ static ZH_NEVER_EDIT: LazyLock<Regex> = LazyLock::new(|| {
 /// The guards `lesson` implies, without duplicates.
 pub fn compile(lesson: &str) -> Vec<CompiledGuard> {
     let mut found: Vec<CompiledGuard> = Vec::new();
-    let mut add = |guard: Option<CompiledGuard>| {
-        if let Some(guard) = guard
-            && !found.iter().any(|g| g.matcher == guard.matcher)
-        {
-            found.push(guard);
-        }
-    };
-    for pattern in [&*USE_NOT, &*ZH_USE_NOT] {
-        for captures in pattern.captures_iter(lesson) {
-            add(command_guard(&captures["y"], &[unquote(&captures["x"])]));
-        }
-    }
-    for captures in INSTEAD_OF.captures_iter(lesson) {
-        let mut alternatives = alternatives_in(lesson);
-        alternatives.push(unquote(&captures["x"]));
-        add(command_guard(&captures["y"], &alternatives));
-    }
-    for captures in NEVER_RUN.captures_iter(lesson) {
-        let y = captures.name("y").or_else(|| captures.name("y2"));
-        if let Some(y) = y {
-            add(command_guard(y.as_str(), &alternatives_in(lesson)));
-        }
-    }
-    for captures in NOT_ON_PATH.captures_iter(lesson) {
-        if let Some(y) = captures.name("y") {
-            add(command_guard(y.as_str(), &alternatives_in(lesson)));
-        } else if let Some(script) = captures.name("s") {
-            let quoted = format!("`{}`", unquote(script.as_str()));
-            add(command_guard(&quoted, &alternatives_in(lesson)));
-        } else if let Some(file) = captures.name("mk") {
-            let program = match file.as_str().to_ascii_lowercase().as_str() {
-                "makefile" => "make",
-                "justfile" => "just",
-                _ => "npm",
-            };
-            add(command_guard(
-                &format!("`{program}`"),
-                &alternatives_in(lesson),
-            ));
-        }
-    }
-    for captures in CREATE_INSTEAD.captures_iter(lesson) {
-        if let Some(p) = captures.name("p").or_else(|| captures.name("p2")) {
-            add(path_guard(p.as_str()));
-        }
-    }
-    if let Some(captures) = PACKAGE_MANAGER_OF.captures(lesson) {
-        let x = captures["x"].to_ascii_lowercase();
-        for other in ["npm", "yarn", "pnpm"].into_iter().filter(|pm| *pm != x) {
-            add(command_guard(other, std::slice::from_ref(&x)));
-        }
-    }
-    for captures in NO_FLAG.captures_iter(lesson) {
-        add(flag_guard(lesson, &captures["flag"]));
-    }
-    for captures in NOT_ALLOWED.captures_iter(lesson) {
-        add(command_guard(&captures["y"], &alternatives_in(lesson)));
-    }
-    for captures in ZH_NEVER_RUN.captures_iter(lesson) {
-        add(command_guard(&captures["y"], &alternatives_in(lesson)));
-    }
-    for pattern in [&*NEVER_EDIT, &*ZH_NEVER_EDIT] {
-        for captures in pattern.captures_iter(lesson) {
-            add(path_guard(&captures["p"]));
-        }
-    }
-    drop(add);
+    command_forms(lesson, &mut found);
+    other_forms(lesson, &mut found);
     if found.is_empty()
         && let Some(captures) = USE_INSTEAD.captures(lesson)
     {
@@ -258,6 +193,90 @@ pub fn compile(lesson: &str) -> Vec<CompiledGuard> {
         }
     }
     found
+}
+
+fn add(found: &mut Vec<CompiledGuard>, guard: Option<CompiledGuard>) {
+    if let Some(guard) = guard
+        && !found.iter().any(|g| g.matcher == guard.matcher)
+    {
+        found.push(guard);
+    }
+}
+
+/// "Use X, not Y", "X instead of Y", "never run Y", "Y is not on PATH" and their Chinese forms.
+fn command_forms(lesson: &str, found: &mut Vec<CompiledGuard>) {
+    for pattern in [&*USE_NOT, &*ZH_USE_NOT] {
+        for captures in pattern.captures_iter(lesson) {
+            add(
+                found,
+                command_guard(&captures["y"], &[unquote(&captures["x"])]),
+            );
+        }
+    }
+    for captures in INSTEAD_OF.captures_iter(lesson) {
+        let mut alternatives = alternatives_in(lesson);
+        alternatives.push(unquote(&captures["x"]));
+        add(found, command_guard(&captures["y"], &alternatives));
+    }
+    for captures in NEVER_RUN.captures_iter(lesson) {
+        let y = captures.name("y").or_else(|| captures.name("y2"));
+        if let Some(y) = y {
+            add(found, command_guard(y.as_str(), &alternatives_in(lesson)));
+        }
+    }
+    for captures in NOT_ON_PATH.captures_iter(lesson) {
+        if let Some(y) = captures.name("y") {
+            add(found, command_guard(y.as_str(), &alternatives_in(lesson)));
+        } else if let Some(script) = captures.name("s") {
+            let quoted = format!("`{}`", unquote(script.as_str()));
+            add(found, command_guard(&quoted, &alternatives_in(lesson)));
+        } else if let Some(file) = captures.name("mk") {
+            let program = match file.as_str().to_ascii_lowercase().as_str() {
+                "makefile" => "make",
+                "justfile" => "just",
+                _ => "npm",
+            };
+            add(
+                found,
+                command_guard(&format!("`{program}`"), &alternatives_in(lesson)),
+            );
+        }
+    }
+}
+
+/// Files not to create or edit, a project's package manager, forbidden flags and commands.
+fn other_forms(lesson: &str, found: &mut Vec<CompiledGuard>) {
+    for captures in CREATE_INSTEAD.captures_iter(lesson) {
+        if let Some(p) = captures.name("p").or_else(|| captures.name("p2")) {
+            add(found, path_guard(p.as_str()));
+        }
+    }
+    if let Some(captures) = PACKAGE_MANAGER_OF.captures(lesson) {
+        let x = captures["x"].to_ascii_lowercase();
+        for other in ["npm", "yarn", "pnpm"].into_iter().filter(|pm| *pm != x) {
+            add(found, command_guard(other, std::slice::from_ref(&x)));
+        }
+    }
+    for captures in NO_FLAG.captures_iter(lesson) {
+        add(found, flag_guard(lesson, &captures["flag"]));
+    }
+    for captures in NOT_ALLOWED.captures_iter(lesson) {
+        add(
+            found,
+            command_guard(&captures["y"], &alternatives_in(lesson)),
+        );
+    }
+    for captures in ZH_NEVER_RUN.captures_iter(lesson) {
+        add(
+            found,
+            command_guard(&captures["y"], &alternatives_in(lesson)),
+        );
+    }
+    for pattern in [&*NEVER_EDIT, &*ZH_NEVER_EDIT] {
+        for captures in pattern.captures_iter(lesson) {
+            add(found, path_guard(&captures["p"]));
+        }
+    }
 }
 
 fn unquote(token: &str) -> String {

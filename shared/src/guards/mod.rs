@@ -384,3 +384,53 @@ pub async fn record_block(
     tx.commit().await?;
     Ok(())
 }
+
+/// A checkable rule as `learn status` shows it: how often its lesson was recalled, how often a
+/// guard stopped it, and how often an agent broke it anyway.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleUse {
+    pub guard_id: String,
+    pub rule: String,
+    /// What the guard matches, as a person reads it.
+    pub guards: String,
+    pub state: String,
+    /// Times the lesson's experiences were selected into a prompt or reinforced.
+    pub recalled: i64,
+    pub blocked: i64,
+    pub violated: i64,
+}
+
+/// The rules with guards of `project_id` (and the global ones), most broken first.
+pub async fn rule_uses(db: &crate::db::Db, project_id: &str) -> Result<Vec<RuleUse>, StoreError> {
+    let guards: Vec<Guard> = store::list(db, project_id, None)
+        .await?
+        .into_iter()
+        .filter(|g| matches!(g.state.as_str(), "pending" | "active" | "disabled"))
+        .collect();
+    let mut uses = Vec::new();
+    for guard in guards {
+        let mut recalled = 0;
+        for id in &guard.evidence {
+            let used: Option<i64> = crate::on_db!(db, |pool| sqlx::query_scalar(
+                "SELECT use_count + reinforcements FROM experience_record WHERE id = $1"
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await)?;
+            recalled += used.unwrap_or(0);
+        }
+        uses.push(RuleUse {
+            guards: guard.matcher.describe(),
+            guard_id: guard.id,
+            rule: guard.reason,
+            state: guard.state,
+            recalled,
+            blocked: guard.blocks,
+            violated: guard.violations,
+        });
+    }
+    uses.sort_by(|a, b| b.violated.cmp(&a.violated).then(b.blocked.cmp(&a.blocked)));
+    uses.truncate(50);
+    Ok(uses)
+}

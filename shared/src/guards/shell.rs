@@ -83,7 +83,7 @@ impl Lexer<'_> {
     fn balanced(&mut self, open: char, close: char) -> String {
         let mut depth = 1;
         let mut text = String::new();
-        while let Some(c) = self.chars.next() {
+        for c in self.chars.by_ref() {
             if c == open {
                 depth += 1;
             } else if c == close {

@@ -113,6 +113,8 @@ pub struct ProjectStatus {
     pub automatic_paused: bool,
     pub providers: Vec<ProviderHealth>,
     pub warnings: Vec<Warning>,
+    /// The rules with guards: recalled, stopped by a guard, broken anyway (`zuno guards list`).
+    pub rules: Vec<crate::guards::RuleUse>,
 }
 
 /// The model path `learn status` shows: the provider kind and model extraction asks, or the
@@ -454,5 +456,6 @@ pub async fn project_status(
             && !budget.admits(usage::call_ceiling(&learning.execution), caps),
         providers: usage::health(db).await?,
         warnings: warnings(&jobs),
+        rules: crate::guards::rule_uses(db, project_id).await?,
     })
 }
