@@ -523,7 +523,7 @@ fn summary(item: &Value) -> String {
     };
     let id = field(&["id", "name"]);
     let state = field(&["state", "status", "kind"]);
-    let mut text = field(&["text", "content", "summary", "title", "detail"]);
+    let mut text = field(&["text", "content", "summary", "title", "detail", "reason"]);
     if text.chars().count() > 100 {
         text = text.chars().take(100).collect::<String>() + "…";
     }

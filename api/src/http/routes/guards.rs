@@ -130,6 +130,10 @@ pub struct TestRequest {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TestMatch {
+    /// The guard's id.
+    pub id: String,
+    /// `<what it matched>: <the lesson>`.
+    pub detail: String,
     pub guard: Guard,
     pub matched: String,
     /// What the hook would answer now: `ask` or `deny` for an active guard, `none` for one that
@@ -177,6 +181,8 @@ pub async fn test(
                 "ask"
             };
             matches.push(TestMatch {
+                id: guard.id.clone(),
+                detail: format!("{matched}: {}", guard.reason),
                 decision: decision.to_owned(),
                 guard,
                 matched,
