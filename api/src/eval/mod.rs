@@ -196,6 +196,7 @@ async fn evaluate(
     let audit = zuno_shared::memory::audit::audit(
         &memory,
         &[],
+        &[],
         |scope| zuno_shared::memory::audit::char_limit(&config, scope),
         None,
     );

@@ -208,6 +208,10 @@ pub struct DocumentAudit {
     /// Entries maintenance withheld as stale, newest first; `zuno memory restore` brings one
     /// back as the user's own entry.
     pub marked_stale: Vec<MarkedStale>,
+    /// Derived entries consolidation pushed out to keep the document within its limit, newest
+    /// first (of the last 200 applied changes), that the document does not hold again: their
+    /// lessons stay Experience, recallable by `context`.
+    pub pushed_out: Vec<PushedOut>,
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -225,6 +229,56 @@ pub struct AuditedEntry {
 pub struct SharedSubject {
     pub subject: Vec<String>,
     pub entries: Vec<AuditedEntry>,
+}
+
+/// An entry pushed out at the cap, by the change that pushed it.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PushedOut {
+    pub candidate_id: String,
+    #[serde(skip)]
+    pub scope: Scope,
+    pub content: String,
+    /// Why it ranked lowest: `unsupported`, `unused`, `violated` or `weakest`.
+    pub reason: super::consolidate::DropReason,
+    /// The experiences it rested on: still Experience.
+    pub experience_ids: Vec<String>,
+}
+
+/// The entries pushed out at the cap by `applied` candidates (newest first) that `current`
+/// does not hold again.
+pub fn pushed_out(
+    applied: &[super::store::Candidate],
+    current: &[SupportedEntry],
+) -> Vec<PushedOut> {
+    let mut found: Vec<PushedOut> = Vec::new();
+    for candidate in applied {
+        let Some(consolidation) = candidate.consolidation() else {
+            continue;
+        };
+        let Some(scope) = Scope::parse(&candidate.target) else {
+            continue;
+        };
+        for dropped in consolidation.dropped {
+            let back = current
+                .iter()
+                .any(|e| e.scope == scope && e.entry.content == dropped.content);
+            if !back
+                && !found
+                    .iter()
+                    .any(|p| p.scope == scope && p.content == dropped.content)
+            {
+                found.push(PushedOut {
+                    candidate_id: candidate.id.clone(),
+                    scope,
+                    content: dropped.content,
+                    reason: dropped.reason,
+                    experience_ids: dropped.evidence,
+                });
+            }
+        }
+    }
+    found
 }
 
 /// An entry maintenance withheld as stale (`memory_stale_entry`).
@@ -265,6 +319,7 @@ pub fn char_limit(config: &crate::config::Config, scope: Scope) -> u32 {
 pub fn audit(
     entries: &[SupportedEntry],
     marked: &[MarkedStale],
+    pushed: &[PushedOut],
     limit: impl Fn(Scope) -> u32,
     exists: Option<&dyn Fn(&str) -> bool>,
 ) -> MemoryAudit {
@@ -276,11 +331,17 @@ pub fn audit(
             .filter(|m| m.scope == scope)
             .cloned()
             .collect();
-        if of_scope.is_empty() && marked.is_empty() {
+        let pushed: Vec<PushedOut> = pushed
+            .iter()
+            .filter(|p| p.scope == scope)
+            .cloned()
+            .collect();
+        if of_scope.is_empty() && marked.is_empty() && pushed.is_empty() {
             continue;
         }
         let mut document = audit_document(scope, &of_scope, limit(scope), exists);
         document.marked_stale = marked;
+        document.pushed_out = pushed;
         documents.push(document);
     }
     MemoryAudit { documents }
@@ -355,6 +416,7 @@ fn audit_document(
         duplicates,
         stale,
         marked_stale: Vec::new(),
+        pushed_out: Vec::new(),
     }
 }
 
@@ -452,7 +514,7 @@ mod tests {
             entry("f", "Always answer in English."),
         ];
         let exists = |path: &str| path != "src/pricing/tables.py";
-        let audit = audit(&entries, &[], |_| 100, Some(&exists));
+        let audit = audit(&entries, &[], &[], |_| 100, Some(&exists));
         let [document] = audit.documents.as_slice() else {
             panic!("{audit:?}");
         };

@@ -225,7 +225,51 @@ async fn manual_commands_over_http(db: TestDb) {
     assert_eq!(status, 404);
 }
 
+/// A lesson consolidation pushes out of a full document stays Experience and is listed by the
+/// audit as pushed out, with the lesson's experience (issue 29, a budget with an order).
+async fn the_audit_lists_what_the_cap_pushed_out(db: TestDb) {
+    let mut config = Config::default();
+    config.memory.project_char_limit = 80;
+    let server = TestServer::start(&db, config, None).await;
+    server
+        .post("/api/projects", json!({"id": "p1", "name": "p1"}))
+        .await;
+    let lessons = [
+        "Keep every migration reversible with a down step.",
+        "Run the linters before every commit you make.",
+    ];
+    for text in lessons {
+        let (status, body) = server
+            .post("/api/projects/p1/learn/remember", json!({"text": text}))
+            .await;
+        assert_eq!(status, 201, "{body}");
+        server.drain_maintenance("audit-maintain").await;
+    }
+    let (status, audit) = server.get("/api/projects/p1/memory/audit").await;
+    assert_eq!(status, 200, "{audit}");
+    let project = audit["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["target"] == "project")
+        .expect("the project document")
+        .clone();
+    let (_, candidates) = server.get("/api/projects/p1/memory/candidates").await;
+    assert_eq!(project["entries"], 1, "{audit}\n{candidates}");
+    let pushed = project["pushedOut"].as_array().unwrap();
+    assert_eq!(pushed.len(), 1, "{audit}\n{candidates}");
+    assert_eq!(pushed[0]["content"], lessons[0]);
+    let experience = pushed[0]["experienceIds"][0].as_str().unwrap();
+    let (status, kept) = server.get(&format!("/api/experiences/{experience}")).await;
+    assert_eq!(
+        (status, kept["status"].as_str()),
+        (200, Some("active")),
+        "{kept}"
+    );
+}
+
 on_both_backends!(
+    the_audit_lists_what_the_cap_pushed_out,
     a_correction_with_a_tool_call_becomes_verified_experience_with_the_rules_extractor,
     a_correction_with_a_tool_call_becomes_verified_experience_with_a_model,
     stale_policy_and_feedback_writes_are_409,

@@ -525,13 +525,17 @@ pub async fn audit(
             .is_some_and(|root| zuno_shared::memory::audit::exists_in_worktree(root, path))
     };
     let mut marked = store::marked_stale(&state.db, &project_id).await?;
+    let applied = store::candidates(&state.db, Some(&project_id), Some("applied"), 200).await?;
+    let mut pushed = zuno_shared::memory::audit::pushed_out(&applied, &entries);
     if !caller.can_read_global() {
         marked.retain(|mark| mark.scope == Scope::Project);
+        pushed.retain(|entry| entry.scope == Scope::Project);
     }
     let config = state.config.clone();
     Ok(Json(zuno_shared::memory::audit::audit(
         &entries,
         &marked,
+        &pushed,
         |scope| zuno_shared::memory::audit::char_limit(&config, scope),
         worktree
             .is_some()
