@@ -359,7 +359,13 @@ async fn a_real_worker_binary_drains_and_exits(db: TestDb) {
         .unwrap();
     zuno_tests::processes::assert_succeeded(&output);
     let settled = ledger.get(&job.id).await.unwrap();
-    assert_eq!(settled.state, JobState::Completed);
+    assert_eq!(
+        settled.state,
+        JobState::Completed,
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_eq!(settled.attempts, 1);
 }
 

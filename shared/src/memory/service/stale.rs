@@ -45,7 +45,11 @@ impl MemoryService {
         job_id: Option<&str>,
     ) -> Result<Vec<Staged>, MemoryError> {
         let now = self.now();
-        let document = store::document_in(tx, Scope::Project, Some(project_id), now).await?;
+        // Nothing to withhold in a document that does not exist (and none is created here).
+        let Some(document_id) = store::document_id_in(tx, Scope::Project, Some(project_id)).await?
+        else {
+            return Ok(Vec::new());
+        };
         let unused_before = match self.config.memory.stale_after_unused_days {
             0 => None,
             days => Some(now - i64::from(days) * DAY_MS),
@@ -54,7 +58,7 @@ impl MemoryService {
         // bound before its files arrived, an evaluation's scratch worktree) judges nothing.
         let worktree = worktree.filter(|root| root.join(".git").exists());
         let mut withheld = Vec::new();
-        for candidate in store::stale_candidates_in(tx, &document.id).await? {
+        for candidate in store::stale_candidates_in(tx, &document_id).await? {
             let Some((reason, missing)) = staleness(&candidate, worktree, unused_before) else {
                 continue;
             };
@@ -93,7 +97,7 @@ impl MemoryService {
             };
             let mark = StaleMark {
                 candidate_id: &staged.candidate.id,
-                document_id: &document.id,
+                document_id: &document_id,
                 content: &candidate.entry.content,
                 reason,
                 missing_paths: &missing,
