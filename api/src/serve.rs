@@ -137,10 +137,11 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
     }
     announce(&address, &args, &db, &server_token, &settings, &state);
     let server_shutdown = shutdown.clone();
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
-        .await
-        .map_err(|e| CliError::new(CliError::FAILURE, format!("server failed: {e}")))?;
+    crate::http::transport::serve(listener, router(state), async move {
+        server_shutdown.cancelled().await
+    })
+    .await
+    .map_err(|e| CliError::new(CliError::FAILURE, format!("server failed: {e}")))?;
     shutdown.cancel();
     while background.join_next().await.is_some() {}
     db.close().await;

@@ -7,6 +7,7 @@ pub mod guard;
 pub mod json;
 mod openapi;
 mod routes;
+pub mod transport;
 pub mod worktree;
 
 use std::sync::Arc;
