@@ -44,6 +44,10 @@ enum ServerToken {
     None,
 }
 
+/// The shortest operator token accepted on a non-loopback address: anything shorter can be
+/// guessed by whoever reaches the port (the generated local token has 69 characters).
+pub const MIN_OPERATOR_TOKEN_CHARS: usize = 32;
+
 /// `ZUNO_API_TOKEN`: absent is fine, blank is a mistake worth stopping for (a token that
 /// is only whitespace would otherwise be accepted, or silently turned into "no token").
 pub fn operator_token() -> Result<Option<String>, CliError> {
@@ -133,10 +137,11 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError>
     }
     announce(&address, &args, &db, &server_token, &settings, &state);
     let server_shutdown = shutdown.clone();
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
-        .await
-        .map_err(|e| CliError::new(CliError::FAILURE, format!("server failed: {e}")))?;
+    crate::http::transport::serve(listener, router(state), async move {
+        server_shutdown.cancelled().await
+    })
+    .await
+    .map_err(|e| CliError::new(CliError::FAILURE, format!("server failed: {e}")))?;
     shutdown.cancel();
     while background.join_next().await.is_some() {}
     db.close().await;
@@ -156,6 +161,17 @@ impl ServerToken {
                 return Err(CliError::new(
                     CliError::BAD_INPUT,
                     "--insecure-no-auth contradicts ZUNO_API_TOKEN: unset one of them",
+                ));
+            }
+            (Some(token), false)
+                if !is_loopback(bind) && token.chars().count() < MIN_OPERATOR_TOKEN_CHARS =>
+            {
+                return Err(CliError::new(
+                    CliError::BAD_INPUT,
+                    format!(
+                        "refusing to listen on {bind} with a ZUNO_API_TOKEN of {} characters: use at least {MIN_OPERATOR_TOKEN_CHARS} (e.g. `openssl rand -hex 32`) or bind a loopback address",
+                        token.chars().count()
+                    ),
                 ));
             }
             (Some(token), false) => ServerToken::Operator(token),

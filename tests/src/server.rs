@@ -67,8 +67,7 @@ impl TestServer {
         let stop = shutdown.clone();
         let app = router(state.clone());
         let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
+            zuno_api::http::transport::serve(listener, app, async move { stop.cancelled().await })
                 .await
                 .expect("serve");
         });

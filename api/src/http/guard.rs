@@ -75,11 +75,19 @@ impl HostPolicy {
     }
 }
 
-/// The host part of `host[:port]` or `[v6][:port]`, without brackets.
+/// The host part of `host[:port]` or `[v6][:port]`, without brackets. Anything else after a
+/// bracketed address (`[::1]evil.example`) leaves the value whole, which names no host.
 fn host_name(value: &str) -> &str {
     let value = value.trim();
-    if let Some(rest) = value.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
+    if let Some((address, after)) = value
+        .strip_prefix('[')
+        .and_then(|rest| rest.split_once(']'))
+    {
+        let port_only = after.is_empty()
+            || after
+                .strip_prefix(':')
+                .is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit()));
+        return if port_only { address } else { value };
     }
     match value.rsplit_once(':') {
         // One colon: `host:port`. More would be a bare IPv6 address.
@@ -119,8 +127,16 @@ fn check(policy: &HostPolicy, request: &Request) -> Result<(), ApiError> {
             detail: format!("the request headers exceed {MAX_HEADER_BYTES} bytes"),
         });
     }
+    // RFC 9112 §3.2: more than one Host field is a bad request, whichever one a check read.
+    if headers.get_all(header::HOST).iter().nth(1).is_some() {
+        return Err(ApiError::Status {
+            status: StatusCode::BAD_REQUEST,
+            detail: String::from("the request carries more than one Host header"),
+        });
+    }
     // An absent Host (an in-process call, HTTP/2 without one) falls back to the URI's
-    // authority; neither is something a web page can leave out.
+    // authority; neither is something a web page can leave out. Over the network an HTTP/1.1
+    // request without one is refused before it gets here (`transport::require_host`).
     let host = match headers.get(header::HOST) {
         Some(value) => Some(value.to_str().map_err(|_| {
             ApiError::Forbidden(String::from("the Host header is not readable text"))
@@ -257,6 +273,16 @@ mod tests {
         assert!(everywhere.allows("[fe80::1]:7878"));
         assert!(everywhere.allows("api:7878"));
         assert!(!everywhere.allows("evil.example:7878"));
+        for host in [
+            "[::1]evil.example",
+            "[::1]evil.example:7878",
+            "[::1]:evil",
+            "[::1",
+            "localhost:7878x",
+        ] {
+            assert!(!local.allows(host), "{host}");
+            assert!(!everywhere.allows(host), "{host}");
+        }
         let named = HostPolicy::new("zuno.internal:7878", &[]);
         assert!(named.allows("zuno.internal:7878"));
         assert!(!named.allows("10.0.0.5:7878"));

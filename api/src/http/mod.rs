@@ -7,6 +7,7 @@ pub mod guard;
 pub mod json;
 mod openapi;
 mod routes;
+pub mod transport;
 pub mod worktree;
 
 use std::sync::Arc;
@@ -75,7 +76,7 @@ impl AppState {
                 clock.clone(),
             ),
             paths,
-            tokens: TokenStore::new(db.clone(), clock),
+            tokens: TokenStore::new(db.clone(), clock.clone()),
             auth: auth::Auth::new(server_token),
             hosts: guard::HostPolicy::new(&config.server.bind, &config.server.allowed_hosts),
             metrics_auth: server_token.is_some()
@@ -84,7 +85,7 @@ impl AppState {
                     .metrics_auth
                     .unwrap_or_else(|| !crate::serve::is_loopback(&config.server.bind)),
             live: routes::live::LiveHub::new(db.clone(), config.server.max_streams_per_token),
-            dashboard: routes::ui::Dashboard::new(server_token),
+            dashboard: routes::ui::Dashboard::new(server_token, clock.clone()),
             config,
             db,
             ledger,

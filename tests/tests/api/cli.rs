@@ -259,6 +259,32 @@ fn a_blank_token_and_insecure_mode_off_loopback_are_refused() {
     );
 }
 
+#[test]
+fn a_short_operator_token_is_refused_off_loopback() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, _, stderr) =
+        run(zuno(home.path())
+            .env("ZUNO_API_TOKEN", "x")
+            .args(["serve", "--bind", "0.0.0.0:0"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("ZUNO_API_TOKEN of 1 characters") && stderr.contains("at least 32"),
+        "{stderr}"
+    );
+    let short = "a".repeat(31);
+    let (code, _, stderr) =
+        run(zuno(home.path())
+            .env("ZUNO_API_TOKEN", &short)
+            .args(["serve", "--bind", "0.0.0.0:0"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("at least 32"), "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(home.path()).unwrap().count(),
+        0,
+        "nothing was created"
+    );
+}
+
 #[tokio::test]
 async fn insecure_no_auth_serves_loopback_without_a_token_and_says_so() {
     let home = tempfile::tempdir().unwrap();

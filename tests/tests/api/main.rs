@@ -14,3 +14,4 @@ mod page;
 mod recall;
 mod security;
 mod tracing_context;
+mod wire;
