@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 /// The project's bearer token (docker-compose.yml's default, set explicitly here).
-const TOKEN: &str = "zuno-fleet-compose-token";
+const TOKEN: &str = "zuno-fleet-compose-token-0123456789abcdef";
 const EXTRACT_REPLICAS: usize = 3;
 /// What a user would type as a correction; the fake provider cites it verbatim.
 const CORRECTION: &str = "No, use pnpm, not npm.";
