@@ -12,7 +12,13 @@ use super::routes::{guards, jobs, learning, live, memory, projects, sessions, sk
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Zuno Learning API", description = "Durable learning memory for coding agents."),
-    components(schemas(super::error::Problem, super::routes::live::LearningStateChanged)),
+    components(schemas(
+        super::error::Problem,
+        super::routes::live::LearningStateChanged,
+        // Named by the `match` query parameter of experience search (an IntoParams field),
+        // which does not register the schemas it refers to.
+        zuno_shared::learning::recall::search_terms::MatchMode
+    )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]

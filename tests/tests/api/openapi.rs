@@ -62,3 +62,37 @@ fn the_committed_document_matches_the_code() {
         "docs/openapi.json is stale; regenerate with ZUNO_UPDATE_OPENAPI=1 cargo nextest run -p zuno-tests openapi"
     );
 }
+
+/// Every `$ref` of the document names a schema it defines (a dangling `MatchMode` once made
+/// schemathesis skip the `match` parameter of experience search).
+#[test]
+fn every_reference_resolves() {
+    fn refs<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, item) in map {
+                    match (key.as_str(), item.as_str()) {
+                        ("$ref", Some(target)) => out.push(target),
+                        _ => refs(item, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|item| refs(item, out)),
+            _ => {}
+        }
+    }
+    let document = serde_json::to_value(zuno_api::http::openapi_document()).unwrap();
+    let mut found = Vec::new();
+    refs(&document, &mut found);
+    assert!(found.len() > 50, "{} references", found.len());
+    let schemas = document["components"]["schemas"].as_object().unwrap();
+    let dangling: Vec<&&str> = found
+        .iter()
+        .filter(|target| {
+            target
+                .strip_prefix("#/components/schemas/")
+                .is_none_or(|name| !schemas.contains_key(name))
+        })
+        .collect();
+    assert!(dangling.is_empty(), "dangling references: {dangling:?}");
+}
