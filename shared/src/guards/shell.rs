@@ -97,6 +97,19 @@ impl Lexer<'_> {
         text
     }
 
+    /// A command substitution, `$(…)` (its `$` consumed) or `` `…` ``, read on its own; in the
+    /// word it stands for, a placeholder.
+    fn substitution(&mut self, opener: char) {
+        let inner = if opener == '$' {
+            self.chars.next();
+            self.balanced('(', ')')
+        } else {
+            self.chars.by_ref().take_while(|&c| c != '`').collect()
+        };
+        self.lexed.nested.push(inner);
+        self.push('_');
+    }
+
     fn single_quoted(&mut self) {
         let word = self.word.get_or_insert_with(String::new);
         for c in self.chars.by_ref() {
@@ -120,17 +133,8 @@ impl Lexer<'_> {
                         self.push(next);
                     }
                 }
-                '$' if self.chars.peek() == Some(&'(') => {
-                    self.chars.next();
-                    let inner = self.balanced('(', ')');
-                    self.lexed.nested.push(inner);
-                    self.push('_');
-                }
-                '`' => {
-                    let inner: String = self.chars.by_ref().take_while(|&c| c != '`').collect();
-                    self.lexed.nested.push(inner);
-                    self.push('_');
-                }
+                '$' if self.chars.peek() == Some(&'(') => self.substitution(c),
+                '`' => self.substitution(c),
                 _ => self.push(c),
             }
         }
@@ -150,17 +154,8 @@ impl Lexer<'_> {
                     self.chars.next();
                 }
             }
-            '$' if self.chars.peek() == Some(&'(') => {
-                self.chars.next();
-                let inner = self.balanced('(', ')');
-                self.lexed.nested.push(inner);
-                self.push('_');
-            }
-            '`' => {
-                let inner: String = self.chars.by_ref().take_while(|&c| c != '`').collect();
-                self.lexed.nested.push(inner);
-                self.push('_');
-            }
+            '$' if self.chars.peek() == Some(&'(') => self.substitution(c),
+            '`' => self.substitution(c),
             '(' | '{' if self.word.is_none() && self.words.is_empty() => {
                 let close = if c == '(' { ')' } else { '}' };
                 let inner = self.balanced(c, close);

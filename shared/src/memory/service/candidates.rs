@@ -22,8 +22,18 @@ impl MemoryService {
         let mut tx = self.db.begin().await?;
         let staged = self.propose_in(&mut tx, &proposal).await?;
         tx.commit().await?;
+        self.committed(staged, proposal.project_id.as_deref()).await
+    }
+
+    /// After a staged change committed: when it applied, the project's guards are compiled again
+    /// and the document's projection published.
+    pub(super) async fn committed(
+        &self,
+        staged: Staged,
+        project_id: Option<&str>,
+    ) -> Result<Outcome, MemoryError> {
         let projection = if staged.applied {
-            self.compile_guards(proposal.project_id.as_deref()).await;
+            self.compile_guards(project_id).await;
             Some(self.publish(&staged.document_id).await?)
         } else {
             None

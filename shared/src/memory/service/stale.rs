@@ -142,16 +142,6 @@ impl MemoryService {
         let staged = self.stage_in(&mut tx, &proposal, Staging::ByPolicy).await?;
         store::record_stale_restored_in(&mut tx, candidate_id, &staged.candidate.id).await?;
         tx.commit().await?;
-        let projection = if staged.applied {
-            Some(self.publish(&staged.document_id).await?)
-        } else {
-            None
-        };
-        Ok(Outcome {
-            candidate: staged.candidate,
-            applied: staged.applied,
-            revision: staged.revision,
-            projection,
-        })
+        self.committed(staged, document.project_id.as_deref()).await
     }
 }
