@@ -24,6 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use zuno_shared::config::Config;
 use zuno_shared::db::{Db, StoreError, Tx};
+use zuno_shared::guards::{compile, endorse};
 use zuno_shared::learning::experience::{self, MaintenanceInput, MemoryHint};
 use zuno_shared::learning::extraction::{MemoryAction, MemoryTarget};
 use zuno_shared::learning::{MODEL_EXTRACTOR_VERSION, extractor_version};
@@ -34,7 +35,7 @@ use zuno_shared::memory::service::{MemoryError, MemoryService, Origin, Proposal,
 use zuno_shared::memory::store::{self, Scope};
 use zuno_shared::memory::write_check::WriteRefusal;
 
-use crate::supersede::{Superseded, supersede};
+use crate::supersede::{Superseded, drop_superseded_within, supersede};
 use zuno_shared::provider::{LearningModelClient, LearningRequest, resolve_model};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 
@@ -297,7 +298,7 @@ impl MaintainHandler {
     ) -> Result<Plan, JobError> {
         let model_mode = extractor_version(&self.config) == MODEL_EXTRACTOR_VERSION;
         let experiences = &inputs.experiences;
-        let (mut plan, no_memory) = if model_mode && !experiences.is_empty() {
+        let (mut plan, mut no_memory) = if model_mode && !experiences.is_empty() {
             let answer = self.model_plan(ctx, project_id, inputs).await?;
             (answer.changes, answer.no_memory)
         } else {
@@ -309,10 +310,20 @@ impl MaintainHandler {
             let uncovered = uncovered_rules(&plan, &no_memory, inputs);
             plan.extend(uncovered);
         }
+        for dropped in drop_superseded_within(&mut plan) {
+            no_memory.extend(dropped.experience_ids.into_iter().map(|id| NoMemory {
+                experience_id: id,
+                reason: String::from("a newer lesson of the same plan supersedes it"),
+            }));
+        }
         let superseded = supersede(&mut plan, &inputs.project_view, &inputs.global_view);
         for (change, how) in plan.iter_mut().zip(superseded) {
             change.for_review = how == Some(Superseded::ForReview)
                 || !global_write_vouched(change, &inputs.global_write_backed);
+            if let Some(conflict) = unvouched_conflict(change, inputs) {
+                change.reason = format!("held for review: {conflict}. {}", change.reason);
+                change.for_review = true;
+            }
         }
         let (reinforcements, changes): (Vec<Change>, Vec<Change>) = plan
             .into_iter()
@@ -820,6 +831,42 @@ fn keep_change(change: &Change, user_backed: &HashSet<String>) -> bool {
         return false;
     }
     change.action != MemoryAction::Add || change.content.is_some()
+}
+
+/// Why `change` must wait for a person although nothing supersedes: a lesson no user statement
+/// backs (learned from tool output or the agent's own account) that recommends switching a
+/// safeguard off, or that names a command a current rule forbids. A workaround that "worked"
+/// is not a verified procedure when it skipped the hooks the user asked to run.
+fn unvouched_conflict(change: &Change, inputs: &PlanInputs) -> Option<String> {
+    let content = change.content.as_deref()?;
+    if change
+        .experience_ids
+        .iter()
+        .any(|id| inputs.user_backed.contains(id))
+    {
+        return None;
+    }
+    if let Some(bypass) = endorse::recommended_bypass(content) {
+        return Some(format!(
+            "it recommends `{bypass}`, which switches a safeguard off, and no user statement backs it"
+        ));
+    }
+    inputs
+        .project_view
+        .iter()
+        .chain(&inputs.global_view)
+        .find_map(|entry| {
+            compile::compile(&entry.content)
+                .into_iter()
+                .find(|guard| endorse::endorses(content, &guard.matcher))
+                .map(|guard| {
+                    format!(
+                        "it names {}, which the rule \"{}\" forbids",
+                        guard.matcher.describe(),
+                        entry.content
+                    )
+                })
+        })
 }
 
 /// Whether an add states a rule a current entry of its target already states.

@@ -13,11 +13,17 @@
 //! neither the subject nor a word of change, so both stay. A restatement of the same rule is
 //! not a supersession: the plan turns it into support for the entry it restates.
 //!
+//! A new rule also supersedes an entry that tells the agent to run what the rule forbids
+//! ("Use pnpm as this project's package manager" over "Use yarn as …"; "never --no-verify"
+//! over "commit with --no-verify when the hook hangs"), read by the guard compiler.
+//!
 //! Entries the user owns (written or imported by them) are never replaced automatically: the
 //! addition becomes a replacement staged for review, with its evidence, beside the user's entry.
 
 use std::collections::BTreeSet;
 
+use zuno_shared::guards::compile::compile;
+use zuno_shared::guards::endorse::endorses;
 use zuno_shared::learning::extraction::MemoryTarget;
 use zuno_shared::memory::MemoryAction;
 use zuno_shared::memory::audit::Subject;
@@ -98,6 +104,32 @@ pub fn supersede(
         .collect()
 }
 
+/// Drops each addition of `changes` that a later addition of the same plan and target
+/// supersedes: of two lessons in one batch, the newer holds ("use yarn" then "use pnpm" as the
+/// package manager). The older lesson's experience stays Experience. Returns the dropped ones.
+pub fn drop_superseded_within(changes: &mut Vec<Change>) -> Vec<Change> {
+    let superseded: Vec<bool> = changes
+        .iter()
+        .enumerate()
+        .map(|(index, older)| {
+            let (MemoryAction::Add, Some(old)) = (older.action, older.content.as_deref()) else {
+                return false;
+            };
+            changes[index + 1..].iter().any(|newer| {
+                newer.action == MemoryAction::Add
+                    && newer.target == older.target
+                    && newer.content.as_deref().is_some_and(|new| supersedes(new, old))
+            })
+        })
+        .collect();
+    let mut flags = superseded.into_iter();
+    let (dropped, kept): (Vec<Change>, Vec<Change>) = std::mem::take(changes)
+        .into_iter()
+        .partition(|_| flags.next().unwrap_or(false));
+    *changes = kept;
+    dropped
+}
+
 fn current(entries: &[Entry]) -> Vec<(String, String)> {
     entries
         .iter()
@@ -109,6 +141,13 @@ fn current(entries: &[Entry]) -> Vec<(String, String)> {
 pub fn supersedes(new: &str, old: &str) -> bool {
     if same_rule(new, old) {
         return false;
+    }
+    // The new rule forbids the command the old entry tells the agent to run.
+    if compile(new)
+        .iter()
+        .any(|guard| endorses(old, &guard.matcher))
+    {
+        return true;
     }
     let (new_subject, old_subject) = (Subject::of(new), Subject::of(old));
     if new_subject.is_empty() || old_subject.is_empty() {
@@ -155,6 +194,18 @@ mod tests {
         assert!(!supersedes(
             "Always answer in English.",
             "Answer in German."
+        ));
+        assert!(supersedes(
+            "Use pnpm as this project's package manager.",
+            "Use yarn as this project's package manager."
+        ));
+        assert!(supersedes(
+            "Always run the commit hooks (no --no-verify).",
+            "When the hook hangs, commit with --no-verify."
+        ));
+        assert!(!supersedes(
+            "Never use --no-verify.",
+            "Don't commit with --no-verify; fix the hook."
         ));
         // A flag alone is no subject: two fixture rules stay two.
         assert!(!supersedes(

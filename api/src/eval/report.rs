@@ -83,7 +83,7 @@ fn percent(value: Option<f64>) -> String {
 fn line(figures: &FigureView) -> String {
     let c = &figures.counts;
     let mut text = format!(
-        "precision {} ({}/{}) · lesson recall {} ({}/{}) · recall@5 {} ({}/{}; all follow-ups {}; items only {}, all {}) · false recall {} ({}/{}) · cross-project items {} · user-wide reached {}/{} · Memory {} (junk {}) · duplicates {} · audit: {} shared subjects, {} duplicate rules, {} documents over their limit",
+        "precision {} ({}/{}) · lesson recall {} ({}/{}) · recall@5 {} ({}/{}; all follow-ups {}; items only {}, all {}) · false recall {} ({}/{}) · cross-project items {} · user-wide reached {}/{} · Memory {} (junk {}, contradicting labels {}) · duplicates {} · audit: {} shared subjects, {} duplicate rules, {} documents over their limit",
         percent(figures.precision),
         c.precise,
         c.experiences,
@@ -104,6 +104,7 @@ fn line(figures: &FigureView) -> String {
         c.user_wide_lessons,
         c.memory_entries,
         c.junk_memory,
+        c.label_contradictions,
         c.duplicates,
         c.shared_subjects,
         c.duplicate_rules,
@@ -190,6 +191,14 @@ pub fn print_text(report: &Report) -> String {
                 } else {
                     from.join(", ")
                 }
+            );
+        }
+        for entry in r.memory.iter().filter(|e| !e.contradicts.is_empty()) {
+            let _ = writeln!(
+                out,
+                "   contradicts {}: {}",
+                entry.contradicts.join(", "),
+                entry.content
             );
         }
         if let Some(audit) = &r.audit {

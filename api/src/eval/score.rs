@@ -4,6 +4,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
+use zuno_shared::guards::compile::compile;
+use zuno_shared::guards::endorse::endorses;
+use zuno_shared::guards::matcher::Matcher;
 use zuno_shared::learning::experience::Experience;
 use zuno_shared::learning::signals::is_host_generated;
 use zuno_shared::memory::store::{Scope as MemoryScope, SupportedEntry};
@@ -41,6 +44,10 @@ pub struct Figures {
     pub user_wide_reached: usize,
     pub memory_entries: usize,
     pub junk_memory: usize,
+    /// Memory entries that endorse what a labelled lesson of the same file (found or missed)
+    /// forbids, and do not rest on that lesson: the lesson compiles to a command guard
+    /// (`guards::compile`) and the entry names the forbidden command without forbidding it.
+    pub label_contradictions: usize,
     /// Experiences whose lesson repeats another's word for word.
     pub duplicates: usize,
     /// The Memory audit (`zuno memory audit`): groups of entries of one document that share a
@@ -76,6 +83,7 @@ impl Figures {
         self.user_wide_reached += other.user_wide_reached;
         self.memory_entries += other.memory_entries;
         self.junk_memory += other.junk_memory;
+        self.label_contradictions += other.label_contradictions;
         self.duplicates += other.duplicates;
         self.shared_subjects += other.shared_subjects;
         self.duplicate_rules += other.duplicate_rules;
@@ -184,6 +192,8 @@ pub struct MemoryLine {
     pub labels: Vec<LabelRef>,
     /// Its sources are labelled without a lesson (or not labelled at all).
     pub junk: bool,
+    /// The lesson groups whose forbidden command it endorses.
+    pub contradicts: Vec<String>,
 }
 
 /// A prompt whose recall went wrong, for reading.
@@ -345,7 +355,7 @@ pub fn score(
     let found = score_lesson_groups(labels, &citations.group_of, &mut report);
     let reach = Reach {
         group_of: &citations.group_of,
-        memory_groups: score_memory(memory, &citations.label_of, &mut report),
+        memory_groups: score_memory(memory, labels, &citations.label_of, &mut report),
     };
     let scoring = Scoring {
         labels,
@@ -451,9 +461,11 @@ fn score_lesson_groups<'g>(
 /// Adds one [`MemoryLine`] per entry; returns the lesson groups behind each entry's scope.
 fn score_memory(
     memory: &[SupportedEntry],
+    labels: &LabelFile,
     label_of: &HashMap<String, &Label>,
     report: &mut FileReport,
 ) -> Vec<(MemoryScope, HashSet<String>)> {
+    let forbidden = forbidden_by_lessons(labels);
     let mut memory_groups: Vec<(MemoryScope, HashSet<String>)> = Vec::new();
     for supported in memory {
         let labels_behind: Vec<&Label> = supported
@@ -465,23 +477,83 @@ fn score_memory(
         let junk = !user_owned && !labels_behind.iter().any(|l| l.is_lesson());
         report.figures.memory_entries += 1;
         report.figures.junk_memory += usize::from(junk);
-        memory_groups.push((
-            supported.scope,
-            labels_behind
-                .iter()
-                .filter(|l| l.is_lesson())
-                .map(|l| l.group())
-                .collect(),
-        ));
+        let groups_behind: HashSet<String> = labels_behind
+            .iter()
+            .filter(|l| l.is_lesson())
+            .map(|l| l.group())
+            .collect();
+        let newest_behind = labels_behind
+            .iter()
+            .filter(|l| l.is_lesson())
+            .map(|l| l.line)
+            .max();
+        let contradicts = contradicted_groups(
+            &supported.entry.content,
+            &forbidden,
+            &groups_behind,
+            newest_behind,
+        );
+        report.figures.label_contradictions += usize::from(!contradicts.is_empty());
+        memory_groups.push((supported.scope, groups_behind));
         report.memory.push(MemoryLine {
             scope: supported.scope.as_str(),
             content: supported.entry.content.clone(),
             owner: supported.entry.owner.clone(),
             labels: labels_behind.into_iter().map(LabelRef::of).collect(),
             junk,
+            contradicts,
         });
     }
     memory_groups
+}
+
+/// A command a labelled lesson forbids: the lesson's group, its line and the guard's matcher.
+struct Forbidden {
+    group: String,
+    line: u64,
+    matcher: Matcher,
+}
+
+/// The command guards each labelled lesson of `labels` compiles to.
+fn forbidden_by_lessons(labels: &LabelFile) -> Vec<Forbidden> {
+    labels
+        .prompts
+        .iter()
+        .filter(|label| label.is_lesson())
+        .flat_map(|label| {
+            let lesson = label.lesson.as_deref().unwrap_or_default();
+            compile(lesson)
+                .into_iter()
+                .map(move |guard| Forbidden {
+                    group: label.group(),
+                    line: label.line,
+                    matcher: guard.matcher,
+                })
+        })
+        .collect()
+}
+
+/// The lesson groups whose forbidden command `content` endorses, in label order: not those it
+/// rests on, and not those older than the newest lesson it rests on (a newer lesson replacing
+/// an older one is Memory keeping current, not contradicting).
+fn contradicted_groups(
+    content: &str,
+    forbidden: &[Forbidden],
+    groups_behind: &HashSet<String>,
+    newest_behind: Option<u64>,
+) -> Vec<String> {
+    let mut groups: Vec<String> = Vec::new();
+    for rule in forbidden {
+        let older = newest_behind.is_some_and(|newest| rule.line < newest);
+        if !older
+            && !groups_behind.contains(&rule.group)
+            && !groups.contains(&rule.group)
+            && endorses(content, &rule.matcher)
+        {
+            groups.push(rule.group.clone());
+        }
+    }
+    groups
 }
 
 /// How a recalled context can reach a lesson group: by an experience extracted from it, or by

@@ -11,6 +11,7 @@
 
 pub mod call;
 pub mod compile;
+pub mod endorse;
 pub mod matcher;
 pub mod shell;
 pub mod store;
