@@ -148,6 +148,37 @@ fn audit_line(audit: &zuno_shared::memory::audit::MemoryAudit) -> String {
     }
 }
 
+/// The Memory entries of one file, with the labels behind each and the lessons they contradict.
+fn write_memory(out: &mut String, memory: &[super::score::MemoryLine]) {
+    for entry in memory {
+        let from: Vec<String> = entry
+            .labels
+            .iter()
+            .map(|l| format!("line {} {:?}/{:?}", l.line, l.signal, l.strength).to_lowercase())
+            .collect();
+        let _ = writeln!(
+            out,
+            "   memory {}{}: {} (from {})",
+            entry.scope,
+            if entry.junk { " JUNK" } else { "" },
+            entry.content,
+            if from.is_empty() {
+                String::from("unlabelled")
+            } else {
+                from.join(", ")
+            }
+        );
+    }
+    for entry in memory.iter().filter(|e| !e.contradicts.is_empty()) {
+        let _ = writeln!(
+            out,
+            "   contradicts {}: {}",
+            entry.contradicts.join(", "),
+            entry.content
+        );
+    }
+}
+
 /// The report as text: per file its figures, experiences, Memory entries and misses.
 pub fn print_text(report: &Report) -> String {
     let mut out = String::new();
@@ -174,33 +205,7 @@ pub fn print_text(report: &Report) -> String {
                 experience.summary
             );
         }
-        for entry in &r.memory {
-            let from: Vec<String> = entry
-                .labels
-                .iter()
-                .map(|l| format!("line {} {:?}/{:?}", l.line, l.signal, l.strength).to_lowercase())
-                .collect();
-            let _ = writeln!(
-                out,
-                "   memory {}{}: {} (from {})",
-                entry.scope,
-                if entry.junk { " JUNK" } else { "" },
-                entry.content,
-                if from.is_empty() {
-                    String::from("unlabelled")
-                } else {
-                    from.join(", ")
-                }
-            );
-        }
-        for entry in r.memory.iter().filter(|e| !e.contradicts.is_empty()) {
-            let _ = writeln!(
-                out,
-                "   contradicts {}: {}",
-                entry.contradicts.join(", "),
-                entry.content
-            );
-        }
+        write_memory(&mut out, &r.memory);
         if let Some(audit) = &r.audit {
             let _ = writeln!(out, "   {}", audit_line(audit));
         }

@@ -372,3 +372,131 @@ async fn the_dashboard_approves_a_pending_memory_candidate_in_chromium() {
     .await;
     assert!(memory.to_string().contains("not npm."), "{memory}");
 }
+
+/// Opens the dashboard and signs in with the operator token.
+async fn signed_in(chromium: &std::path::Path, server: &TestServer) -> Browser {
+    let mut browser = Browser::launch(chromium).await;
+    browser.open(&server.url("/")).await;
+    browser
+        .wait_for(
+            "the token prompt",
+            "!document.getElementById('auth').hidden",
+        )
+        .await;
+    browser
+        .eval("document.getElementById('token').focus()")
+        .await;
+    browser
+        .call("Input.insertText", json!({"text": TOKEN}))
+        .await;
+    browser.click("#auth-form button[type=submit]").await;
+    browser
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_dashboard_approves_a_guard_audits_memory_and_unbinds_and_deletes_a_project() {
+    let Some(chromium) = find_chromium() else {
+        assert!(
+            std::env::var_os("ZUNO_REQUIRE_BROWSER").is_none(),
+            "ZUNO_REQUIRE_BROWSER is set but no Chromium was found"
+        );
+        eprintln!("skipping the dashboard browser test: no `chromium` on PATH");
+        return;
+    };
+    let db = TestDb::sqlite().await;
+    let server = TestServer::start(&db, Config::default(), Some(TOKEN)).await;
+    let worktree = tempfile::tempdir().expect("worktree");
+    let (status, _) = operator(
+        &server,
+        reqwest::Method::POST,
+        "/api/projects",
+        Some(json!({"id": "p1", "name": "p1", "worktree": worktree.path()})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // A person's rule, applied at once; it compiles to a guard that waits for approval.
+    let (status, proposed) = operator(
+        &server,
+        reqwest::Method::POST,
+        "/api/projects/p1/memory",
+        Some(
+            json!({"target": "project", "action": "add", "content": "Use pnpm, not npm.",
+            "reason": "the user's rule", "confidence": 0.95}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{proposed}");
+    let (_, guards) = operator(
+        &server,
+        reqwest::Method::GET,
+        "/api/projects/p1/guards",
+        None,
+    )
+    .await;
+    let guard = guards[0]["id"]
+        .as_str()
+        .expect("a compiled guard")
+        .to_owned();
+    assert_eq!(guards[0]["state"], "pending", "{guards}");
+
+    let mut browser = signed_in(&chromium, &server).await;
+    let approve = format!("button.approve[data-guard=\"{guard}\"]");
+    browser
+        .wait_for(
+            "the pending guard",
+            &format!(
+                "document.querySelector({})",
+                serde_json::to_string(&approve).unwrap()
+            ),
+        )
+        .await;
+    browser
+        .wait_for("a finished load", "document.body.dataset.loaded === 'true'")
+        .await;
+    let audit = browser
+        .eval("document.getElementById('audit').textContent")
+        .await;
+    assert!(
+        audit.as_str().unwrap().contains("1 entries"),
+        "the audit shows the document's size: {audit}"
+    );
+    browser.click(&approve).await;
+    browser
+        .wait_for(
+            "the guard's Disable button",
+            &format!("document.querySelector('button.disable[data-guard=\"{guard}\"]')"),
+        )
+        .await;
+    let (_, guards) = operator(
+        &server,
+        reqwest::Method::GET,
+        "/api/projects/p1/guards",
+        None,
+    )
+    .await;
+    assert_eq!(guards[0]["state"], "active", "{guards}");
+
+    browser.click("#unbind-worktree").await;
+    browser
+        .wait_for(
+            "the unbound worktree",
+            "document.getElementById('worktree').textContent === 'not bound'",
+        )
+        .await;
+    let (_, project) = operator(&server, reqwest::Method::GET, "/api/projects/p1", None).await;
+    assert_eq!(project["worktree"], Value::Null, "{project}");
+
+    // Deleting takes two clicks: the first only arms the button.
+    browser.click("#delete-project").await;
+    let (status, _) = operator(&server, reqwest::Method::GET, "/api/projects/p1", None).await;
+    assert_eq!(status, 200, "one click deletes nothing");
+    browser.click("#delete-project").await;
+    browser
+        .wait_for(
+            "the project leaving the list",
+            "!document.querySelector('#project option[value=\"p1\"]')",
+        )
+        .await;
+    let (status, _) = operator(&server, reqwest::Method::GET, "/api/projects/p1", None).await;
+    assert_eq!(status, 404);
+}

@@ -858,7 +858,96 @@ async fn an_entry_unused_for_the_configured_days_is_withheld(db: TestDb) {
     );
 }
 
+/// A workaround the agent found in a turn nobody corrected ("it only committed with
+/// `--no-gpg-sign --no-verify`"): the model's plan adds it, but no user statement backs it and it
+/// switches safeguards off, so it waits for review with the reason instead of entering Memory;
+/// a rule the user stated is applied as usual.
+async fn a_safeguard_bypass_no_user_backs_waits_for_review(db: TestDb) {
+    let provider = FakeProvider::start().await;
+    let world = World::new(db, model_config(provider.base_url())).await;
+    let worktree = tempfile::tempdir().unwrap();
+    world.project("web", Some(worktree.path())).await;
+    let session = world
+        .session_with(zuno_shared::transcript::NewSession {
+            project_id: "web".into(),
+            ..Default::default()
+        })
+        .await;
+    world.user(&session, "Please commit the fix.").await;
+    world
+        .assistant(
+            &session,
+            vec![
+                crate::harness::tool(
+                    "bash",
+                    r#"{"command":"git commit --no-gpg-sign --no-verify -m fix"}"#,
+                    "[main 1a2b3c4] fix",
+                    zuno_shared::transcript::ToolStatus::Completed,
+                ),
+                crate::harness::text("Committed."),
+            ],
+        )
+        .await;
+    // S1 the prompt, S2 the call's arguments, S3 its result, S4 the final text.
+    let experience = json!({"kind": "verified_procedure", "title": "Committing here",
+        "summary": "git commit only completes with --no-gpg-sign --no-verify.",
+        "resolution": "Committed with --no-gpg-sign --no-verify.",
+        "citations": [{"source_id": "S3", "excerpt": "[main 1a2b3c4] fix"}], "confidence": 0.8});
+    provider.push([Reply::answer(
+        json!({"experiences": [experience], "memories": []}).to_string(),
+    )]);
+    let report = world.run_extract().await;
+    assert_eq!(report.completed, 1, "{report:?}");
+    let ids: Vec<String> = zuno_shared::on_db!(world.db.db, |pool| sqlx::query_scalar(
+        "SELECT id FROM experience_record"
+    )
+    .fetch_all(pool)
+    .await)
+    .unwrap();
+    let [workaround] = ids.as_slice() else {
+        panic!("{ids:?}");
+    };
+    let rule = world
+        .ingestion
+        .record(
+            "web",
+            None,
+            ExperienceOrigin::Remember,
+            "Run the linter before pushing.",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let bypass = "When git commit hangs, commit with --no-gpg-sign --no-verify.";
+    provider.push([plan(json!([
+        add(bypass, workaround),
+        add("Run the linter before pushing.", &rule.id)
+    ]))]);
+    let home = tempfile::tempdir().unwrap();
+    let memory = world.memory(home.path());
+    // The extraction and the record each admitted a job: the first plans both experiences.
+    let report = world.run_maintain(&memory).await;
+    assert_eq!((report.completed, report.failed), (2, 0), "{report:?}");
+    assert_eq!(provider.remaining(), 0, "the plan was asked for");
+
+    let (entries, _) = project_memory(&world).await;
+    assert_eq!(entries, ["Run the linter before pushing."]);
+    let pending =
+        zuno_shared::memory::store::candidates(&world.db.db, Some("web"), Some("pending"), 10)
+            .await
+            .unwrap();
+    let [candidate] = pending.as_slice() else {
+        panic!("{pending:#?}");
+    };
+    assert_eq!(candidate.content.as_deref(), Some(bypass));
+    assert!(
+        candidate.reason.contains("held for review") && candidate.reason.contains("--no-verify"),
+        "{candidate:#?}"
+    );
+}
+
 on_both_backends!(
+    a_safeguard_bypass_no_user_backs_waits_for_review,
     an_entry_whose_files_are_gone_is_withheld_as_stale_and_restorable,
     an_entry_unused_for_the_configured_days_is_withheld,
     a_fact_that_changes_three_times_leaves_one_entry_with_the_newest,

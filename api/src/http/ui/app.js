@@ -261,6 +261,101 @@ async function follow(sessionId) {
   }
 }
 
+// The Memory audit: each document's size against its limit, entries sharing a subject, rules
+// stated twice, entries whose files are gone, entries withheld as stale (restorable) and
+// entries pushed out at the limit (still Experience).
+function auditEntry(text, ...extra) { return el("li", {}, text, ...extra); }
+async function loadAudit() {
+  if (!project()) return replace("audit");
+  const audit = await api(`/api/projects/${enc(project())}/memory/audit`);
+  const parts = [];
+  for (const doc of audit.documents) {
+    parts.push(el("h3", {}, `${doc.target} memory `,
+      tag(`${doc.entries} entries · ${doc.chars}/${doc.charLimit} chars`, doc.withinLimit ? "ok" : "bad")));
+    for (const group of doc.sharedSubjects) {
+      parts.push(el("div", { class: "item" }, tag("shared subject", "warn"), group.subject.join(", "),
+        el("ul", {}, ...group.entries.map((e) => auditEntry(e.content)))));
+    }
+    for (const [a, b] of doc.duplicates) {
+      parts.push(el("div", { class: "item" }, tag("same rule twice", "warn"), el("ul", {}, auditEntry(a.content), auditEntry(b.content))));
+    }
+    for (const stale of doc.stale) {
+      parts.push(el("div", { class: "item" }, tag("files gone", "warn"), stale.entry.content,
+        el("div", { class: "muted" }, "missing: " + stale.missingPaths.join(", "))));
+    }
+    for (const marked of doc.markedStale) {
+      const restored = marked.restoredCandidateId;
+      parts.push(el("div", { class: "item stale", "data-candidate": marked.candidateId },
+        tag("stale: " + marked.reason, "warn"), marked.content,
+        el("div", { class: "muted" }, `${marked.candidateId} · ${when(marked.markedAt)}${marked.missingPaths.length ? " · missing: " + marked.missingPaths.join(", ") : ""}`),
+        restored
+          ? el("div", { class: "muted" }, "restored by " + restored)
+          : el("button", { type: "button", class: "restore", "data-candidate": marked.candidateId,
+              onclick: () => act(`/api/memory/candidates/${enc(marked.candidateId)}/restore`, {}) }, "Restore")));
+    }
+    for (const pushed of doc.pushedOut) {
+      parts.push(el("div", { class: "item" }, tag("pushed out: " + pushed.reason), pushed.content,
+        el("div", { class: "muted" }, `still Experience: ${pushed.experienceIds.join(", ") || "none"}`)));
+    }
+    if (parts[parts.length - 1].tagName === "H3") parts.push(el("p", { class: "muted" }, "Nothing to review."));
+  }
+  replace("audit", ...parts);
+}
+
+// Guards compiled from checkable lessons: what each stops, its lesson, and the person's
+// decisions (a pending guard takes effect only when approved).
+function guardButtons(g) {
+  const button = (verb, label) => el("button", { type: "button", class: verb, "data-guard": g.id,
+    onclick: () => act(`/api/guards/${enc(g.id)}/${verb}`) }, label);
+  switch (g.state) {
+    case "pending": return [button("approve", "Approve"), button("reject", "Reject")];
+    case "active": return [button("disable", "Disable")];
+    case "disabled": return [button("enable", "Enable")];
+    default: return [];
+  }
+}
+function describeMatcher(m) {
+  if (m.kind === "path") return `edits of ${m.glob}`;
+  return [m.program, ...(m.args || [])].join(" ");
+}
+async function loadGuards() {
+  if (!project()) return replace("guards");
+  const guards = await api(`/api/projects/${enc(project())}/guards`);
+  if (guards.length === 0) { replace("guards", el("p", { class: "muted" }, "No guards.")); return; }
+  replace("guards", ...guards.map((g) => el("div", { class: "item guard", "data-guard": g.id },
+    el("code", {}, describeMatcher(g.matcher)), " ", tag(g.state, stateClass(g.state)), tag(g.decision),
+    g.projectId ? null : tag("global"),
+    el("div", {}, g.reason),
+    g.alternative ? el("div", { class: "muted" }, "instead: " + g.alternative) : null,
+    el("div", { class: "muted" }, `${g.id} · ${g.blocks} stops · ${g.violations} violations in transcripts`),
+    ...guardButtons(g))));
+}
+
+// The project's worktree binding, and deleting the project (two clicks: the first arms it).
+async function loadProjectControls() {
+  if (!project()) return replace("project-controls");
+  const p = await api(`/api/projects/${enc(project())}`);
+  const path = el("input", { id: "worktree-path", size: "40", placeholder: "/path/to/repository" });
+  path.value = p.worktree || "";
+  const call = async (method, url, body) => {
+    $("status").textContent = "";
+    try { await api(url, { method, body }); await refresh(); } catch (error) { showError(error); }
+  };
+  const remove = el("button", { type: "button", id: "delete-project" }, "Delete project…");
+  remove.addEventListener("click", () => {
+    if (remove.dataset.armed === "true") { call("DELETE", `/api/projects/${enc(p.id)}`); return; }
+    remove.dataset.armed = "true";
+    remove.textContent = `Really delete ${p.id} with its sessions, Experience and Memory?`;
+  });
+  replace("project-controls",
+    el("div", {}, el("strong", {}, p.name), " ", el("span", { class: "muted" }, p.id)),
+    el("div", {}, "worktree: ", p.worktree ? el("code", { id: "worktree" }, p.worktree) : el("span", { id: "worktree", class: "muted" }, "not bound")),
+    el("div", {}, path,
+      el("button", { type: "button", id: "bind-worktree", onclick: () => call("PUT", `/api/projects/${enc(p.id)}/worktree`, { worktree: path.value.trim() }) }, "Bind"),
+      p.worktree ? el("button", { type: "button", id: "unbind-worktree", onclick: () => call("DELETE", `/api/projects/${enc(p.id)}/worktree`) }, "Unbind") : null),
+    el("div", {}, remove));
+}
+
 let refreshing = null;
 async function refresh() {
   if (refreshing) return refreshing;
@@ -269,7 +364,7 @@ async function refresh() {
       $("status").textContent = "";
       await loadProjects();
       localStorage.setItem("zuno.project", project());
-      const results = await Promise.allSettled([loadJobs(), loadExperiences(), loadMemory(), loadCandidates(), loadSkills()]);
+      const results = await Promise.allSettled([loadJobs(), loadExperiences(), loadMemory(), loadCandidates(), loadSkills(), loadAudit(), loadGuards(), loadProjectControls()]);
       const failed = results.find((r) => r.status === "rejected");
       if (failed) showError(failed.reason);
       document.body.dataset.loaded = "true";
@@ -287,26 +382,7 @@ $("auth-form").addEventListener("submit", (event) => {
   token = $("token").value.trim();
   sessionStorage.setItem(TOKEN_KEY, token);
   $("auth").hidden = true;
-  // The server prints a one-time sign-in link (`/ui#code=…`) at start; the code is exchanged
-// once for the token, which stays in this tab's session storage. The fragment never reaches the
-// server's logs and is removed from the address bar at once.
-async function signInWithCode() {
-  const match = /^#code=([A-Za-z0-9_-]{16,128})$/.exec(location.hash);
-  if (!match) return;
-  history.replaceState(null, "", location.pathname + location.search);
-  try {
-    const response = await fetch("/ui/token", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Accept: "application/json" },
-      body: JSON.stringify({ code: match[1] }),
-    });
-    if (!response.ok) { askForToken("The sign-in link was already used or has expired; paste the token instead."); return; }
-    const body = await response.json();
-    token = body.token;
-    sessionStorage.setItem(TOKEN_KEY, token);
-  } catch (error) { showError(error); }
-}
-$("signout").hidden = !token;
+  $("signout").hidden = false;
   refresh();
   follow($("session").value.trim());
 });
