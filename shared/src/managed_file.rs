@@ -29,7 +29,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-/// Why a managed file could not be checked, read, locked or published. Every message names the path.
+/// Why a managed file could not be checked, read, locked or published. Every message names the
+/// path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManagedFileError {
     /// The file or its immediate directory is a symbolic link (or a Windows junction).

@@ -126,7 +126,8 @@ impl EvaluateHandler {
             };
             let value = self
                 .ask(ctx, project_id, model, &request, deadline, |value| {
-                    let step: Step = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+                    let step: Step =
+                        serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
                     match step.action.as_str() {
                         "call" if step.tool.is_some() => Ok(()),
                         "answer" if step.answer.is_some() => Ok(()),
@@ -305,7 +306,15 @@ impl JobHandler for EvaluateHandler {
             Ended::Expired
         } else {
             tokio::select! {
-                result = self.evaluate(&ctx, &candidate.project_id, &model, &cases, baseline.as_deref(), candidate.content.as_deref(), deadline) => {
+                result = self.evaluate(
+                    &ctx,
+                    &candidate.project_id,
+                    &model,
+                    &cases,
+                    baseline.as_deref(),
+                    candidate.content.as_deref(),
+                    deadline,
+                ) => {
                     match result {
                         Ok((records, outcomes)) => Ended::Verdict(records, outcomes),
                         // A request cut short by the run's own deadline is the deadline's expiry.

@@ -441,8 +441,14 @@ impl ExtractHandler {
             }
         };
         for item in &validated.refused_items {
-            tracing::warn!(job.id = %ctx.job().id, ordinal = item.ordinal, field = %item.field, detail = %item.detail,
-                "learning extraction refused experience {}", item.experience_ordinal);
+            tracing::warn!(
+                job.id = %ctx.job().id,
+                ordinal = item.ordinal,
+                field = %item.field,
+                detail = %item.detail,
+                "learning extraction refused experience {}",
+                item.experience_ordinal
+            );
         }
         Ok(validated)
     }

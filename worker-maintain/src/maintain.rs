@@ -761,8 +761,21 @@ fn plan_request(inputs: &PlanInputs) -> LearningRequest {
             serde_json::json!({
                 "projectEntries": group_by_subject(&inputs.project_entries),
                 "globalEntries": group_by_subject(&inputs.global_entries),
-                "experiences": inputs.experiences.iter().map(|i| serde_json::json!({"id": i.id, "kind": i.kind, "title": i.title, "summary": i.summary, "resolution": i.resolution})).collect::<Vec<_>>(),
-                "hints": inputs.hints.iter().map(|h| serde_json::json!({"experience_id": h.experience_id, "target": h.target, "action": h.action, "content": h.content, "old_text": h.old_text, "reason": h.reason})).collect::<Vec<_>>(),
+                "experiences": inputs.experiences.iter().map(|i| serde_json::json!({
+                    "id": i.id,
+                    "kind": i.kind,
+                    "title": i.title,
+                    "summary": i.summary,
+                    "resolution": i.resolution,
+                })).collect::<Vec<_>>(),
+                "hints": inputs.hints.iter().map(|h| serde_json::json!({
+                    "experience_id": h.experience_id,
+                    "target": h.target,
+                    "action": h.action,
+                    "content": h.content,
+                    "old_text": h.old_text,
+                    "reason": h.reason,
+                })).collect::<Vec<_>>(),
             })
         ),
         schema_name: String::from("zuno_memory_plan"),

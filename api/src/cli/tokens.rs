@@ -41,7 +41,8 @@ pub enum TokensCommand {
         #[arg(long = "project", required = true)]
         projects: Vec<String>,
         /// Access to global Memory (`--global` alone means `write`).
-        #[arg(long, value_enum, default_value_t = GlobalArg::None, num_args = 0..=1, default_missing_value = "write")]
+        #[arg(long, value_enum, default_value_t = GlobalArg::None, num_args = 0..=1,
+            default_missing_value = "write")]
         global: GlobalArg,
         /// The token acts for the user: it may state `origin: "user"` on Memory changes and bind
         /// project worktrees.

@@ -143,9 +143,14 @@ fn document_errors(document: &mut utoipa::openapi::OpenApi) {
                 let RefOr::T(response) = response else {
                     continue;
                 };
-                let is_problem = response.content.get("application/json").is_some_and(|content| {
-                    matches!(&content.schema, Some(RefOr::Ref(r)) if r.ref_location == problem_ref.ref_location)
-                });
+                let is_problem_ref = |schema: &Option<RefOr<_>>| {
+                    matches!(schema, Some(RefOr::Ref(r))
+                        if r.ref_location == problem_ref.ref_location)
+                };
+                let is_problem = response
+                    .content
+                    .get("application/json")
+                    .is_some_and(|content| is_problem_ref(&content.schema));
                 if is_problem
                     && let Some(content) = response.content.shift_remove("application/json")
                 {

@@ -362,7 +362,8 @@ mod tests {
         ] {
             let error = parse(&format!(r#"{{"providers":{{"p":{text}}}}}"#), "t").unwrap_err();
             assert!(
-                matches!(error, ConfigError::Invalid { ref path, ref reason } if path == "providers.p" && reason.contains(needle)),
+                matches!(error, ConfigError::Invalid { ref path, ref reason }
+                    if path == "providers.p" && reason.contains(needle)),
                 "{text}: {error:?}"
             );
         }

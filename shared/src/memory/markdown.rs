@@ -269,8 +269,9 @@ pub fn normalize_entry(entry: &str) -> Option<String> {
 ///   without bullets yields one entry per paragraph.
 /// * HTML comments (the header), blank lines, ATX (`#`) headings, thematic breaks and one-line
 ///   setext headings (a line over `===`/`---`) are ignored; a longer paragraph over such an
-///   underline is kept as an entry rather than dropped. Fenced code blocks (```` ``` ````/`~~~`) are kept whole, blank lines and `#`
-///   lines included, in the entry that contains them.
+///   underline is kept as an entry rather than dropped. Fenced code blocks
+///   (```` ``` ````/`~~~`) are kept whole, blank lines and `#` lines included, in the entry
+///   that contains them.
 /// * A leading byte-order mark and `\r\n` line ends are accepted; each entry is
 ///   [`normalize_entry`]-ed.
 ///
@@ -854,7 +855,8 @@ mod tests {
             parse("\n\n# Only a heading\n\n<!--\nmulti\nline\n-->\n"),
             Vec::<String>::new()
         );
-        // Text after a comment on the same line is kept; a year is not an ordered item mid-paragraph.
+        // Text after a comment on the same line is kept; a year is not an ordered item
+        // mid-paragraph.
         assert_eq!(
             parse("<!-- note --> kept text\nsince\n2024. still the same paragraph"),
             entries(&["kept text\nsince\n2024. still the same paragraph"])

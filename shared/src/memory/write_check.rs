@@ -1,5 +1,6 @@
 //! Write validation for resident Memory: well-formed, unambiguous operations; the character caps;
-//! no prompt-injection patterns, credential literals or unresolvable encodings. The same checks run on every path that writes Memory.
+//! no prompt-injection patterns, credential literals or unresolvable encodings. The same checks run
+//! on every path that writes Memory.
 
 use std::sync::LazyLock;
 

@@ -173,7 +173,9 @@ pub async fn open_database(
                 .with_total_delay(Some(give_up_after))
                 .without_max_times(),
         )
-        .when(|error| matches!(error, crate::db::MigrationError::Store(store) if store.is_connection()))
+        .when(|error| {
+            matches!(error, crate::db::MigrationError::Store(store) if store.is_connection())
+        })
         .notify(|error, delay| {
             tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "database not reachable yet");
         })

@@ -324,7 +324,11 @@ async fn the_memory_audit_finds_shared_subjects_duplicates_and_missing_files(db:
     let (status, _) = server
         .post(
             "/api/projects",
-            json!({"id": "audited", "name": "Audited", "worktree": worktree.path().canonicalize().unwrap().display().to_string()}),
+            json!({
+                "id": "audited",
+                "name": "Audited",
+                "worktree": worktree.path().canonicalize().unwrap().display().to_string(),
+            }),
         )
         .await;
     assert_eq!(status, 201);

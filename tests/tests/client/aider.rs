@@ -171,9 +171,11 @@ fn the_dev_histories_yield_the_human_prompts_their_readme_counts() {
         assert_eq!(message.role, Role::Assistant);
         assert!(!message.parts[*index].is_injected());
         assert!(
-            message.parts[..*index].iter().any(
-                |p| matches!(p, Part::ToolCall { tool_name, status: ToolStatus::Completed, .. } if tool_name == "aider_edit")
-            ),
+            message.parts[..*index].iter().any(|p| matches!(
+                p,
+                Part::ToolCall { tool_name, status: ToolStatus::Completed, .. }
+                    if tool_name == "aider_edit"
+            )),
             "line {}",
             message.line
         );

@@ -29,17 +29,179 @@ fn with(mut base: Value, extra: Value) -> Value {
 /// Turn 2: a user correction and a second tool call. Line 6 is malformed.
 pub fn claude_code_lines() -> Vec<String> {
     let lines = vec![
-        json!({"type": "file-history-snapshot", "messageId": "x", "snapshot": {"trackedFileBackups": {}}, "isSnapshotUpdate": false}).to_string(),
-        with(envelope("u1", None, "user", "2026-02-10T21:11:56.000Z"), json!({"message": {"role": "user", "content": "Install the dependencies"}})).to_string(),
-        with(envelope("a1", Some("u1"), "assistant", "2026-02-10T21:11:57.000Z"), json!({"requestId": "req_1", "message": {"model": "claude-opus-4-6", "id": "msg_1", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "thinking", "thinking": "hmm", "signature": "s"}]}})).to_string(),
-        with(envelope("a2", Some("a1"), "assistant", "2026-02-10T21:11:58.000Z"), json!({"requestId": "req_1", "message": {"model": "claude-opus-4-6", "id": "msg_1", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "npm install"}}]}})).to_string(),
-        with(envelope("r1", Some("a2"), "user", "2026-02-10T21:11:59.000Z"), json!({"message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "Exit code 1\nnpm ERR! missing lockfile", "is_error": true}]}, "toolUseResult": "Error: Exit code 1"})).to_string(),
+        json!({
+            "type": "file-history-snapshot",
+            "messageId": "x",
+            "snapshot": {
+                "trackedFileBackups": {}
+            },
+            "isSnapshotUpdate": false
+        })
+        .to_string(),
+        with(
+            envelope("u1", None, "user", "2026-02-10T21:11:56.000Z"),
+            json!({
+                "message": {
+                    "role": "user",
+                    "content": "Install the dependencies"
+                }
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("a1", Some("u1"), "assistant", "2026-02-10T21:11:57.000Z"),
+            json!({
+                "requestId": "req_1",
+                "message": {
+                    "model": "claude-opus-4-6",
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "stop_reason": null,
+                    "content": [
+                        {
+                            "type": "thinking",
+                            "thinking": "hmm",
+                            "signature": "s"
+                        }
+                    ]
+                }
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("a2", Some("a1"), "assistant", "2026-02-10T21:11:58.000Z"),
+            json!({
+                "requestId": "req_1",
+                "message": {
+                    "model": "claude-opus-4-6",
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "stop_reason": null,
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_1",
+                            "name": "Bash",
+                            "input": {
+                                "command": "npm install"
+                            }
+                        }
+                    ]
+                }
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("r1", Some("a2"), "user", "2026-02-10T21:11:59.000Z"),
+            json!({
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_1",
+                            "content": "Exit code 1\nnpm ERR! missing lockfile",
+                            "is_error": true
+                        }
+                    ]
+                },
+                "toolUseResult": "Error: Exit code 1"
+            }),
+        )
+        .to_string(),
         String::from("{\"type\": \"assistant\", \"uuid\": \"broken\", \"message\": {"),
-        with(envelope("a3", Some("r1"), "assistant", "2026-02-10T21:12:00.000Z"), json!({"requestId": "req_2", "message": {"model": "claude-opus-4-6", "id": "msg_2", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {"command": "pnpm install"}}]}})).to_string(),
-        with(envelope("r2", Some("a3"), "user", "2026-02-10T21:12:01.000Z"), json!({"message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": "Done in 2.1s"}]}]}, "toolUseResult": {"stdout": "Done in 2.1s", "stderr": "", "interrupted": false, "isImage": false}})).to_string(),
-        with(envelope("a4", Some("r2"), "assistant", "2026-02-10T21:12:02.000Z"), json!({"requestId": "req_3", "message": {"model": "claude-opus-4-6", "id": "msg_3", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "text", "text": "Installed with pnpm after npm failed."}]}})).to_string(),
-        with(envelope("s1", Some("a4"), "system", "2026-02-10T21:12:03.000Z"), json!({"subtype": "turn_duration", "durationMs": 7000})).to_string(),
-        with(envelope("m1", Some("s1"), "user", "2026-02-10T21:12:04.000Z"), json!({"isMeta": true, "message": {"role": "user", "content": "<local-command-stdout>ok</local-command-stdout>"}})).to_string(),
+        with(
+            envelope("a3", Some("r1"), "assistant", "2026-02-10T21:12:00.000Z"),
+            json!({
+                "requestId": "req_2",
+                "message": {
+                    "model": "claude-opus-4-6",
+                    "id": "msg_2",
+                    "type": "message",
+                    "role": "assistant",
+                    "stop_reason": null,
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_2",
+                            "name": "Bash",
+                            "input": {
+                                "command": "pnpm install"
+                            }
+                        }
+                    ]
+                }
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("r2", Some("a3"), "user", "2026-02-10T21:12:01.000Z"),
+            json!({
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_2",
+                            "content": [
+                                {
+                                    "type": "text",
+                                    "text": "Done in 2.1s"
+                                }
+                            ]
+                        }
+                    ]
+                },
+                "toolUseResult": {
+                    "stdout": "Done in 2.1s",
+                    "stderr": "",
+                    "interrupted": false,
+                    "isImage": false
+                }
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("a4", Some("r2"), "assistant", "2026-02-10T21:12:02.000Z"),
+            json!({
+                "requestId": "req_3",
+                "message": {
+                    "model": "claude-opus-4-6",
+                    "id": "msg_3",
+                    "type": "message",
+                    "role": "assistant",
+                    "stop_reason": null,
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": "Installed with pnpm after npm failed."
+                        }
+                    ]
+                }
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("s1", Some("a4"), "system", "2026-02-10T21:12:03.000Z"),
+            json!({
+                "subtype": "turn_duration",
+                "durationMs": 7000
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("m1", Some("s1"), "user", "2026-02-10T21:12:04.000Z"),
+            json!({
+                "isMeta": true,
+                "message": {
+                    "role": "user",
+                    "content": "<local-command-stdout>ok</local-command-stdout>"
+                }
+            }),
+        )
+        .to_string(),
     ];
     lines
 }
@@ -47,10 +209,76 @@ pub fn claude_code_lines() -> Vec<String> {
 /// A second turn (appended later): a correction and a tool call.
 pub fn claude_code_second_turn() -> Vec<String> {
     vec![
-        with(envelope("u2", Some("m1"), "user", "2026-02-10T21:13:00.000Z"), json!({"message": {"role": "user", "content": "No, don't use npm here, always use pnpm"}})).to_string(),
-        with(envelope("a5", Some("u2"), "assistant", "2026-02-10T21:13:01.000Z"), json!({"requestId": "req_4", "message": {"model": "claude-opus-4-6", "id": "msg_4", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "tool_use", "id": "toolu_3", "name": "Edit", "input": {"file_path": "README.md"}}]}})).to_string(),
-        with(envelope("r3", Some("a5"), "user", "2026-02-10T21:13:02.000Z"), json!({"message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_3", "content": "The file README.md has been updated."}]}})).to_string(),
-        with(envelope("a6", Some("r3"), "assistant", "2026-02-10T21:13:03.000Z"), json!({"requestId": "req_5", "message": {"model": "claude-opus-4-6", "id": "msg_5", "type": "message", "role": "assistant", "stop_reason": null, "content": [{"type": "text", "text": "Noted: pnpm only."}]}})).to_string(),
+        with(
+            envelope("u2", Some("m1"), "user", "2026-02-10T21:13:00.000Z"),
+            json!({
+                "message": {
+                    "role": "user",
+                    "content": "No, don't use npm here, always use pnpm"
+                }
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("a5", Some("u2"), "assistant", "2026-02-10T21:13:01.000Z"),
+            json!({
+                "requestId": "req_4",
+                "message": {
+                    "model": "claude-opus-4-6",
+                    "id": "msg_4",
+                    "type": "message",
+                    "role": "assistant",
+                    "stop_reason": null,
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_3",
+                            "name": "Edit",
+                            "input": {
+                                "file_path": "README.md"
+                            }
+                        }
+                    ]
+                }
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("r3", Some("a5"), "user", "2026-02-10T21:13:02.000Z"),
+            json!({
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_3",
+                            "content": "The file README.md has been updated."
+                        }
+                    ]
+                }
+            }),
+        )
+        .to_string(),
+        with(
+            envelope("a6", Some("r3"), "assistant", "2026-02-10T21:13:03.000Z"),
+            json!({
+                "requestId": "req_5",
+                "message": {
+                    "model": "claude-opus-4-6",
+                    "id": "msg_5",
+                    "type": "message",
+                    "role": "assistant",
+                    "stop_reason": null,
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": "Noted: pnpm only."
+                        }
+                    ]
+                }
+            }),
+        )
+        .to_string(),
     ]
 }
 
@@ -72,17 +300,46 @@ pub fn claude_code_sidechain() -> Vec<String> {
         side(
             "sc2",
             "assistant",
-            json!({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_s1", "name": "Glob", "input": {"pattern": "*.lock"}}]}),
+            json!({
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_s1",
+                        "name": "Glob",
+                        "input": {
+                            "pattern": "*.lock"
+                        }
+                    }
+                ]
+            }),
         ),
         side(
             "sc3",
             "user",
-            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s1", "content": "pnpm-lock.yaml"}]}),
+            json!({
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_s1",
+                        "content": "pnpm-lock.yaml"
+                    }
+                ]
+            }),
         ),
         side(
             "sc4",
             "assistant",
-            json!({"role": "assistant", "content": [{"type": "text", "text": "Found pnpm-lock.yaml"}]}),
+            json!({
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "text",
+                        "text": "Found pnpm-lock.yaml"
+                    }
+                ]
+            }),
         ),
     ]
 }
@@ -103,7 +360,16 @@ pub fn codex_lines() -> Vec<String> {
         ),
         item(
             "response_item",
-            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>cwd</environment_context>"}]}),
+            json!({
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {
+                        "type": "input_text",
+                        "text": "<environment_context>cwd</environment_context>"
+                    }
+                ]
+            }),
         ),
         item(
             "event_msg",
@@ -118,23 +384,50 @@ pub fn codex_lines() -> Vec<String> {
         ),
         item(
             "response_item",
-            json!({"type": "function_call", "name": "shell", "arguments": "{\"command\":[\"cargo\",\"test\"]}", "call_id": "call_1"}),
+            json!({
+                "type": "function_call",
+                "name": "shell",
+                "arguments": "{\"command\":[\"cargo\",\"test\"]}",
+                "call_id": "call_1"
+            }),
         ),
         item(
             "response_item",
-            json!({"type": "function_call_output", "call_id": "call_1", "output": "Exit code: 101\nWall time: 3 seconds\nOutput:\nerror: could not compile"}),
+            json!({
+                "type": "function_call_output",
+                "call_id": "call_1",
+                "output": "Exit code: 101\nWall time: 3 seconds\nOutput:\nerror: could not compile"
+            }),
         ),
         item(
             "response_item",
-            json!({"type": "function_call", "name": "shell", "arguments": "{\"command\":[\"cargo\",\"test\",\"--offline\"]}", "call_id": "call_2"}),
+            json!({
+                "type": "function_call",
+                "name": "shell",
+                "arguments": "{\"command\":[\"cargo\",\"test\",\"--offline\"]}",
+                "call_id": "call_2"
+            }),
         ),
         item(
             "response_item",
-            json!({"type": "function_call_output", "call_id": "call_2", "output": "Exit code: 0\nWall time: 9 seconds\nOutput:\ntest result: ok"}),
+            json!({
+                "type": "function_call_output",
+                "call_id": "call_2",
+                "output": "Exit code: 0\nWall time: 9 seconds\nOutput:\ntest result: ok"
+            }),
         ),
         item(
             "response_item",
-            json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Tests pass offline."}]}),
+            json!({
+                "type": "message",
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "output_text",
+                        "text": "Tests pass offline."
+                    }
+                ]
+            }),
         ),
         item(
             "event_msg",
@@ -146,11 +439,21 @@ pub fn codex_lines() -> Vec<String> {
         ),
         item(
             "response_item",
-            json!({"type": "custom_tool_call", "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch", "call_id": "call_3", "status": "completed"}),
+            json!({
+                "type": "custom_tool_call",
+                "name": "apply_patch",
+                "input": "*** Begin Patch\n*** End Patch",
+                "call_id": "call_3",
+                "status": "completed"
+            }),
         ),
         item(
             "response_item",
-            json!({"type": "custom_tool_call_output", "call_id": "call_3", "output": "{\"output\":\"Success. Updated the following files:\\nM README.md\",\"metadata\":{\"exit_code\":0,\"duration_seconds\":0.1}}"}),
+            json!({
+                "type": "custom_tool_call_output",
+                "call_id": "call_3",
+                "output": "{\"output\":\"Success. Updated the following files:\\nM README.md\",\"metadata\":{\"exit_code\":0,\"duration_seconds\":0.1}}"
+            }),
         ),
         item(
             "event_msg",
@@ -158,7 +461,12 @@ pub fn codex_lines() -> Vec<String> {
         ),
         item(
             "response_item",
-            json!({"type": "function_call", "name": "shell", "arguments": "{\"command\":[\"cargo\",\"test\"]}", "call_id": "call_4"}),
+            json!({
+                "type": "function_call",
+                "name": "shell",
+                "arguments": "{\"command\":[\"cargo\",\"test\"]}",
+                "call_id": "call_4"
+            }),
         ),
         item(
             "event_msg",

@@ -28,9 +28,8 @@ async fn reprocess_returns_the_existing_job_unchanged(db: TestDb) {
         .await
         .unwrap()
         .unwrap();
-    assert!(
-        matches!(&again, Admission::Existing(job) if job.id == first.id && job.state == JobState::Completed && job.attempts == 1)
-    );
+    assert!(matches!(&again, Admission::Existing(job)
+            if job.id == first.id && job.state == JobState::Completed && job.attempts == 1));
     let wrong = world
         .ingestion
         .reprocess("proj", "exp_not_a_message", None)

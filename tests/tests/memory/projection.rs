@@ -17,7 +17,11 @@ use zuno_tests::{TestDb, on_both_backends};
 use crate::harness::{Env, PROJECT, add, file_entries, strings};
 
 fn is_symlink_refusal(result: &Result<impl std::fmt::Debug, MemoryError>) -> bool {
-    matches!(result, Err(MemoryError::Refused(WriteRefusal::Invalid { field: "projection", reason })) if reason.contains("symbolic link"))
+    matches!(
+        result,
+        Err(MemoryError::Refused(WriteRefusal::Invalid { field: "projection", reason }))
+            if reason.contains("symbolic link")
+    )
 }
 
 fn listing(dir: &Path) -> Vec<String> {

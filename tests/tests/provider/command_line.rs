@@ -438,7 +438,8 @@ async fn a_command_that_is_not_there_is_a_permanent_failure() {
         .await
         .expect_err("not found");
     assert!(
-        matches!(&failure.error, ProviderError::CommandUnavailable { command, .. } if command == "/nonexistent/bin/claude"),
+        matches!(&failure.error, ProviderError::CommandUnavailable { command, .. }
+            if command == "/nonexistent/bin/claude"),
         "{failure:?}"
     );
     assert!(failure.is_permanent());

@@ -160,8 +160,8 @@ impl World {
                 "INSERT INTO experience_record (id, project_id, session_id, origin, kind, title, summary, confidence, \
                    verification, content_digest, created_at, updated_at) \
                  VALUES ($1, $2, $3, 'extraction', $4, $5, $6, 0.9, $7, $8, $9, $9)")
-            .bind(&id).bind(project).bind(session).bind(kind).bind(title).bind(summary).bind(verification)
-            .bind(zuno_shared::text::sha256(summary)).bind(at)
+            .bind(&id).bind(project).bind(session).bind(kind).bind(title).bind(summary)
+            .bind(verification).bind(zuno_shared::text::sha256(summary)).bind(at)
             .execute(pool).await.map(|d| d.rows_affected()))
         .unwrap();
         zuno_shared::on_db!(self.db.db, |pool| sqlx::query(

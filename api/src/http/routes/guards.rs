@@ -144,7 +144,8 @@ pub struct TestMatch {
 /// `zuno guards test`: which pending or active guards match a call, recording nothing.
 #[utoipa::path(post, path = "/api/projects/{projectId}/guards/test", tag = "guards",
     params(("projectId" = String, Path)), request_body = TestRequest,
-    responses((status = 200, body = Vec<TestMatch>), (status = 400, body = Problem), (status = 404, body = Problem)))]
+    responses((status = 200, body = Vec<TestMatch>), (status = 400, body = Problem), (status = 404,
+        body = Problem)))]
 pub async fn test(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -216,7 +217,8 @@ macro_rules! decision_route {
         #[doc = $doc]
         #[utoipa::path(post, path = concat!("/api/guards/{guardId}/", $verb), tag = "guards",
             operation_id = concat!("guard_", $verb), params(("guardId" = String, Path)),
-            responses((status = 200, body = Guard), (status = 404, body = Problem), (status = 409, body = Problem)))]
+            responses((status = 200, body = Guard), (status = 404, body = Problem), (status = 409,
+                body = Problem)))]
         pub async fn $name(
             State(state): State<AppState>,
             Extension(caller): Extension<Caller>,

@@ -88,7 +88,8 @@ pub struct PolicyUpdate {
 
 /// Read the session's learning policy.
 #[utoipa::path(get, path = "/api/session/{sessionID}/memory-policy", tag = "learning",
-    params(("sessionID" = String, Path)), responses((status = 200, body = SessionPolicy), (status = 404, body = Problem)))]
+    params(("sessionID" = String, Path)), responses((status = 200, body = SessionPolicy),
+        (status = 404, body = Problem)))]
 pub async fn get_policy(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -110,7 +111,8 @@ pub async fn get_policy(
 /// Update the session's policy (compare-and-set on `expectedRevision`).
 #[utoipa::path(put, path = "/api/session/{sessionID}/memory-policy", tag = "learning",
     params(("sessionID" = String, Path)), request_body = PolicyUpdate,
-    responses((status = 200, body = SessionPolicy), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 200, body = SessionPolicy), (status = 400, body = Problem), (status = 404,
+        body = Problem), (status = 409, body = Problem)))]
 pub async fn put_policy(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -132,8 +134,15 @@ pub async fn put_policy(
     zuno_shared::learning::events::append_in(
         &mut tx,
         zuno_shared::learning::events::POLICY_CHANGED,
-        &zuno_shared::learning::events::EventScope { session_id: Some(&session_id), ..Default::default() },
-        &serde_json::json!({ "revision": updated.revision, "useMemories": updated.use_memories, "generation": updated.generation }),
+        &zuno_shared::learning::events::EventScope {
+            session_id: Some(&session_id),
+            ..Default::default()
+        },
+        &serde_json::json!({
+            "revision": updated.revision,
+            "useMemories": updated.use_memories,
+            "generation": updated.generation,
+        }),
         state.ledger.now_ms(),
     )
     .await?;
@@ -160,9 +169,12 @@ pub struct FeedbackResponse {
 }
 
 /// Give feedback on a persisted assistant message.
-#[utoipa::path(post, path = "/api/session/{sessionID}/messages/{messageID}/feedback", tag = "learning",
-    params(("sessionID" = String, Path), ("messageID" = String, Path)), request_body = FeedbackRequest,
-    responses((status = 200, body = FeedbackResponse), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+#[utoipa::path(post, path = "/api/session/{sessionID}/messages/{messageID}/feedback",
+    tag = "learning",
+    params(("sessionID" = String, Path), ("messageID" = String,
+        Path)), request_body = FeedbackRequest,
+    responses((status = 200, body = FeedbackResponse), (status = 400, body = Problem),
+        (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn post_feedback(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -209,7 +221,8 @@ fn default_scope() -> ReflectScope {
 /// `/reflect turn|session`: admit a manual extraction, immediately due.
 #[utoipa::path(post, path = "/api/session/{sessionID}/reflect", tag = "learning",
     params(("sessionID" = String, Path)), request_body = ReflectRequest,
-    responses((status = 202, body = ReflectOutcome), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 202, body = ReflectOutcome), (status = 404, body = Problem), (status = 409,
+        body = Problem)))]
 pub async fn reflect(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -254,7 +267,8 @@ fn check_offset(offset: i64) -> ApiResult<()> {
 /// The session's learning projection: its policy, queue, experiences, warnings and last
 /// retrieval, as a client renders them.
 #[utoipa::path(get, path = "/api/session/{sessionID}/learning", tag = "learning",
-    params(("sessionID" = String, Path), Page), responses((status = 200, body = SessionLearning), (status = 404, body = Problem)))]
+    params(("sessionID" = String, Path), Page), responses((status = 200, body = SessionLearning),
+        (status = 404, body = Problem)))]
 pub async fn session_learning(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -277,7 +291,8 @@ pub async fn session_learning(
 
 /// `/learn status`.
 #[utoipa::path(get, path = "/api/projects/{projectId}/learn/status", tag = "learning",
-    params(("projectId" = String, Path)), responses((status = 200, body = ProjectStatus), (status = 404, body = Problem)))]
+    params(("projectId" = String, Path)), responses((status = 200, body = ProjectStatus),
+        (status = 404, body = Problem)))]
 pub async fn status(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -299,7 +314,8 @@ pub struct ExperiencePage {
 
 /// `/learn list [offset]`: the project's experiences, 100 per page.
 #[utoipa::path(get, path = "/api/projects/{projectId}/learn/experiences", tag = "learning",
-    params(("projectId" = String, Path), Page), responses((status = 200, body = ExperiencePage), (status = 400, body = Problem), (status = 404, body = Problem)))]
+    params(("projectId" = String, Path), Page), responses((status = 200, body = ExperiencePage),
+        (status = 400, body = Problem), (status = 404, body = Problem)))]
 pub async fn list_experiences(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -320,7 +336,8 @@ pub async fn list_experiences(
 
 /// `/learn get <experience-id>`: citations, validation state and usage.
 #[utoipa::path(get, path = "/api/experiences/{experienceId}", tag = "learning",
-    params(("experienceId" = String, Path)), responses((status = 200, body = Experience), (status = 404, body = Problem)))]
+    params(("experienceId" = String, Path)), responses((status = 200, body = Experience),
+        (status = 404, body = Problem)))]
 pub async fn get_experience(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -362,7 +379,8 @@ async fn record(
 /// `/learn remember <stable fact, preference, or project rule>`.
 #[utoipa::path(post, path = "/api/projects/{projectId}/learn/remember", tag = "learning",
     params(("projectId" = String, Path)), request_body = RecordRequest,
-    responses((status = 201, body = Experience), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 201, body = Experience), (status = 400, body = Problem), (status = 404,
+        body = Problem), (status = 409, body = Problem)))]
 pub async fn remember(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -382,7 +400,8 @@ pub async fn remember(
 /// `/learn issue <unresolved issue>`.
 #[utoipa::path(post, path = "/api/projects/{projectId}/learn/issue", tag = "learning",
     params(("projectId" = String, Path)), request_body = RecordRequest,
-    responses((status = 201, body = Experience), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 201, body = Experience), (status = 400, body = Problem), (status = 404,
+        body = Problem), (status = 409, body = Problem)))]
 pub async fn issue(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -401,7 +420,8 @@ pub struct SolvedRequest {
 /// `/learn solved <experience-id> <resolution>`.
 #[utoipa::path(post, path = "/api/experiences/{experienceId}/solved", tag = "learning",
     params(("experienceId" = String, Path)), request_body = SolvedRequest,
-    responses((status = 200, body = Experience), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 200, body = Experience), (status = 400, body = Problem), (status = 404,
+        body = Problem), (status = 409, body = Problem)))]
 pub async fn solved(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -414,7 +434,8 @@ pub async fn solved(
 
 /// `/learn forget <experience-id>`.
 #[utoipa::path(post, path = "/api/experiences/{experienceId}/forget", tag = "learning",
-    params(("experienceId" = String, Path)), responses((status = 200, body = Experience), (status = 404, body = Problem)))]
+    params(("experienceId" = String, Path)), responses((status = 200, body = Experience),
+        (status = 404, body = Problem)))]
 pub async fn forget(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -442,7 +463,8 @@ pub struct ReprocessRequest {
 /// unchanged.
 #[utoipa::path(post, path = "/api/projects/{projectId}/learn/reprocess", tag = "learning",
     params(("projectId" = String, Path)), request_body = ReprocessRequest,
-    responses((status = 200, body = Admission), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 200, body = Admission), (status = 400, body = Problem), (status = 404,
+        body = Problem), (status = 409, body = Problem)))]
 pub async fn reprocess(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -473,7 +495,8 @@ pub struct RepairRequest {
 /// has no vector of the configured embedding model (nothing without an embeddings provider).
 #[utoipa::path(post, path = "/api/projects/{projectId}/learn/embed-backfill", tag = "learning",
     params(("projectId" = String, Path)),
-    responses((status = 200, body = zuno_shared::learning::recall::semantic::Backfill), (status = 404, body = Problem)))]
+    responses((status = 200, body = zuno_shared::learning::recall::semantic::Backfill),
+        (status = 404, body = Problem)))]
 pub async fn embed_backfill(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -51,7 +51,8 @@ pub struct CreateSession {
     responses(
         (status = 201, description = "Created", body = Project),
         (status = 200, description = "Already existed with the same data", body = Project),
-        (status = 400, body = Problem), (status = 403, body = Problem), (status = 409, body = Problem)))]
+        (status = 400, body = Problem), (status = 403, body = Problem), (status = 409,
+            body = Problem)))]
 pub async fn create_project(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

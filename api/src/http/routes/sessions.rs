@@ -115,7 +115,8 @@ pub struct DeleteSession {
 /// for derived Experience is explicit.
 #[utoipa::path(delete, path = "/api/session/{sessionID}", tag = "sessions",
     params(("sessionID" = String, Path), DeleteSession),
-    responses((status = 200, body = SessionDeletion), (status = 400, body = Problem), (status = 404, body = Problem)))]
+    responses((status = 200, body = SessionDeletion), (status = 400, body = Problem), (status = 404,
+        body = Problem)))]
 pub async fn delete_session(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -151,9 +152,11 @@ pub async fn delete_session(
 #[utoipa::path(post, path = "/api/session/{sessionID}/messages", tag = "messages",
     params(("sessionID" = String, Path)), request_body = AppendMessage,
     responses((status = 201, body = TurnOutcome, description = "Stored"),
-        (status = 200, body = TurnOutcome, description = "The same message was already stored (a resend)"),
+        (status = 200, body = TurnOutcome,
+            description = "The same message was already stored (a resend)"),
         (status = 400, body = Problem),
-        (status = 404, body = Problem), (status = 409, body = Problem), (status = 413, body = Problem)))]
+        (status = 404, body = Problem), (status = 409, body = Problem), (status = 413,
+            body = Problem)))]
 pub async fn append_message(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -258,7 +261,8 @@ pub async fn list_messages(
 /// skipped when claimed.
 #[utoipa::path(put, path = "/api/session/{sessionID}/messages/{messageID}", tag = "messages",
     params(("sessionID" = String, Path), ("messageID" = String, Path)), request_body = ReplaceParts,
-    responses((status = 200, body = Message), (status = 400, body = Problem), (status = 404, body = Problem)))]
+    responses((status = 200, body = Message), (status = 400, body = Problem), (status = 404,
+        body = Problem)))]
 pub async fn replace_parts(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -277,9 +281,12 @@ pub async fn replace_parts(
 
 /// Set an assistant message's completion status. `completed` closes the turn and, when it is
 /// eligible, admits its extraction job (or returns the existing one).
-#[utoipa::path(post, path = "/api/session/{sessionID}/messages/{messageID}/complete", tag = "messages",
-    params(("sessionID" = String, Path), ("messageID" = String, Path)), request_body = CompleteMessage,
-    responses((status = 200, body = TurnOutcome), (status = 400, body = Problem), (status = 404, body = Problem)))]
+#[utoipa::path(post, path = "/api/session/{sessionID}/messages/{messageID}/complete",
+    tag = "messages",
+    params(("sessionID" = String, Path), ("messageID" = String,
+        Path)), request_body = CompleteMessage,
+    responses((status = 200, body = TurnOutcome), (status = 400, body = Problem), (status = 404,
+        body = Problem)))]
 pub async fn complete_message(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -73,7 +73,8 @@ pub struct PromoteRequest {
 /// bypasses the evidence-count gate, never review or evaluation.
 #[utoipa::path(post, path = "/api/projects/{projectId}/learn/promote", tag = "skills",
     params(("projectId" = String, Path)), request_body = PromoteRequest,
-    responses((status = 201, body = Promoted), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 201, body = Promoted), (status = 400, body = Problem), (status = 404,
+        body = Problem), (status = 409, body = Problem)))]
 pub async fn promote(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -104,7 +105,8 @@ pub async fn aggregate(
 
 /// The project's patterns, newest first.
 #[utoipa::path(get, path = "/api/projects/{projectId}/learn/patterns", tag = "skills",
-    params(("projectId" = String, Path)), responses((status = 200, body = Vec<Pattern>), (status = 404, body = Problem)))]
+    params(("projectId" = String, Path)), responses((status = 200, body = Vec<Pattern>),
+        (status = 404, body = Problem)))]
 pub async fn patterns(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -138,7 +140,8 @@ pub struct PatternPromoteRequest {
 /// `pattern-promote <pattern-id>`.
 #[utoipa::path(post, path = "/api/patterns/{patternId}/promote", tag = "skills",
     params(("patternId" = String, Path)), request_body = PatternPromoteRequest,
-    responses((status = 200, body = Promoted), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 200, body = Promoted), (status = 400, body = Problem), (status = 404,
+        body = Problem), (status = 409, body = Problem)))]
 pub async fn pattern_promote(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -158,7 +161,8 @@ pub async fn pattern_promote(
 
 /// `pattern-reject <pattern-id>`: suppressed until new evidence arrives.
 #[utoipa::path(post, path = "/api/patterns/{patternId}/reject", tag = "skills",
-    params(("patternId" = String, Path)), responses((status = 200, body = Pattern), (status = 404, body = Problem)))]
+    params(("patternId" = String, Path)), responses((status = 200, body = Pattern), (status = 404,
+        body = Problem)))]
 pub async fn pattern_reject(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -194,7 +198,8 @@ pub async fn candidates(
 
 /// One Skill candidate: SKILL.md, diff, rules, evidence, source identity, target and state.
 #[utoipa::path(get, path = "/api/skills/{candidateId}", tag = "skills",
-    params(("candidateId" = String, Path)), responses((status = 200, body = Candidate), (status = 404, body = Problem)))]
+    params(("candidateId" = String, Path)), responses((status = 200, body = Candidate),
+        (status = 404, body = Problem)))]
 pub async fn get_candidate(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -207,7 +212,8 @@ pub async fn get_candidate(
 /// evaluation job. Passing sets `approved`; it writes no file.
 #[utoipa::path(post, path = "/api/skills/{candidateId}/review", tag = "skills",
     params(("candidateId" = String, Path)),
-    responses((status = 202, body = ReviewStarted), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 202, body = ReviewStarted), (status = 404, body = Problem), (status = 409,
+        body = Problem)))]
 pub async fn review(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -222,7 +228,8 @@ pub async fn review(
 
 /// The candidate's evaluation runs, newest first (state, deadline, scores, diagnostic).
 #[utoipa::path(get, path = "/api/skills/{candidateId}/runs", tag = "skills",
-    params(("candidateId" = String, Path)), responses((status = 200, body = Vec<Run>), (status = 404, body = Problem)))]
+    params(("candidateId" = String, Path)), responses((status = 200, body = Vec<Run>),
+        (status = 404, body = Problem)))]
 pub async fn runs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -236,7 +243,8 @@ pub async fn runs(
 /// a pending revocation). Drift marks the candidate `stale` (409).
 #[utoipa::path(post, path = "/api/skills/{candidateId}/apply", tag = "skills",
     params(("candidateId" = String, Path)),
-    responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409,
+        body = Problem)))]
 pub async fn apply(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -249,7 +257,8 @@ pub async fn apply(
 /// `skill-undo <candidate-id>`: restores the exact file an applied candidate replaced.
 #[utoipa::path(post, path = "/api/skills/{candidateId}/undo", tag = "skills",
     operation_id = "skill_undo", params(("candidateId" = String, Path)),
-    responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409,
+        body = Problem)))]
 pub async fn undo(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -262,7 +271,8 @@ pub async fn undo(
 /// `skill-reject <candidate-id>`.
 #[utoipa::path(post, path = "/api/skills/{candidateId}/reject", tag = "skills",
     operation_id = "skill_reject", params(("candidateId" = String, Path)),
-    responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409,
+        body = Problem)))]
 pub async fn reject(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -72,8 +72,17 @@ impl MemoryService {
                     }
                 }
                 Ok(Some(file)) if written.as_deref().is_some_and(|w| w != file.digest) => {
-                    self.record_projection(&document_id, std::path::Path::new(&path), "external_edit", None, None,
-                        Some("the file changed outside Zuno; it was preserved — compare with inspect-memory, accept with import-memory")).await?;
+                    let detail = "the file changed outside Zuno; it was preserved — compare with \
+                                  inspect-memory, accept with import-memory";
+                    self.record_projection(
+                        &document_id,
+                        std::path::Path::new(&path),
+                        "external_edit",
+                        None,
+                        None,
+                        Some(detail),
+                    )
+                    .await?;
                     report.external_edits.push(path);
                 }
                 Ok(Some(_)) => {}

@@ -78,7 +78,12 @@ impl MemoryService {
         )
         .await?;
         if state != "synced" {
-            tracing::warn!(path = %path.display(), state, detail = detail.as_deref().unwrap_or(""), "memory projection not written");
+            tracing::warn!(
+                path = %path.display(),
+                state,
+                detail = detail.as_deref().unwrap_or(""),
+                "memory projection not written"
+            );
         }
         Ok(ProjectionReport {
             path: Some(path.display().to_string()),
