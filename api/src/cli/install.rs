@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use clap::ValueEnum;
 use serde_json::{Map, Value, json};
 
-use super::{CliError, GlobalArgs};
+use super::{CliError, GlobalArgs, agent_file};
 
 /// Hook events Zuno handles, with the timeout (seconds) written for each and the tools a
 /// matcher limits it to (`PreToolUse`: the tools guards check, so reads and searches start no
@@ -259,7 +259,11 @@ async fn claude_code(global: &GlobalArgs, args: InstallArgs) -> Result<(), CliEr
     if uninstall || args.claude_md {
         let before = read_optional(&claude_md)?;
         let after = if uninstall {
-            before.as_deref().and_then(without_rules_import)
+            // A symlinked CLAUDE.md is emptied, never removed (the link would dangle).
+            before
+                .as_deref()
+                .and_then(without_rules_import)
+                .or_else(|| (before.is_some() && agent_file::is_link(&claude_md)).then(String::new))
         } else {
             Some(with_rules_import(before.as_deref().unwrap_or("")))
         };
@@ -363,7 +367,7 @@ async fn codex(global: &GlobalArgs, args: &CodexInstallArgs) -> Result<(), CliEr
     let text = document.to_string();
     let after = if document.to_string() == before.as_deref().unwrap_or("") {
         before.clone()
-    } else if uninstall && text.trim().is_empty() {
+    } else if uninstall && text.trim().is_empty() && !agent_file::is_link(&config_path) {
         None
     } else {
         Some(text)
@@ -554,18 +558,18 @@ fn token_note(global: &GlobalArgs, common: &CommonArgs) -> Result<(), CliError> 
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>, CliError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(CliError::new(
+    super::agent_file::read_optional(path).map_err(|error| {
+        CliError::new(
             CliError::FAILURE,
             format!("cannot read `{}`: {error}", path.display()),
-        )),
-    }
+        )
+    })
 }
 
-/// Plans an edit of a JSON object file. An unchanged document keeps its text byte for byte; a
-/// file left holding an empty object by `--uninstall` is removed.
+/// Plans an edit of a JSON object file. The user's text is edited in place (see
+/// [`super::json_text`]): what the change doesn't touch keeps its bytes, so an unchanged document
+/// is byte for byte the same and `--uninstall` gives back what was there before. A file left
+/// holding an empty object by `--uninstall` is removed (a symlinked one is kept, emptied).
 fn json_edit(path: &Path, update: impl FnOnce(&mut Value)) -> Result<Edit, CliError> {
     let before = read_optional(path)?;
     let value: Value = match &before {
@@ -590,10 +594,13 @@ fn json_edit(path: &Path, update: impl FnOnce(&mut Value)) -> Result<Edit, CliEr
     update(&mut updated);
     let after = if updated == value {
         before.clone()
-    } else if updated.as_object().is_some_and(Map::is_empty) {
+    } else if updated.as_object().is_some_and(Map::is_empty) && !agent_file::is_link(path) {
         None
     } else {
-        Some(pretty(&updated))
+        Some(match before.as_deref() {
+            Some(text) if !text.trim().is_empty() => super::json_text::edit(text, &value, &updated),
+            _ => pretty(&updated),
+        })
     };
     Ok(Edit {
         path: path.to_path_buf(),
@@ -651,19 +658,14 @@ fn pretty(value: &Value) -> String {
     text
 }
 
+/// Writes through a symlink to the file it names, atomically, keeping that file's mode.
 fn write(path: &Path, text: &str) -> Result<(), CliError> {
-    let fail = |error: std::io::Error| {
+    agent_file::write(path, text).map(drop).map_err(|error| {
         CliError::new(
             CliError::FAILURE,
             format!("cannot write `{}`: {error}", path.display()),
         )
-    };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(fail)?;
-    }
-    let temporary = path.with_extension("zuno-tmp");
-    std::fs::write(&temporary, text).map_err(fail)?;
-    std::fs::rename(&temporary, path).map_err(fail)
+    })
 }
 
 fn shell_quote(value: &str) -> String {
@@ -799,27 +801,29 @@ fn remove_mcp(config: &mut Value) {
     }
 }
 
-/// `text` with the rules import line appended (unchanged when it already has one).
+/// `text` with the rules import line appended (unchanged when it already has one), in the file's
+/// own line ending.
 pub fn with_rules_import(text: &str) -> String {
     if text.lines().any(|line| line.trim() == RULES_IMPORT_LINE) {
         return text.to_owned();
     }
+    let newline = if text.contains("\r\n") { "\r\n" } else { "\n" };
     let mut out = text.to_owned();
     if !out.is_empty() {
         if !out.ends_with('\n') {
-            out.push('\n');
+            out.push_str(newline);
         }
-        out.push('\n');
+        out.push_str(newline);
     }
     out.push_str(RULES_IMPORT_LINE);
-    out.push('\n');
+    out.push_str(newline);
     out
 }
 
-/// `text` without the rules import line (and the blank line written before it); `None` when
-/// nothing else is left.
+/// `text` without the rules import line (and the blank line written before it), every other
+/// line kept byte for byte; `None` when nothing else is left.
 pub fn without_rules_import(text: &str) -> Option<String> {
-    let lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let Some(at) = lines
         .iter()
         .position(|line| line.trim() == RULES_IMPORT_LINE)
@@ -835,9 +839,7 @@ pub fn without_rules_import(text: &str) -> Option<String> {
     if kept.iter().all(|line| line.trim().is_empty()) {
         return None;
     }
-    let mut out = kept.join("\n");
-    out.push('\n');
-    Some(out)
+    Some(kept.concat())
 }
 
 /// Adds `[mcp_servers.zuno]` and turns Codex hooks on unless the user set the switch. Returns

@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 unexpected failure, 2 bad input (including usage errors),
 //! 3 not found, 4 conflict, 5 server or database unavailable.
 
+mod agent_file;
 pub mod claude_memory;
 pub mod client;
 mod debug;
@@ -11,6 +12,7 @@ pub mod hook;
 pub mod import;
 pub mod install;
 mod jobs;
+mod json_text;
 pub mod learn;
 pub mod mcp;
 mod projects;

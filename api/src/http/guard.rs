@@ -134,26 +134,29 @@ fn check(policy: &HostPolicy, request: &Request) -> Result<(), ApiError> {
             detail: String::from("the request carries more than one Host header"),
         });
     }
-    // An absent Host (an in-process call, HTTP/2 without one) falls back to the URI's
-    // authority; neither is something a web page can leave out. Over the network an HTTP/1.1
-    // request without one is refused before it gets here (`transport::require_host`).
+    // The host is named by `Host` and, over HTTP/2 (`:authority`) or in an absolute-form
+    // HTTP/1.1 target, by the URI's authority: every name a request carries must be this
+    // server's, whichever one a later layer reads. An in-process call names none; over the
+    // network a request naming none is refused before it gets here (`transport::require_host`).
     let host = match headers.get(header::HOST) {
         Some(value) => Some(value.to_str().map_err(|_| {
             ApiError::Forbidden(String::from("the Host header is not readable text"))
         })?),
-        None => request
-            .uri()
-            .authority()
-            .map(|authority| authority.as_str()),
+        None => None,
     };
-    if let Some(host) = host
-        && !policy.allows(host)
-    {
-        return Err(ApiError::Forbidden(format!(
-            "this server does not answer to host `{}`; add it to `server.allowed_hosts` if it is yours",
-            host_name(host)
-        )));
+    let authority = request
+        .uri()
+        .authority()
+        .map(|authority| authority.as_str());
+    for name in [host, authority].into_iter().flatten() {
+        if !policy.allows(name) {
+            return Err(ApiError::Forbidden(format!(
+                "this server does not answer to host `{}`; add it to `server.allowed_hosts` if it is yours",
+                host_name(name)
+            )));
+        }
     }
+    let host = host.or(authority);
     if let Some(origin) = headers.get(header::ORIGIN) {
         let own = origin
             .to_str()

@@ -48,7 +48,51 @@ where
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub u64);
 
+/// The body as `T`. Every body of this API is a JSON object: an array is refused (serde would
+/// read a struct from one). A number written with a zero fraction (`3.0`) is an integer, as JSON
+/// Schema's `integer` says, also where `T` wants an integer.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ApiError::BadRequest {
+            detail: String::from("the body must be a JSON object"),
+            field: None,
+        });
+    }
+    match parse_exact(bytes) {
+        Err(ApiError::BadRequest { detail, .. }) if detail.contains("floating point") => {
+            let mut value: serde_json::Value =
+                serde_json::from_slice(bytes).map_err(|error| ApiError::BadRequest {
+                    detail: format!("the body is not valid JSON: {error}"),
+                    field: None,
+                })?;
+            integral_floats_as_integers(&mut value);
+            parse_exact(&serde_json::to_vec(&value).unwrap_or_default())
+        }
+        other => other,
+    }
+}
+
+/// Rewrites every number with a zero fraction that an `f64` holds exactly (|n| ≤ 2^53) as an
+/// integer.
+fn integral_floats_as_integers(value: &mut serde_json::Value) {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match value {
+        serde_json::Value::Number(number) => {
+            if let Some(float) = number.as_f64().filter(|_| number.is_f64())
+                && float.fract() == 0.0
+                && float.abs() <= EXACT
+            {
+                // In range and integral: the conversion is exact.
+                *value = serde_json::Value::from(float as i64);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        serde_json::Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
+    }
+}
+
+fn parse_exact<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();

@@ -105,7 +105,55 @@ pub(super) fn api_router() -> OpenApiRouter<AppState> {
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
     let mut document = api_router().split_for_parts().1;
     document_errors(&mut document);
+    close_tagged_variants(&mut document, &["Part"]);
+    // Exactly one of `command` and `path` (utoipa writes `max_properties` but drops
+    // `min_properties`).
+    if let Some(utoipa::openapi::RefOr::T(utoipa::openapi::schema::Schema::Object(object))) =
+        document
+            .components
+            .as_mut()
+            .and_then(|components| components.schemas.get_mut("TestRequest"))
+    {
+        object.min_properties = Some(1);
+    }
     document
+}
+
+/// Marks each variant of these internally tagged enums `additionalProperties: false`, as their
+/// `deny_unknown_fields` makes the server refuse unknown fields (utoipa marks structs so, but not
+/// enum variants).
+fn close_tagged_variants(document: &mut utoipa::openapi::OpenApi, names: &[&str]) {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{AdditionalProperties, Schema};
+    let Some(components) = document.components.as_mut() else {
+        return;
+    };
+    for name in names {
+        // Answers extend a part with fields of their own (`StoredPart`: `allOf` of the part and
+        // its digest), so they keep the open variants.
+        let open = components.schemas.get(*name).cloned();
+        let reference = format!("#/components/schemas/{name}");
+        for schema in components.schemas.values_mut() {
+            if let RefOr::T(Schema::AllOf(all_of)) = schema {
+                for item in &mut all_of.items {
+                    if matches!(item, RefOr::Ref(r) if r.ref_location == reference)
+                        && let Some(open) = &open
+                    {
+                        *item = open.clone();
+                    }
+                }
+            }
+        }
+        let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut(*name) else {
+            continue;
+        };
+        for variant in &mut one_of.items {
+            if let RefOr::T(Schema::Object(object)) = variant {
+                object.additional_properties =
+                    Some(Box::new(AdditionalProperties::FreeForm(false)));
+            }
+        }
+    }
 }
 
 /// Declares the error answers every operation can give, as the problem documents they are:

@@ -5,9 +5,10 @@
 //!   empty body. [`ProblemIo`] recognises those automatic answers on their way out and sends a
 //!   problem document instead, so every error of the API, whoever produced it, is
 //!   `application/problem+json`.
-//! - RFC 9112 §3.2: an HTTP/1.1 request without `Host` is refused with 400 ([`require_host`]).
-//!   The in-process router of the CLI sends none and is not served here, so the rule applies to
-//!   the network only.
+//! - RFC 9112 §3.2: an HTTP/1.1 request without `Host` is refused with 400, and so is an HTTP/2
+//!   request (hyper also serves HTTP/2 with prior knowledge here) with neither `:authority` nor
+//!   `Host` ([`require_host`]). The in-process router of the CLI sends none and is not served
+//!   here, so the rule applies to the network only.
 
 use std::future::Future;
 use std::io;
@@ -36,18 +37,26 @@ pub async fn serve(
         .await
 }
 
-/// Refuses an HTTP/1.1 request that names no host (RFC 9112 §3.2: "A server MUST respond with
-/// a 400 … to any HTTP/1.1 request message that lacks a Host header field"). Two `Host` fields
-/// and a malformed one are refused by the guard, for every transport.
+/// Refuses a request that names no host: an HTTP/1.1 request without `Host` (RFC 9112 §3.2: "A
+/// server MUST respond with a 400 … to any HTTP/1.1 request message that lacks a Host header
+/// field"), and an HTTP/2 request with neither `:authority` nor `Host` (hyper serves HTTP/2 with
+/// prior knowledge on the same port; RFC 9113 §8.3.1 has clients send `:authority`). Two `Host`
+/// fields, a malformed one and a foreign name in either place are refused by the guard, for
+/// every transport.
 pub async fn require_host(request: Request, next: Next) -> Response {
-    if request.version() == Version::HTTP_11 && !request.headers().contains_key(header::HOST) {
-        return ApiError::Status {
-            status: StatusCode::BAD_REQUEST,
-            detail: String::from("an HTTP/1.1 request must carry a Host header"),
+    let has_host = request.headers().contains_key(header::HOST);
+    let detail = match request.version() {
+        Version::HTTP_11 if !has_host => "an HTTP/1.1 request must carry a Host header",
+        Version::HTTP_2 if !has_host && request.uri().authority().is_none() => {
+            "an HTTP/2 request must carry :authority (or Host)"
         }
-        .into_response();
+        _ => return next.run(request).await,
+    };
+    ApiError::Status {
+        status: StatusCode::BAD_REQUEST,
+        detail: String::from(detail),
     }
-    next.run(request).await
+    .into_response()
 }
 
 /// A TCP listener whose connections answer hyper's own parse errors as problem documents.
@@ -70,10 +79,10 @@ impl axum::serve::Listener for ProblemListener {
 /// A connection that replaces hyper's automatic error answers with problem documents.
 ///
 /// hyper writes such an answer only when it could not parse a request: the answer is then the
-/// last thing sent on the connection and begins a write of its own. It is recognised as an
-/// HTTP/1 status line of 400, 414 or 431 whose head has `content-length: 0` and no
-/// `content-type`; the API's own error answers always carry a problem document, so they never
-/// look like that.
+/// last thing sent on the connection and ends the heads buffer of a write of its own (see
+/// [`replacement`]). It is recognised as an HTTP/1 status line of 400, 414 or 431 whose head has
+/// `content-length: 0` and no `content-type`; the API's own error answers always carry a problem
+/// document, so they never look like that.
 pub struct ProblemIo<S> {
     inner: S,
     /// The replacement being written, how much of it is written, and how many bytes of the
@@ -90,11 +99,33 @@ impl<S> ProblemIo<S> {
     }
 }
 
-/// The problem answer standing for `buf` when `buf` begins with one of hyper's automatic error
-/// heads, followed by whatever followed that head.
+/// The bytes to send instead of `buf` when `buf` ends with one of hyper's automatic error heads.
+///
+/// hyper's automatic answer is the last thing it sends on a connection, so it ends the buffer
+/// hyper writes. It also begins that buffer, unless earlier answers' heads are still in it: hyper
+/// keeps heads in one buffer and each body in a buffer of its own, so a bodiless answer (to
+/// `HEAD`, a 204 or 304) not yet flushed when the next pipelined request failed to parse comes
+/// first. Those heads pass unchanged.
 fn replacement(buf: &[u8]) -> Option<Vec<u8>> {
-    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-    let head = std::str::from_utf8(&buf[..end]).ok()?;
+    if !buf.starts_with(b"HTTP/1.") {
+        return None;
+    }
+    // The error head names no other message, so it starts at the last status line.
+    let start = buf.windows(7).rposition(|w| w == b"HTTP/1.")?;
+    let problem = problem_answer(&buf[start..])?;
+    let mut bytes = buf[..start].to_vec();
+    bytes.extend_from_slice(&problem);
+    Some(bytes)
+}
+
+/// The problem answer standing for `head` when it is exactly one of hyper's automatic error
+/// heads (a 400, 414 or 431 status line, `content-length: 0`, no `content-type`).
+fn problem_answer(head: &[u8]) -> Option<Vec<u8>> {
+    let end = head.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    if end != head.len() {
+        return None;
+    }
+    let head = std::str::from_utf8(head).ok()?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next()?;
     let rest = status_line
@@ -138,7 +169,6 @@ fn replacement(buf: &[u8]) -> Option<Vec<u8>> {
     answer.push_str("\r\n");
     let mut bytes = answer.into_bytes();
     bytes.extend_from_slice(&body);
-    bytes.extend_from_slice(&buf[end..]);
     Some(bytes)
 }
 
@@ -195,11 +225,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ProblemIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let first = bufs.iter().find(|buf| !buf.is_empty());
-        let error_head =
-            first.is_some_and(|buf| buf.starts_with(b"HTTP/1.") && buf.get(9) == Some(&b'4'));
+        let error_head = first.is_some_and(|buf| replacement(buf).is_some());
         if self.pending.is_some() || error_head {
-            // An error head starts this write: looked at alone (the rest follows in the
-            // caller's next write).
+            // The heads buffer ends with an error head: written alone (anything after it follows
+            // in the caller's next write).
             let first: &[u8] = first.map_or(&[], |buf| buf);
             return self.poll_write(cx, first);
         }
@@ -250,6 +279,22 @@ mod tests {
         let problem: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(problem["status"], 431);
         assert_eq!(problem["code"], "headers_too_large");
+    }
+
+    /// A pipelined request that fails to parse after one answered without a body (`HEAD`):
+    /// both heads are in one buffer; the first passes as it is, the second becomes the same
+    /// problem answer a lone malformed request gets.
+    #[test]
+    fn an_error_head_after_a_bodiless_answer_in_the_same_buffer_is_replaced() {
+        let first =
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n\r\n";
+        let error = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        let lone = replacement(error).expect("a lone error head is replaced");
+        let both = replacement(&[&first[..], &error[..]].concat()).expect("replaced");
+        assert_eq!(&both[..first.len()], first);
+        assert_eq!(&both[first.len()..], &lone[..]);
+        // An error head that doesn't end the buffer is not hyper's automatic answer.
+        assert_eq!(replacement(&[&error[..], b"{}"].concat()), None);
     }
 
     #[test]

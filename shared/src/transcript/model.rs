@@ -129,11 +129,14 @@ pub enum Part {
     },
     ToolCall {
         #[serde(rename = "toolName")]
+        #[schema(min_length = 1, max_length = 256)]
         tool_name: String,
         #[serde(rename = "callId", default)]
         call_id: Option<String>,
+        /// The call's arguments as the tool received them: any JSON value (`null` when none
+        /// were recorded).
         #[serde(default)]
-        #[schema(value_type = Object)]
+        #[schema(value_type = serde_json::Value)]
         arguments: serde_json::Value,
         #[serde(default)]
         result: Option<String>,

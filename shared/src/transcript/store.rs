@@ -220,7 +220,7 @@ impl TranscriptStore {
         new: &NewProject,
     ) -> Result<(Project, bool), TranscriptError> {
         validate_id("id", &new.id)?;
-        if new.name.trim().is_empty() || new.name.len() > 200 {
+        if new.name.trim().is_empty() || new.name.chars().count() > 200 {
             return Err(invalid("name", "must be 1–200 characters"));
         }
         let mut tx = self.claim_tx().await?;
@@ -925,7 +925,7 @@ fn validate_parts(parts: &[Part]) -> Result<(), TranscriptError> {
             ));
         }
         if let Part::ToolCall { tool_name, .. } = part
-            && (tool_name.is_empty() || tool_name.len() > 256)
+            && (tool_name.is_empty() || tool_name.chars().count() > 256)
         {
             return Err(invalid(
                 &format!("parts[{index}].toolName"),

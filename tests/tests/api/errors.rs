@@ -182,7 +182,74 @@ async fn a_user_message_cannot_carry_a_completion_status(db: TestDb) {
     assert_eq!((status, body["field"].as_str()), (400, Some("status")));
 }
 
+/// Where the OpenAPI document and the server used to disagree (schemathesis `--checks all`): a
+/// JSON array is no object body even where every field is optional; `2.0` is an integer, as
+/// JSON Schema's `integer` says; `toolInput` is an object; the Memory read limit has a maximum.
+async fn the_server_reads_bodies_and_limits_as_the_document_states(db: TestDb) {
+    let server = TestServer::start(&db, Config::default(), None).await;
+    let session = project_and_session(&server, "p1").await;
+
+    let (status, body) = server
+        .post("/api/projects/p1/sessions", json!([null, null]))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_problem(&body, 400, "bad_request");
+
+    let put = |body: serde_json::Value| {
+        let request = server
+            .client
+            .put(server.url(&format!("/api/session/{session}/memory-policy")))
+            .json(&body);
+        async move { zuno_tests::server::decode(request.send().await.unwrap()).await }
+    };
+    let (status, updated) = put(json!({"expectedRevision": 1.0, "useMemories": false})).await;
+    assert_eq!(
+        (status, updated["revision"].as_i64()),
+        (200, Some(2)),
+        "{updated}"
+    );
+    let (status, body) = put(json!({"expectedRevision": 2.5, "useMemories": true})).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (400, Some("expectedRevision")),
+        "{body}"
+    );
+
+    let (status, body) = server
+        .post(
+            "/api/projects/p1/guards/check",
+            json!({"toolName": "Bash", "toolInput": [null, null]}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (400, Some("toolInput")),
+        "{body}"
+    );
+    let (status, body) = server
+        .post(
+            "/api/projects/p1/guards/check",
+            json!({"toolName": "Bash", "toolInput": {"command": "ls"}}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["decision"].as_str()),
+        (200, Some("allow")),
+        "{body}"
+    );
+
+    let (status, body) = server.get("/api/projects/p1/memory?limit=1001").await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (400, Some("limit")),
+        "{body}"
+    );
+    let (status, body) = server.get("/api/projects/p1/memory?limit=1000").await;
+    assert_eq!(status, 200, "{body}");
+}
+
 on_both_backends!(
+    the_server_reads_bodies_and_limits_as_the_document_states,
     bad_fields_are_named_and_nothing_is_written,
     malformed_json_is_a_400,
     unknown_things_are_404,

@@ -349,9 +349,11 @@ async fn install_codex_is_idempotent_and_reversible_in_a_temporary_home() {
         original,
         "byte for byte"
     );
-    let hooks_after: Value =
-        serde_json::from_str(&std::fs::read_to_string(&hooks).unwrap()).unwrap();
-    assert_eq!(hooks_after, user_hooks);
+    assert_eq!(
+        std::fs::read_to_string(&hooks).unwrap(),
+        serde_json::to_string_pretty(&user_hooks).unwrap(),
+        "hooks.json byte for byte too"
+    );
     let nothing = run(install(&["--uninstall", "--yes"]), None).await;
     assert_eq!(nothing.code, 0, "{}", nothing.stderr);
     assert_eq!(std::fs::read_to_string(&config).unwrap(), original);

@@ -124,3 +124,160 @@ async fn install_shows_the_diff_applies_with_yes_and_is_idempotent() {
     );
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), before);
 }
+
+/// Mode bits of a file (`stat`), for the write-keeps-the-mode checks.
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// A `settings.json` kept in a dotfiles repository and symlinked into `~/.claude` (as dotfile
+/// managers do), written in the user's own style: the installer writes through the link to the
+/// repository's file (atomically beside it, its mode kept, no temporary left), the link stays a
+/// link, untouched parts keep their bytes (key order, four-space indent, an inline array) and new
+/// lines follow that indent; `--uninstall` gives back both files byte for byte.
+#[tokio::test]
+async fn install_writes_through_a_symlinked_settings_file_and_uninstall_restores_its_bytes() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let user = tempfile::tempdir().unwrap();
+    let dotfiles = user.path().join("dotfiles").join("claude");
+    std::fs::create_dir_all(&dotfiles).unwrap();
+    let real = dotfiles.join("settings.json");
+    let original = "{\n    \"theme\": \"dark\",\n    \"permissions\": {\"allow\": [\"Bash(ls:*)\", \"Read\"]},\n    \"model\": \"opus\",\n    \"hooks\": {\n        \"Stop\": [\n            {\"hooks\": [{\"type\": \"command\", \"command\": \"notify-send done\"}]}\n        ]\n    }\n}\n";
+    std::fs::write(&real, original).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let claude = user.path().join(".claude");
+    std::fs::create_dir_all(&claude).unwrap();
+    let settings = claude.join("settings.json");
+    std::os::unix::fs::symlink("../dotfiles/claude/settings.json", &settings).unwrap();
+    // The MCP configuration in tabs and CRLF line endings, a regular file.
+    let mcp = user.path().join(".claude.json");
+    let mcp_original = "{\r\n\t\"numStartups\": 3,\r\n\t\"mcpServers\": {\r\n\t\t\"docs\": {\"command\": \"docs-mcp\"}\r\n\t}\r\n}\r\n";
+    std::fs::write(&mcp, mcp_original).unwrap();
+    let install = |flags: &[&str]| {
+        let mut command = zuno(home.path());
+        command
+            .args([
+                "install",
+                "claude-code",
+                "--server",
+                "http://127.0.0.1:7878",
+            ])
+            .arg("--settings")
+            .arg(&settings)
+            .arg("--mcp-config")
+            .arg(&mcp)
+            .args(flags);
+        command
+    };
+
+    let applied = run(install(&["--yes"]), None).await;
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    assert!(
+        std::fs::symlink_metadata(&settings)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link is still a link"
+    );
+    let written = std::fs::read_to_string(&real).unwrap();
+    assert_eq!(mode(&real), 0o640, "the repository file keeps its mode");
+    let names: Vec<String> = std::fs::read_dir(&dotfiles)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["settings.json"], "no temporary file is left");
+    assert!(
+        written.starts_with(
+            "{\n    \"theme\": \"dark\",\n    \"permissions\": {\"allow\": [\"Bash(ls:*)\", \"Read\"]},\n    \"model\": \"opus\",\n    \"hooks\": {\n        \"Stop\": [\n            {\"hooks\": [{\"type\": \"command\", \"command\": \"notify-send done\"}]},\n            {\n                \"hooks\": [\n"
+        ),
+        "the user's keys keep their order and bytes, ours follow in four spaces:\n{written}"
+    );
+    assert!(
+        written.contains("\n        \"SessionStart\": [\n            {\n"),
+        "{written}"
+    );
+    assert!(
+        !written.contains("\n  \""),
+        "no line is indented in two spaces:\n{written}"
+    );
+    let value: Value = serde_json::from_str(&written).unwrap();
+    assert_eq!(value["hooks"]["Stop"].as_array().unwrap().len(), 2);
+    let mcp_written = std::fs::read_to_string(&mcp).unwrap();
+    assert!(
+        mcp_written.starts_with(
+            "{\r\n\t\"numStartups\": 3,\r\n\t\"mcpServers\": {\r\n\t\t\"docs\": {\"command\": \"docs-mcp\"},\r\n\t\t\"zuno\": {\r\n\t\t\t\"type\": \"stdio\",\r\n"
+        ),
+        "{mcp_written:?}"
+    );
+    assert!(
+        !mcp_written.replace("\r\n", "").contains('\n'),
+        "CRLF kept: {mcp_written:?}"
+    );
+
+    let again = run(install(&["--yes"]), None).await;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), written);
+
+    let removed = run(install(&["--uninstall", "--yes"]), None).await;
+    assert_eq!(removed.code, 0, "{}", removed.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&real).unwrap(),
+        original,
+        "byte for byte"
+    );
+    assert_eq!(std::fs::read_to_string(&mcp).unwrap(), mcp_original);
+    assert!(
+        std::fs::symlink_metadata(&settings)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(mode(&real), 0o640);
+}
+
+/// A symlinked file holding nothing but Zuno's entries is emptied on `--uninstall`, not removed
+/// (removing the link would leave the repository's file behind; removing the target would leave
+/// a dangling link); a dangling link is written through, creating its target.
+#[tokio::test]
+async fn uninstall_empties_a_symlinked_file_instead_of_removing_it() {
+    let home = tempfile::tempdir().unwrap();
+    let user = tempfile::tempdir().unwrap();
+    let settings = user.path().join("settings.json");
+    let real = user.path().join("dotfiles").join("settings.json");
+    std::os::unix::fs::symlink(&real, &settings).unwrap();
+    let mcp = user.path().join(".mcp.json");
+    let install = |flags: &[&str]| {
+        let mut command = zuno(home.path());
+        command
+            .args(["install", "claude-code"])
+            .arg("--settings")
+            .arg(&settings)
+            .arg("--mcp-config")
+            .arg(&mcp)
+            .args(flags);
+        command
+    };
+    let applied = run(install(&["--yes"]), None).await;
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    let value: Value = serde_json::from_str(&std::fs::read_to_string(&real).unwrap()).unwrap();
+    assert!(value["hooks"]["SessionStart"].is_array(), "{value}");
+    assert!(
+        std::fs::symlink_metadata(&settings)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+
+    let removed = run(install(&["--uninstall", "--yes"]), None).await;
+    assert_eq!(removed.code, 0, "{}", removed.stderr);
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), "{}\n");
+    assert!(
+        std::fs::symlink_metadata(&settings)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(!mcp.exists(), "a regular file left empty is removed");
+}

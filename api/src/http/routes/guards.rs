@@ -87,6 +87,9 @@ pub async fn check(
     ApiJson(request): ApiJson<CheckRequest>,
 ) -> ApiResult<Json<CheckAnswer>> {
     caller.require(&project_id, "project", &project_id)?;
+    if !request.tool_input.is_object() {
+        return Err(ApiError::bad_request("toolInput", "must be a JSON object"));
+    }
     let project = state.transcripts.project(&project_id).await?;
     let allow = CheckAnswer {
         decision: String::from("allow"),
@@ -118,12 +121,22 @@ pub async fn check(
     }))
 }
 
+/// A field that is a string when present (`null` is refused, as the document says).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    <String as serde::Deserialize>::deserialize(deserializer).map(Some)
+}
+
 /// A call to try against the guards: a shell command, or a path an edit would touch.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(max_properties = 1)]
 pub struct TestRequest {
+    #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false)]
     pub command: Option<String>,
     /// Relative to the worktree.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false)]
     pub path: Option<String>,
 }
 

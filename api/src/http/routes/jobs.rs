@@ -19,6 +19,7 @@ pub struct JobQuery {
     pub session_id: Option<String>,
     /// Pagination cursor: only jobs whose id sorts before this one.
     pub before: Option<String>,
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 

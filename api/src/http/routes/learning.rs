@@ -83,6 +83,7 @@ pub struct PolicyUpdate {
     pub use_memories: Option<bool>,
     /// `enabled` or `disabled` (`excluded` is host-assigned).
     #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^(enabled|disabled)$")]
     pub generation: Option<Generation>,
 }
 
@@ -349,6 +350,8 @@ pub async fn get_experience(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RecordRequest {
+    /// 1–4000 characters once surrounding white space is trimmed.
+    #[schema(min_length = 1, max_length = 4000, pattern = "\\S")]
     pub text: String,
     /// The session the command was given in (its policy applies).
     #[serde(default)]
@@ -414,6 +417,8 @@ pub async fn issue(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SolvedRequest {
+    /// 1–4000 characters of plain text once surrounding white space is trimmed.
+    #[schema(min_length = 1, max_length = 4000, pattern = "\\S")]
     pub resolution: String,
 }
 

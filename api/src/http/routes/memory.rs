@@ -121,6 +121,7 @@ pub async fn get_receipt(
 pub struct SearchParams {
     pub query: String,
     #[serde(default)]
+    #[param(minimum = 1, maximum = 50)]
     pub limit: Option<usize>,
     /// `any` (default: recall any meaningful term and rerank) or `all`.
     #[serde(default, rename = "match")]
@@ -165,6 +166,8 @@ pub struct ReadParams {
     /// `global` or `project` (default: both).
     pub target: Option<Scope>,
     pub query: Option<String>,
+    /// At most this many entries per document.
+    #[param(minimum = 0, maximum = 1000)]
     pub limit: Option<usize>,
 }
 
@@ -185,6 +188,9 @@ pub async fn read(
     Query(params): Query<ReadParams>,
 ) -> ApiResult<Json<MemoryRead>> {
     visible_project(&state, &caller, &project_id).await?;
+    if params.limit.is_some_and(|limit| limit > 1000) {
+        return Err(ApiError::bad_request("limit", "must be at most 1000"));
+    }
     let target = match params.target {
         Some(scope) => {
             require_scope(&caller, scope, GlobalAccess::Read)?;
@@ -224,6 +230,7 @@ pub struct UpdateRequest {
     /// `tool` (the model's memory_update, default) or `user` (a person; only from the user's
     /// token: the local token or one created with `--user`).
     #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^(tool|user)$")]
     pub origin: Option<String>,
 }
 

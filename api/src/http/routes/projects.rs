@@ -17,7 +17,10 @@ use crate::http::json::ApiJson;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateProject {
     /// Client-chosen stable id (1–128 of `[A-Za-z0-9._:@-]`).
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
     pub id: String,
+    /// 1–200 characters, not all white space.
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     pub name: String,
     /// The project's worktree, where `.zuno/RULES.md` lives: an absolute path to an existing
     /// directory inside one of the server's `server.worktree_roots`, shared with no other
@@ -26,13 +29,16 @@ pub struct CreateProject {
     /// token or one created with `--user`). An existing project without a worktree is bound to
     /// it; one with another worktree answers 409 (move it with `PUT …/worktree`).
     #[serde(default)]
+    #[schema(pattern = "^/[^\\u0000]*$")]
     pub worktree: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSession {
+    /// Client-chosen stable id (1–128 of `[A-Za-z0-9._:@-]`); the server makes one when absent.
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
     pub id: Option<String>,
     #[serde(default)]
     pub parent_id: Option<String>,
@@ -171,6 +177,7 @@ pub async fn create_session(
 pub struct BindWorktree {
     /// The new worktree, under the rules of `CreateProject.worktree`, here named explicitly:
     /// it need not be a repository root.
+    #[schema(pattern = "^/[^\\u0000]*$")]
     pub worktree: String,
 }
 
