@@ -188,24 +188,8 @@ fn document_errors(document: &mut utoipa::openapi::OpenApi) {
         ];
         for operation in operations.into_iter().flatten() {
             for response in operation.responses.responses.values_mut() {
-                let RefOr::T(response) = response else {
-                    continue;
-                };
-                let is_problem_ref = |schema: &Option<RefOr<_>>| {
-                    matches!(schema, Some(RefOr::Ref(r))
-                        if r.ref_location == problem_ref.ref_location)
-                };
-                let is_problem = response
-                    .content
-                    .get("application/json")
-                    .is_some_and(|content| is_problem_ref(&content.schema));
-                if is_problem
-                    && let Some(content) = response.content.shift_remove("application/json")
-                {
-                    response.content.insert(PROBLEM.to_owned(), content);
-                }
-                if is_problem && response.description.is_empty() {
-                    response.description = String::from("A problem document");
+                if let RefOr::T(response) = response {
+                    serve_problems_as_problem_json(response, &problem_ref);
                 }
             }
             let has_path_parameters = operation.parameters.iter().flatten().any(|parameter| {
@@ -241,6 +225,32 @@ fn document_errors(document: &mut utoipa::openapi::OpenApi) {
                     .or_insert_with(|| problem(description));
             }
         }
+    }
+}
+
+/// A response whose JSON body is a `Problem` is served as `application/problem+json`.
+fn serve_problems_as_problem_json(
+    response: &mut utoipa::openapi::Response,
+    problem_ref: &utoipa::openapi::Ref,
+) {
+    use utoipa::openapi::RefOr;
+    let is_problem = response
+        .content
+        .get("application/json")
+        .is_some_and(|content| {
+            matches!(&content.schema, Some(RefOr::Ref(r))
+                if r.ref_location == problem_ref.ref_location)
+        });
+    if !is_problem {
+        return;
+    }
+    if let Some(content) = response.content.shift_remove("application/json") {
+        response
+            .content
+            .insert(String::from("application/problem+json"), content);
+    }
+    if response.description.is_empty() {
+        response.description = String::from("A problem document");
     }
 }
 
