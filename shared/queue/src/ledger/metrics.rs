@@ -35,6 +35,9 @@ pub struct LedgerMetrics {
     fenced: Counter<u64>,
     lease_expiries: Counter<u64>,
     skipped_at_claim: Counter<u64>,
+    skipped: Counter<u64>,
+    revoked: Counter<u64>,
+    pruned: Counter<u64>,
     quarantined: Counter<u64>,
     released: Counter<u64>,
     attempt_db_retries: Counter<u64>,
@@ -81,6 +84,20 @@ pub fn ledger() -> &'static LedgerMetrics {
             skipped_at_claim: meter
                 .u64_counter("zuno_jobs_skipped_at_claim")
                 .with_description("Jobs skipped at claim because their source changed")
+                .build(),
+            skipped: meter
+                .u64_counter("zuno_jobs_skipped")
+                .with_description("Queued jobs their owner skipped before they ran")
+                .build(),
+            revoked: meter
+                .u64_counter("zuno_jobs_revoked")
+                .with_description(
+                    "Queued or running jobs revoked because newer input superseded them",
+                )
+                .build(),
+            pruned: meter
+                .u64_counter("zuno_jobs_pruned")
+                .with_description("Jobs deleted with the session or project they belonged to")
                 .build(),
             quarantined: meter
                 .u64_counter("zuno_jobs_quarantined")
@@ -144,6 +161,9 @@ impl LedgerMetrics {
             }
             self.skipped_at_claim
                 .add(0, std::slice::from_ref(&kind_label));
+            for owner_operation in [&self.skipped, &self.revoked, &self.pruned] {
+                owner_operation.add(0, std::slice::from_ref(&kind_label));
+            }
             self.quarantined.add(0, std::slice::from_ref(&kind_label));
             self.attempt_db_retries
                 .add(0, std::slice::from_ref(&kind_label));
@@ -223,6 +243,18 @@ impl LedgerMetrics {
     pub fn skipped_at_claim(&self, kind: JobKind) {
         self.skipped_at_claim
             .add(1, &[KeyValue::new("kind", kind.as_str())]);
+    }
+
+    pub fn skipped(&self, kind: JobKind) {
+        self.skipped.add(1, &[KeyValue::new("kind", kind.as_str())]);
+    }
+
+    pub fn revoked(&self, kind: JobKind) {
+        self.revoked.add(1, &[KeyValue::new("kind", kind.as_str())]);
+    }
+
+    pub fn pruned(&self, kind: JobKind) {
+        self.pruned.add(1, &[KeyValue::new("kind", kind.as_str())]);
     }
 
     pub fn job_duration(&self, kind: JobKind, outcome: &'static str, elapsed: Duration) {

@@ -12,6 +12,7 @@ mod model;
 mod query;
 mod row;
 mod settle;
+mod withdraw;
 
 use crate::clock::SharedClock;
 use crate::db::{Backend, Db, StoreError, Tx};
@@ -26,6 +27,7 @@ pub use model::{
 };
 pub use query::{JobEvent, JobFilter, QueueCount, another_run_in, earlier_run_in};
 pub use settle::{HeartbeatOutcome, MAX_RETURNED_RELEASES, Settlement, retry_backoff_ms};
+pub use withdraw::{JobScope, QueuedJobs};
 
 /// The Postgres notification channel the ledger publishes on when a job becomes claimable
 /// (admitted, retried, released or rescued); workers `LISTEN` on it (`runtime::wake`).
