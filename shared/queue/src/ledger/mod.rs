@@ -23,7 +23,7 @@ pub use claim::{
 };
 pub use model::{
     ClaimedJob, GateFindings, Job, JobIdentity, JobKind, JobOrigin, JobState, Lease, MAX_ATTEMPTS,
-    NewJob, bucket_start,
+    NewJob, UnknownJobState, bucket_start,
 };
 pub use query::{JobEvent, JobFilter, QueueCount, another_run_in, earlier_run_in};
 pub use settle::{HeartbeatOutcome, MAX_RETURNED_RELEASES, Settlement, retry_backoff_ms};
