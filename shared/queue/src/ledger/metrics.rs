@@ -45,6 +45,13 @@ pub struct LedgerMetrics {
     queue_depth: Gauge<i64>,
 }
 
+fn counter(meter: &Meter, name: &'static str, description: &'static str) -> Counter<u64> {
+    meter
+        .u64_counter(name)
+        .with_description(description)
+        .build()
+}
+
 pub fn ledger() -> &'static LedgerMetrics {
     static METRICS: OnceLock<LedgerMetrics> = OnceLock::new();
     METRICS.get_or_init(|| {
@@ -85,20 +92,17 @@ pub fn ledger() -> &'static LedgerMetrics {
                 .u64_counter("zuno_jobs_skipped_at_claim")
                 .with_description("Jobs skipped at claim because their source changed")
                 .build(),
-            skipped: meter
-                .u64_counter("zuno_jobs_skipped")
-                .with_description("Queued jobs their owner skipped before they ran")
-                .build(),
-            revoked: meter
-                .u64_counter("zuno_jobs_revoked")
-                .with_description(
-                    "Queued or running jobs revoked because newer input superseded them",
-                )
-                .build(),
-            pruned: meter
-                .u64_counter("zuno_jobs_pruned")
-                .with_description("Jobs deleted with the session or project they belonged to")
-                .build(),
+            skipped: counter(
+                &meter,
+                "zuno_jobs_skipped",
+                "Queued jobs their owner skipped before they ran",
+            ),
+            revoked: counter(&meter, "zuno_jobs_revoked", "Jobs revoked by newer input"),
+            pruned: counter(
+                &meter,
+                "zuno_jobs_pruned",
+                "Jobs deleted with their session or project",
+            ),
             quarantined: meter
                 .u64_counter("zuno_jobs_quarantined")
                 .with_description(
