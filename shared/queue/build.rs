@@ -1,5 +1,5 @@
-// `sqlx::migrate!` embeds the migration directories at compile time; without this, adding a
-// migration file would not rebuild the crate and the binaries would run without it.
+// `sqlx::migrate!` embeds the queue's migration directories at compile time; without this,
+// adding a migration file would not rebuild the crate and the binaries would run without it.
 fn main() {
-    println!("cargo:rerun-if-changed=../../migrations");
+    println!("cargo:rerun-if-changed=migrations");
 }

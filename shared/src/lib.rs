@@ -7,6 +7,7 @@ pub mod guards;
 pub mod learning;
 pub mod managed_file;
 pub mod memory;
+pub mod migrations;
 pub mod ownership;
 pub mod paths;
 pub mod provider;

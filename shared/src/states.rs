@@ -71,7 +71,7 @@ mod tests {
     use crate::memory::store::MemoryCandidateState;
     use crate::skills::candidate::{EvaluationState, SkillCandidateState};
     use crate::skills::evaluation::RunState;
-    use crate::skills::pattern::PatternState;
+    use crate::skills::pattern::{PatternOrigin, PatternScope, PatternState};
 
     fn round_trips<T>(all: &[T], as_str: fn(T) -> &'static str, parse: fn(&str) -> Option<T>)
     where
@@ -99,6 +99,12 @@ mod tests {
             MemoryCandidateState::parse,
         );
         round_trips(PatternState::ALL, PatternState::as_str, PatternState::parse);
+        round_trips(PatternScope::ALL, PatternScope::as_str, PatternScope::parse);
+        round_trips(
+            PatternOrigin::ALL,
+            PatternOrigin::as_str,
+            PatternOrigin::parse,
+        );
         round_trips(
             SkillCandidateState::ALL,
             SkillCandidateState::as_str,

@@ -216,9 +216,13 @@ impl TestDb {
         let path = dir.path().join("zuno.db");
         let options = ConnectOptions::sqlite_file(&path);
         let db = if migrate {
-            Db::open(&options).await.expect("open sqlite")
+            Db::open(&options, zuno_shared::migrations::schema())
+                .await
+                .expect("open sqlite")
         } else {
-            Db::connect(&options).await.expect("connect sqlite")
+            Db::connect(&options, zuno_shared::migrations::schema())
+                .await
+                .expect("connect sqlite")
         };
         TestDb {
             db,
@@ -240,11 +244,11 @@ impl TestDb {
             .expect("create a test database on the Postgres test server");
         let options = ConnectOptions::new(url.clone());
         let db = if migrate {
-            Db::open(&options)
+            Db::open(&options, zuno_shared::migrations::schema())
                 .await
                 .expect("open postgres test database")
         } else {
-            Db::connect(&options)
+            Db::connect(&options, zuno_shared::migrations::schema())
                 .await
                 .expect("connect to the postgres test database")
         };
@@ -258,9 +262,12 @@ impl TestDb {
 
     /// Another handle to the same database (a separate pool, like another process would have).
     pub async fn reopen(&self) -> Db {
-        Db::open(&ConnectOptions::new(self.url.clone()))
-            .await
-            .expect("reopen")
+        Db::open(
+            &ConnectOptions::new(self.url.clone()),
+            zuno_shared::migrations::schema(),
+        )
+        .await
+        .expect("reopen")
     }
 
     pub fn ledger(&self) -> Ledger {

@@ -264,7 +264,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 async fn migrate(global: &GlobalArgs, check: bool) -> Result<(), CliError> {
     let settings = global.settings()?;
     let options = settings.connect_options();
-    let db = zuno_shared::db::Db::connect(&options).await?;
+    let db = zuno_shared::db::Db::connect(&options, zuno_shared::migrations::schema()).await?;
     if check {
         let state = db.check_schema().await.map_err(anyhow::Error::from)?;
         println!(

@@ -359,7 +359,9 @@ impl FreshStore {
         match choice {
             StoreChoice::Sqlite => {
                 let options = ConnectOptions::sqlite_file(&home.join("zuno.db"));
-                let db = Db::open(&options).await.map_err(EvalError::store)?;
+                let db = Db::open(&options, zuno_shared::migrations::schema())
+                    .await
+                    .map_err(EvalError::store)?;
                 Ok(FreshStore {
                     db,
                     url: options.url,
@@ -376,9 +378,12 @@ impl FreshStore {
                         )),
                         other => EvalError::store(other),
                     })?;
-                let db = Db::open(&ConnectOptions::new(url.clone()))
-                    .await
-                    .map_err(EvalError::store)?;
+                let db = Db::open(
+                    &ConnectOptions::new(url.clone()),
+                    zuno_shared::migrations::schema(),
+                )
+                .await
+                .map_err(EvalError::store)?;
                 Ok(FreshStore {
                     db,
                     url,

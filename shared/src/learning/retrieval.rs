@@ -649,7 +649,7 @@ async fn numbered_candidates(
 }
 
 /// What a candidate must be to be recalled: active, with its source unchanged.
-const LIVE: &str = "status = 'active' AND source_state = 'current'";
+const LIVE: &str = crate::learning::experience::store::live_experience!();
 
 /// A candidate read by its recall-index document number.
 #[derive(sqlx::FromRow)]

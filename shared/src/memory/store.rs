@@ -198,8 +198,9 @@ pub async fn unsupported_in(tx: &mut Tx, entries: &[Entry]) -> Result<Vec<String
         let placeholders: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
             "SELECT DISTINCT p.entry_id FROM memory_provenance p JOIN experience_record e ON e.id = p.experience_id \
-             WHERE p.entry_id IN ({}) AND e.status = 'active' AND e.source_state = 'current'",
-            placeholders.join(", ")
+             WHERE p.entry_id IN ({}) AND {}",
+            placeholders.join(", "),
+            crate::learning::experience::store::live_experience!("e")
         );
         let live: Vec<String> = crate::on_tx!(tx, |conn| {
             let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()));
@@ -236,15 +237,19 @@ pub async fn prompt_documents(
         Option<i64>,
         Option<bool>,
     );
-    let sql = "SELECT d.scope, d.revision, e.id, e.content, e.owner, e.derived, e.position, e.created_revision, \
+    let sql = concat!(
+        "SELECT d.scope, d.revision, e.id, e.content, e.owner, e.derived, e.position, e.created_revision, \
                  (e.derived AND NOT EXISTS (SELECT 1 FROM memory_provenance p \
                     JOIN experience_record x ON x.id = p.experience_id \
-                    WHERE p.entry_id = e.id AND x.status = 'active' AND x.source_state = 'current')) AS unsupported \
+                    WHERE p.entry_id = e.id AND ",
+        crate::learning::experience::store::live_experience!("x"),
+        ")) AS unsupported \
                FROM memory_document d LEFT JOIN memory_entry e \
                  ON e.document_id = d.id AND e.retracted_revision IS NULL \
                WHERE (d.scope = 'global' AND COALESCE(d.project_id, '') = '') \
                   OR (d.scope = 'project' AND d.project_id = $1) \
-               ORDER BY d.scope, e.position, e.id";
+               ORDER BY d.scope, e.position, e.id"
+    );
     let rows: Vec<Row> = crate::on_db!(db, |pool| sqlx::query_as(sql)
         .bind(project_id)
         .fetch_all(pool)
@@ -367,6 +372,13 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// Whether the candidate changes the global document (its `target` column is a [`Scope`]).
+    pub fn targets_global(&self) -> bool {
+        Scope::parse(&self.target) == Some(Scope::Global)
+    }
+}
+
+impl Candidate {
     /// What the change merged and dropped to fit the cap, if anything.
     pub fn consolidation(&self) -> Option<Consolidation> {
         parse_consolidation(self.consolidation.as_deref())
@@ -452,14 +464,18 @@ pub async fn entry_values_in(
     tx: &mut Tx,
     document_id: &str,
 ) -> Result<HashMap<String, EntryValue>, StoreError> {
-    let sql = "SELECT p.entry_id, p.experience_id, \
-                 CASE WHEN e.status = 'active' AND e.source_state = 'current' THEN 1 ELSE 0 END, \
+    let sql = concat!(
+        "SELECT p.entry_id, p.experience_id, \
+                 CASE WHEN ",
+        crate::learning::experience::store::live_experience!("e"),
+        " THEN 1 ELSE 0 END, \
                  e.use_count + e.reinforcements, e.violations \
                FROM memory_provenance p \
                JOIN memory_entry m ON m.id = p.entry_id \
                JOIN experience_record e ON e.id = p.experience_id \
                WHERE m.document_id = $1 AND m.retracted_revision IS NULL \
-               ORDER BY p.entry_id, p.experience_id";
+               ORDER BY p.entry_id, p.experience_id"
+    );
     let rows: Vec<(String, String, i32, i64, i64)> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
         .bind(document_id)
         .fetch_all(conn)

@@ -164,7 +164,7 @@ pub async fn open_database(
             .create(parent)
             .with_context(|| format!("cannot create the data directory {}", parent.display()))?;
     }
-    let connect = || async { Db::open(options).await };
+    let connect = || async { Db::open(options, crate::migrations::schema()).await };
     let db = connect
         .retry(
             ExponentialBuilder::default()

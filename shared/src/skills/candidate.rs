@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::pattern::{Pattern, parse_rules};
+use super::pattern::{Pattern, PatternScope, parse_rules};
 use super::{SkillError, SkillService, diff, skill_path};
 use crate::db::{StoreError, Tx};
 use crate::managed_file::{self, ManagedFileError};
@@ -352,7 +352,7 @@ pub async fn create_for_pattern_in(
         .to_string();
     let diff = diff::unified(&label, base, Some(&content));
     // A new version supersedes earlier unapplied candidates of the same pattern.
-    if pattern.scope == "project" {
+    if PatternScope::parse(&pattern.scope) == Some(PatternScope::Project) {
         crate::on_tx!(tx, |conn| {
             sqlx::query(
                 "UPDATE skill_candidate SET state = 'stale', detail = 'superseded by a newer pattern version', updated_at = $2 \
@@ -435,7 +435,8 @@ async fn insert_candidate_in(
         Some(s) if s.read_only => "read_only",
         Some(_) => "writable",
     };
-    let pattern_version = (pattern.scope == "project").then_some(pattern.version);
+    let pattern_version = (PatternScope::parse(&pattern.scope) == Some(PatternScope::Project))
+        .then_some(pattern.version);
     crate::on_tx!(tx, |conn| {
         sqlx::query(
             "INSERT INTO skill_candidate (id, project_id, pattern_id, pattern_version, name, operation, source_path, source_kind, \

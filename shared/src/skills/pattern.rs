@@ -17,8 +17,7 @@ use crate::db::{StoreError, Tx};
 
 /// Which experiences may be pattern evidence: verified, live, with a current source, and never
 /// an unresolved issue (an issue nobody solved teaches no rule).
-pub const ELIGIBLE: &str = "e.status = 'active' AND e.source_state = 'current' \
-    AND e.verification = 'verified' AND e.kind <> 'unresolved_issue'";
+pub const ELIGIBLE: &str = crate::learning::experience::store::evidence_experience!("e");
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -55,6 +54,38 @@ crate::states::stored_states! {
         Promoted = "promoted",
         Rejected = "rejected",
     }
+}
+
+crate::states::stored_states! {
+    /// Where a pattern applies: one project's evidence, or promoted patterns across projects.
+    pub enum PatternScope in "learning_pattern"."scope" {
+        Project = "project",
+        Global = "global",
+    }
+}
+
+crate::states::stored_states! {
+    /// How a pattern came to be: mined from evidence, or an explicit one-evidence promotion.
+    pub enum PatternOrigin in "learning_pattern"."origin" {
+        Mined = "mined",
+        Promote = "promote",
+    }
+}
+
+/// A pattern to create with [`create_in`].
+#[derive(Debug, Clone, Copy)]
+pub struct NewPattern<'a> {
+    pub scope: PatternScope,
+    /// The project of a project pattern; `None` for a global one.
+    pub project_id: Option<&'a str>,
+    pub concept: &'a str,
+    pub rules: &'a [String],
+    pub origin: PatternOrigin,
+    pub state: PatternState,
+    /// Each supporting experience and, for a global pattern, the project pattern it came from.
+    pub evidence: &'a [(String, Option<String>)],
+    /// The job that mined it, if any.
+    pub job_id: Option<&'a str>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -399,19 +430,21 @@ async fn recount_in(tx: &mut Tx, pattern_id: &str) -> Result<(String, i64, i64, 
 }
 
 /// Creates a pattern with its evidence (the caller checked the evidence is eligible).
-#[allow(clippy::too_many_arguments)]
 pub async fn create_in(
     tx: &mut Tx,
-    scope: &str,
-    project_id: Option<&str>,
-    concept: &str,
-    rules: &[String],
-    origin: &str,
-    state: PatternState,
-    evidence: &[(String, Option<String>)],
-    job_id: Option<&str>,
+    pattern: NewPattern<'_>,
     now: i64,
 ) -> Result<String, StoreError> {
+    let NewPattern {
+        scope,
+        project_id,
+        concept,
+        rules,
+        origin,
+        state,
+        evidence,
+        job_id,
+    } = pattern;
     let id = crate::ids::new_id("pat");
     let digest = evidence_digest(&evidence.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>());
     crate::on_tx!(tx, |conn| {
@@ -419,7 +452,7 @@ pub async fn create_in(
             "INSERT INTO learning_pattern (id, scope, project_id, concept, rules, origin, state, version, evidence_digest, \
                evidence_count, session_count, project_count, job_id, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, 1, 0, 0, $9, $10, $10)")
-        .bind(&id).bind(scope).bind(project_id).bind(concept).bind(rules_json(rules)).bind(origin).bind(state.as_str())
+        .bind(&id).bind(scope.as_str()).bind(project_id).bind(concept).bind(rules_json(rules)).bind(origin.as_str()).bind(state.as_str())
         .bind(&digest).bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
     })?;
     for (experience_id, source_pattern) in evidence {
@@ -514,19 +547,17 @@ pub async fn merge_project_group_in(
             .iter()
             .map(|id| (id.clone(), None))
             .collect();
-        let id = create_in(
-            tx,
-            "project",
-            Some(project_id),
-            &group.concept,
-            &rules,
-            "mined",
-            PatternState::Open,
-            &evidence,
+        let pattern = NewPattern {
+            scope: PatternScope::Project,
+            project_id: Some(project_id),
+            concept: &group.concept,
+            rules: &rules,
+            origin: PatternOrigin::Mined,
+            state: PatternState::Open,
+            evidence: &evidence,
             job_id,
-            now,
-        )
-        .await?;
+        };
+        let id = create_in(tx, pattern, now).await?;
         return Ok((Merge::Created, id));
     };
     let mut union: Vec<String> = pattern.experience_ids.clone();
@@ -577,19 +608,17 @@ pub async fn upsert_global_in(
     let rules = union_rules(&[], rules, max_rules);
     let existing = global_sharing_in(tx, &evidence).await?;
     let Some(pattern) = existing else {
-        let id = create_in(
-            tx,
-            "global",
-            None,
+        let pattern = NewPattern {
+            scope: PatternScope::Global,
+            project_id: None,
             concept,
-            &rules,
-            "mined",
-            PatternState::Open,
-            &evidence,
+            rules: &rules,
+            origin: PatternOrigin::Mined,
+            state: PatternState::Open,
+            evidence: &evidence,
             job_id,
-            now,
-        )
-        .await?;
+        };
+        let id = create_in(tx, pattern, now).await?;
         return Ok((Merge::Created, id));
     };
     let digest = evidence_digest(&evidence.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>());
@@ -751,19 +780,17 @@ impl SkillService {
                         reason: e.to_string(),
                     }
                 })?;
-                create_in(
-                    &mut tx,
-                    "project",
-                    Some(project_id),
-                    &title,
-                    &[rule],
-                    "promote",
-                    PatternState::Promoted,
-                    &[(experience_id.to_owned(), None)],
-                    None,
-                    now,
-                )
-                .await?
+                let pattern = NewPattern {
+                    scope: PatternScope::Project,
+                    project_id: Some(project_id),
+                    concept: &title,
+                    rules: &[rule],
+                    origin: PatternOrigin::Promote,
+                    state: PatternState::Promoted,
+                    evidence: &[(experience_id.to_owned(), None)],
+                    job_id: None,
+                };
+                create_in(&mut tx, pattern, now).await?
             }
         };
         let mut candidate = candidate_gate_in(self, &mut tx, &pattern_id, true, now).await?;
@@ -791,7 +818,7 @@ impl SkillService {
         let pattern = pattern_in(&mut tx, id)
             .await?
             .ok_or_else(|| SkillError::NotFound(format!("pattern `{id}` was not found")))?;
-        let candidate = if pattern.scope == "global" {
+        let candidate = if PatternScope::parse(&pattern.scope) == Some(PatternScope::Global) {
             let project_id = project_id.ok_or_else(|| SkillError::Invalid {
                 field: "projectId",
                 reason: String::from(

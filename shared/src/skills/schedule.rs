@@ -70,24 +70,15 @@ pub async fn admit_project_check_in(
         ledger.now_ms(),
         i64::try_from(interval_ms.max(1)).unwrap_or(i64::MAX),
     );
-    let runs: Vec<(String, String, Option<String>)> = crate::on_tx!(tx, |conn| sqlx::query_as(
-        "SELECT id, state, input_digest FROM learning_job \
-             WHERE kind = $1 AND project_id = $2 AND bucket_start = $3 ORDER BY id"
-    )
-    .bind(JobKind::AggregateProject.as_str())
-    .bind(project_id)
-    .bind(bucket)
-    .fetch_all(conn)
-    .await)?;
-    let queued = runs
-        .iter()
-        .find(|(_, state, _)| state.as_str() == JobState::Queued.as_str());
+    let runs = ledger
+        .bucket_runs_in(tx, JobKind::AggregateProject, project_id, bucket)
+        .await?;
+    let queued = runs.iter().find(|run| run.state == JobState::Queued);
     let same_evidence = runs
         .iter()
-        .find(|(_, _, admitted_for)| admitted_for.as_deref() == Some(digest.as_str()));
-    if let Some((id, _, _)) = queued.or(same_evidence) {
-        crate::telemetry::metrics::ledger().admitted(JobKind::AggregateProject, "existing");
-        return Ok(Admission::Existing(ledger.get_in(tx, id).await?));
+        .find(|run| run.input_digest.as_deref() == Some(digest.as_str()));
+    if let Some(run) = queued.or(same_evidence) {
+        return Ok(ledger.admitted_existing(run.clone()));
     }
     // Runs are numbered from 0; a gap (jobs removed with their session) is skipped over.
     let mut run = u32::try_from(runs.len()).unwrap_or(u32::MAX);

@@ -155,7 +155,11 @@ async fn main() -> anyhow::Result<()> {
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", temp.path().join("bench.db").display()));
-    let db = Db::open(&options(&url, &args.synchronous)).await?;
+    let db = Db::open(
+        &options(&url, &args.synchronous),
+        zuno_shared::migrations::schema(),
+    )
+    .await?;
     let backend = db.backend();
     let ledger = Ledger::new(db.clone(), system_clock());
     match args.command {

@@ -438,7 +438,11 @@ impl PipelineBench {
             workers = spawn_workers()?;
             wait_started(home.path(), worker_count).await?;
         }
-        let db = Db::connect(&ConnectOptions::new(url.clone())).await?;
+        let db = Db::connect(
+            &ConnectOptions::new(url.clone()),
+            zuno_shared::migrations::schema(),
+        )
+        .await?;
         let http = reqwest::Client::new();
         let base = format!("http://{address}");
         post(
@@ -514,7 +518,7 @@ impl PipelineBench {
         let mut options = ConnectOptions::new(url.clone());
         options.max_connections = u32::try_from(self.clients + 2).unwrap_or(u32::MAX);
         // Migrates, like the API process does in the pipeline run.
-        let db = Db::open(&options).await?;
+        let db = Db::open(&options, zuno_shared::migrations::schema()).await?;
         let ledger = Ledger::new(db.clone(), system_clock());
         let exe = std::env::current_exe()?;
         let spawn_workers = || -> anyhow::Result<Vec<Child>> {
@@ -1233,7 +1237,7 @@ mod latency {
             super::wait_for_log(&log, "worker started").await?;
         }
         let mut observer = Observer {
-            db: Db::connect(&database.observe).await?,
+            db: Db::connect(&database.observe, zuno_shared::migrations::schema()).await?,
             poll: options.poll,
             stats: ObserverStats::default(),
         };
@@ -1311,7 +1315,7 @@ mod latency {
         std::fs::write(home.path().join("config.json"), "{}")?;
         let database = database(options, setup, home.path()).await?;
         // Migrates, as the API process does in the pipeline run.
-        let db = Db::open(&database.observe).await?;
+        let db = Db::open(&database.observe, zuno_shared::migrations::schema()).await?;
         let ledger = Ledger::new(db.clone(), system_clock());
         let shutdown = CancellationToken::new();
         let mut worker: Option<Child> = None;

@@ -118,7 +118,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(ms) = args.busy_timeout_ms {
         options.busy_timeout = Duration::from_millis(ms);
     }
-    let db = Db::connect(&options).await?;
+    let db = Db::connect(&options, zuno_shared::migrations::schema()).await?;
     let ledger = Ledger::new(db.clone(), system_clock());
     match args.command {
         Probe::Admit { key, count } => {

@@ -135,7 +135,7 @@ static ONLY_CONTEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 async fn rank_cases(path: &std::path::Path) -> anyhow::Result<()> {
     use std::io::BufRead;
     let options = zuno_shared::db::ConnectOptions::sqlite_file(path);
-    let db = Db::connect(&options).await?;
+    let db = Db::connect(&options, zuno_shared::migrations::schema()).await?;
     for line in std::io::stdin().lock().lines() {
         let case: serde_json::Value = serde_json::from_str(&line?)?;
         let (Some(project), Some(prompt)) = (case["project"].as_str(), case["prompt"].as_str())

@@ -97,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
         Some(url) => ConnectOptions::new(url.clone()),
         None => ConnectOptions::sqlite_file(&temp.path().join("bench.db")),
     };
-    let db = Db::open(&options).await?;
+    let db = Db::open(&options, zuno_shared::migrations::schema()).await?;
     let fake = FakeEmbeddings::start_with(args.dims).await;
     let mut with_layer = Config::default();
     let mut embeddings = fake.config("bench-embed", 0.75);

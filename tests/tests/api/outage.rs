@@ -45,9 +45,12 @@ async fn a_database_outage_is_503_with_retry_after_and_a_retried_turn_is_stored_
     let (_, target) = through(&db.url, "127.0.0.1:1".parse().unwrap());
     let proxy = TcpProxy::start(target).await.unwrap();
     let (proxied_url, _) = through(&db.url, proxy.address());
-    let api_db = Db::connect(&ConnectOptions::new(proxied_url))
-        .await
-        .expect("connect through the proxy");
+    let api_db = Db::connect(
+        &ConnectOptions::new(proxied_url),
+        zuno_shared::migrations::schema(),
+    )
+    .await
+    .expect("connect through the proxy");
     let server = TestServer::start_on(api_db, Config::default(), None).await;
     let session = project_and_session(&server, "p1").await;
 

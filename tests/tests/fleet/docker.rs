@@ -273,7 +273,10 @@ impl Fleet {
             || {
                 let url = url.clone();
                 async move {
-                    let opened = Db::open(&ConnectOptions::new(url)).await.ok();
+                    let opened =
+                        Db::open(&ConnectOptions::new(url), zuno_shared::migrations::schema())
+                            .await
+                            .ok();
                     if opened.is_none() {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }

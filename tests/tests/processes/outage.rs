@@ -127,9 +127,12 @@ fn assert_completed_on_attempt_one(jobs: &[Job], log: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_outage_shorter_than_the_lease_costs_no_attempt() {
     let cluster = PgCluster::start();
-    let db = Db::open(&ConnectOptions::new(cluster.url.clone()))
-        .await
-        .unwrap();
+    let db = Db::open(
+        &ConnectOptions::new(cluster.url.clone()),
+        zuno_shared::migrations::schema(),
+    )
+    .await
+    .unwrap();
     let (ledger, ids) = prepare(&db, "short").await;
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("worker.log");
@@ -171,9 +174,12 @@ async fn a_postgres_outage_shorter_than_the_lease_costs_no_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_longer_than_the_lease_commits_nothing_of_the_expired_attempt() {
     let cluster = PgCluster::start();
-    let db = Db::open(&ConnectOptions::new(cluster.url.clone()))
-        .await
-        .unwrap();
+    let db = Db::open(
+        &ConnectOptions::new(cluster.url.clone()),
+        zuno_shared::migrations::schema(),
+    )
+    .await
+    .unwrap();
     let (ledger, ids) = prepare(&db, "long").await;
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("worker.log");

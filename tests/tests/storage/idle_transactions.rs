@@ -34,9 +34,12 @@ async fn an_idle_transaction_is_ended_by_the_server_and_its_row_locks_released()
         .unwrap();
 
     // Another process takes the row as soon as the server has ended the idle session.
-    let other = Db::connect(&ConnectOptions::new(db.url.clone()))
-        .await
-        .unwrap();
+    let other = Db::connect(
+        &ConnectOptions::new(db.url.clone()),
+        zuno_shared::migrations::schema(),
+    )
+    .await
+    .unwrap();
     let other = other.as_postgres().unwrap();
     zuno_tests::eventually(
         "the idle transaction's row lock is released",
@@ -75,9 +78,12 @@ async fn a_session_ended_by_the_server_is_a_connection_error() {
         .fetch_one(&mut *victim)
         .await
         .unwrap();
-    let other = Db::connect(&ConnectOptions::new(db.url.clone()))
-        .await
-        .unwrap();
+    let other = Db::connect(
+        &ConnectOptions::new(db.url.clone()),
+        zuno_shared::migrations::schema(),
+    )
+    .await
+    .unwrap();
     let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
         .bind(pid)
         .fetch_one(other.as_postgres().unwrap())
@@ -101,7 +107,9 @@ async fn an_idle_transaction_timeout_in_the_url_is_kept() {
         "{}{separator}options=-c%20idle_in_transaction_session_timeout%3D5s",
         db.url
     );
-    let configured = Db::connect(&ConnectOptions::new(url)).await.unwrap();
+    let configured = Db::connect(&ConnectOptions::new(url), zuno_shared::migrations::schema())
+        .await
+        .unwrap();
     let setting: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
         .fetch_one(configured.as_postgres().unwrap())
         .await

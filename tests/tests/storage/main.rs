@@ -6,3 +6,4 @@ mod migrations;
 mod runner;
 mod snapshot;
 mod states;
+mod withdraw;

@@ -12,7 +12,11 @@ async fn exec(db: &Db, sql: &'static str) {
 }
 
 async fn reopen(db: &TestDb) -> Result<Db, MigrationError> {
-    Db::open(&ConnectOptions::new(db.url.clone())).await
+    Db::open(
+        &ConnectOptions::new(db.url.clone()),
+        zuno_shared::migrations::schema(),
+    )
+    .await
 }
 
 async fn migrating_twice_applies_nothing_new(db: TestDb) {
@@ -85,15 +89,20 @@ async fn database_before_the_embed_kind(backend: zuno_shared::db::Backend) -> Te
         zuno_shared::db::Backend::Sqlite => "sqlite",
         zuno_shared::db::Backend::Postgres => "postgres",
     };
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../migrations")
-        .join(folder);
+    // That build kept every migration in one directory; this one splits them between the
+    // application and the queue (same versions, same files).
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let older = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&source).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if name.as_str() < "0014" {
-            std::fs::copy(&path, older.path().join(&name)).unwrap();
+    for source in [
+        root.join("../migrations"),
+        root.join("../shared/queue/migrations"),
+    ] {
+        for entry in std::fs::read_dir(source.join(folder)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.as_str() < "0014" {
+                std::fs::copy(&path, older.path().join(&name)).unwrap();
+            }
         }
     }
     let migrator = sqlx::migrate::Migrator::new(older.path()).await.unwrap();

@@ -353,7 +353,7 @@ async fn visible_candidate(
     read.rollback().await?;
     let not_found = || ApiError::NotFound(format!("memory candidate `{id}` was not found"));
     let candidate = candidate.ok_or_else(not_found)?;
-    if candidate.target == "global" {
+    if candidate.targets_global() {
         if !caller.can_read_global() {
             return Err(not_found());
         }

@@ -1,4 +1,12 @@
-//! Embedded migrations with fail-closed verification.
+//! Embedded migrations with fail-closed verification, for the queue's tables and the
+//! application's through one history.
+//!
+//! The queue crate embeds only its own migrations ([`QUEUE_MIGRATIONS`], from
+//! `shared/queue/migrations/`); the application hands its own [`MigrationSet`] to
+//! [`Schema::new`], which merges both into one version-ordered list run by one sqlx migrator
+//! against one `_sqlx_migrations` table. Versions are one sequence across both sets (a version
+//! used by both is refused), so a database migrated before the sets were split sees exactly the
+//! versions and checksums it recorded (docs/adr/0010-one-migration-history-two-owners.md).
 //!
 //! Start-up refuses to continue when (1) an applied migration's checksum differs from this
 //! build's copy, (2) the database carries a migration this build does not know, or (3) the schema
@@ -14,8 +22,133 @@ use sqlx::migrate::{MigrateError, Migrator};
 use super::{Backend, Db, Pool, StoreError};
 use crate::clock::now_ms;
 
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
+static QUEUE_SQLITE: Migrator = sqlx::migrate!("migrations/sqlite");
+static QUEUE_POSTGRES: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The migrations of the job ledger's own tables. Its tables were first created by the
+/// application's baseline migrations 0001 and 0014, which are frozen (see the ADR), so this set
+/// runs only merged with the application's through [`Schema::new`].
+pub static QUEUE_MIGRATIONS: MigrationSet =
+    MigrationSet::new("queue", &QUEUE_SQLITE, &QUEUE_POSTGRES);
+
+/// One owner's embedded migrations, the same numbered list for each backend.
+#[derive(Debug)]
+pub struct MigrationSet {
+    owner: &'static str,
+    sqlite: &'static Migrator,
+    postgres: &'static Migrator,
+}
+
+impl MigrationSet {
+    /// `sqlite` and `postgres` are `sqlx::migrate!` of the owner's two directories.
+    pub const fn new(
+        owner: &'static str,
+        sqlite: &'static Migrator,
+        postgres: &'static Migrator,
+    ) -> MigrationSet {
+        MigrationSet {
+            owner,
+            sqlite,
+            postgres,
+        }
+    }
+
+    fn for_backend(&self, backend: Backend) -> &'static Migrator {
+        match backend {
+            Backend::Sqlite => self.sqlite,
+            Backend::Postgres => self.postgres,
+        }
+    }
+}
+
+/// Why two migration sets cannot be merged into one history.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error("migration version {version} is used by both {first} and {second}")]
+    VersionTaken {
+        version: i64,
+        first: &'static str,
+        second: &'static str,
+    },
+    #[error(
+        "the {owner} migrations differ between SQLite and Postgres: {sqlite:?} against {postgres:?}"
+    )]
+    BackendsDiffer {
+        owner: &'static str,
+        sqlite: Vec<(i64, String)>,
+        postgres: Vec<(i64, String)>,
+    },
+}
+
+/// The schema a database must have: the queue's migrations and the application's, merged in
+/// version order, for each backend. One value per process, shared by every [`Db`] handle.
+#[derive(Debug)]
+pub struct Schema {
+    sqlite: Migrator,
+    postgres: Migrator,
+}
+
+impl Schema {
+    /// Merges [`QUEUE_MIGRATIONS`] with `application`'s. Refuses a version both sets use (one
+    /// `_sqlx_migrations` row per version) and a set whose two backends list different
+    /// migrations (the two directories must say the same thing).
+    pub fn new(application: &MigrationSet) -> Result<Schema, SchemaError> {
+        let sets = [&QUEUE_MIGRATIONS, application];
+        for set in sets {
+            let sqlite = listing(set.sqlite);
+            let postgres = listing(set.postgres);
+            if sqlite != postgres {
+                return Err(SchemaError::BackendsDiffer {
+                    owner: set.owner,
+                    sqlite,
+                    postgres,
+                });
+            }
+        }
+        let mut owners: HashMap<i64, &'static str> = HashMap::new();
+        for set in sets {
+            for migration in set.sqlite.iter() {
+                if let Some(first) = owners.insert(migration.version, set.owner) {
+                    return Err(SchemaError::VersionTaken {
+                        version: migration.version,
+                        first,
+                        second: set.owner,
+                    });
+                }
+            }
+        }
+        let merged = |backend: Backend| {
+            let migrations = sets
+                .iter()
+                .flat_map(|set| set.for_backend(backend).iter().cloned())
+                .collect();
+            Migrator::with_migrations(migrations)
+        };
+        Ok(Schema {
+            sqlite: merged(Backend::Sqlite),
+            postgres: merged(Backend::Postgres),
+        })
+    }
+
+    fn migrator(&self, backend: Backend) -> &Migrator {
+        match backend {
+            Backend::Sqlite => &self.sqlite,
+            Backend::Postgres => &self.postgres,
+        }
+    }
+
+    /// Every migration's `(version, description)` in the order they run on `backend`.
+    pub fn versions(&self, backend: Backend) -> Vec<(i64, String)> {
+        listing(self.migrator(backend))
+    }
+}
+
+fn listing(migrator: &Migrator) -> Vec<(i64, String)> {
+    migrator
+        .iter()
+        .map(|migration| (migration.version, migration.description.to_string()))
+        .collect()
+}
 
 /// Why the database cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +174,10 @@ pub enum MigrationError {
          {expected}, found {found}). Refusing to start"
     )]
     SchemaAltered { expected: String, found: String },
+    #[error("this database handle was opened without a schema to migrate to")]
+    NoSchema,
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("migration failed: {0}")]
@@ -70,11 +207,10 @@ pub struct SchemaCheck {
     pub fingerprint: String,
 }
 
-fn migrator(backend: Backend) -> &'static Migrator {
-    match backend {
-        Backend::Sqlite => &SQLITE_MIGRATIONS,
-        Backend::Postgres => &POSTGRES_MIGRATIONS,
-    }
+/// The merged migrator of the schema `db` was opened for.
+fn migrator(db: &Db) -> Result<&Migrator, MigrationError> {
+    let schema = db.schema().ok_or(MigrationError::NoSchema)?;
+    Ok(schema.migrator(db.backend()))
 }
 
 /// The key of the Postgres advisory lock that serializes start-up migrations across processes
@@ -158,7 +294,7 @@ impl MigrationLock {
 /// behind one another's schema fingerprint.
 pub(super) async fn migrate(db: &Db) -> Result<MigrationReport, MigrationError> {
     let verified = verify(db).await?;
-    let pending = migrator(db.backend())
+    let pending = migrator(db)?
         .iter()
         .any(|m| !verified.applied.contains_key(&m.version));
     let current_version = verified.current_version();
@@ -180,7 +316,7 @@ pub(super) async fn migrate(db: &Db) -> Result<MigrationReport, MigrationError> 
 
 async fn migrate_locked(db: &Db) -> Result<MigrationReport, MigrationError> {
     let verified = verify(db).await?;
-    let migrator = migrator(db.backend());
+    let migrator = migrator(db)?;
     // Postgres serializes concurrent migrators with an advisory lock inside sqlx. SQLite has no
     // such lock: when another process applies the same migration first, ours fails on an object
     // that now exists. Re-verifying then shows whether the database is already where we need it.
@@ -228,7 +364,7 @@ async fn migrate_locked(db: &Db) -> Result<MigrationReport, MigrationError> {
 /// Verifies applied migrations and the schema fingerprint without changing anything.
 pub(super) async fn check(db: &Db) -> Result<SchemaCheck, MigrationError> {
     let verified = verify(db).await?;
-    let pending = migrator(db.backend())
+    let pending = migrator(db)?
         .iter()
         .map(|m| m.version)
         .filter(|v| !verified.applied.contains_key(v))
@@ -264,10 +400,8 @@ struct AppliedMigration {
 
 async fn verify(db: &Db) -> Result<Verified, MigrationError> {
     let applied = applied_versions(db).await?;
-    let known: HashMap<i64, &sqlx::migrate::Migration> = migrator(db.backend())
-        .iter()
-        .map(|m| (m.version, m))
-        .collect();
+    let known: HashMap<i64, &sqlx::migrate::Migration> =
+        migrator(db)?.iter().map(|m| (m.version, m)).collect();
     let mut versions: Vec<&i64> = applied.keys().collect();
     versions.sort();
     for version in versions {
@@ -464,19 +598,13 @@ fn normalize(sql: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS};
+    use super::{QUEUE_POSTGRES, QUEUE_SQLITE, listing};
 
-    /// The two schemas say the same thing: the same numbered migrations, with the same names,
-    /// in both directories.
+    /// The queue's two directories say the same thing: the same numbered migrations, with the
+    /// same names.
     #[test]
-    fn both_backends_have_the_same_migrations() {
-        let list = |migrator: &sqlx::migrate::Migrator| -> Vec<(i64, String)> {
-            migrator
-                .iter()
-                .map(|migration| (migration.version, migration.description.to_string()))
-                .collect()
-        };
-        assert_eq!(list(&SQLITE_MIGRATIONS), list(&POSTGRES_MIGRATIONS));
-        assert!(!list(&SQLITE_MIGRATIONS).is_empty());
+    fn both_backends_have_the_same_queue_migrations() {
+        assert_eq!(listing(&QUEUE_SQLITE), listing(&QUEUE_POSTGRES));
+        assert!(!listing(&QUEUE_SQLITE).is_empty());
     }
 }

@@ -16,7 +16,10 @@ use std::time::Duration;
 use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
 pub use connect::{ConnectOptions, SqliteSynchronous, redact_url};
-pub use migrate::{MigrationError, MigrationReport, SchemaCheck};
+pub use migrate::{
+    MigrationError, MigrationReport, MigrationSet, QUEUE_MIGRATIONS, Schema, SchemaCheck,
+    SchemaError,
+};
 pub use scratch::{ScratchError, create_scratch_database, drop_scratch_database, scratch_url};
 
 /// Which database engine a [`Db`] talks to.
@@ -54,6 +57,9 @@ pub struct Db {
     writer: Option<std::sync::Arc<tokio::sync::Mutex<()>>>,
     /// SQLite: moves WAL checkpoints off the committing caller (see [`checkpoint`]).
     checkpoints: Option<checkpoint::Checkpoints>,
+    /// What [`Db::migrate`] and [`Db::check_schema`] compare the database with; `None` only for
+    /// the crate's own administrative connections (creating a scratch database).
+    schema: Option<&'static Schema>,
 }
 
 /// The connection of an open write transaction.
@@ -288,17 +294,33 @@ macro_rules! on_tx {
 }
 
 impl Db {
-    /// Connects without running migrations. Use [`Db::open`] for the normal start-up path.
-    pub async fn connect(options: &ConnectOptions) -> Result<Db, StoreError> {
-        connect::connect(options).await
+    /// Connects without running migrations; `schema` is what [`Db::migrate`] and
+    /// [`Db::check_schema`] will compare the database with. Use [`Db::open`] for the normal
+    /// start-up path.
+    pub async fn connect(
+        options: &ConnectOptions,
+        schema: &'static Schema,
+    ) -> Result<Db, StoreError> {
+        let mut db = connect::connect(options).await?;
+        db.schema = Some(schema);
+        Ok(db)
     }
 
-    /// Connects, applies pending migrations and refuses to continue when the applied history or
-    /// the schema itself was altered.
-    pub async fn open(options: &ConnectOptions) -> Result<Db, MigrationError> {
-        let db = Db::connect(options).await?;
+    /// Connects, applies `schema`'s pending migrations (the queue's and the application's, in
+    /// version order) and refuses to continue when the applied history or the schema itself was
+    /// altered.
+    pub async fn open(
+        options: &ConnectOptions,
+        schema: &'static Schema,
+    ) -> Result<Db, MigrationError> {
+        let db = Db::connect(options, schema).await?;
         db.migrate().await?;
         Ok(db)
+    }
+
+    /// The schema this handle was opened for.
+    pub fn schema(&self) -> Option<&'static Schema> {
+        self.schema
     }
 
     pub(crate) fn from_pool(pool: Pool) -> Db {
@@ -313,6 +335,7 @@ impl Db {
             wake: WakeBus::new(),
             writer,
             checkpoints,
+            schema: None,
         }
     }
 

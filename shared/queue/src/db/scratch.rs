@@ -3,7 +3,7 @@
 //! is checked here before it becomes part of a statement: callers build it from a fixed prefix
 //! and generated digits, never from input.
 
-use super::{ConnectOptions, Db, StoreError};
+use super::{ConnectOptions, StoreError};
 
 /// Why a scratch database could not be created or dropped.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +60,7 @@ fn checked(name: &str) -> Result<&str, ScratchError> {
 }
 
 async fn on_admin(admin_url: &str, sql: &str) -> Result<(), ScratchError> {
-    let admin = Db::connect(&ConnectOptions::new(admin_url.to_owned())).await?;
+    let admin = super::connect::connect(&ConnectOptions::new(admin_url.to_owned())).await?;
     let done = match admin.as_postgres() {
         Some(pool) => sqlx::query(sqlx::AssertSqlSafe(sql))
             .execute(pool)

@@ -35,11 +35,21 @@ pub struct LedgerMetrics {
     fenced: Counter<u64>,
     lease_expiries: Counter<u64>,
     skipped_at_claim: Counter<u64>,
+    skipped: Counter<u64>,
+    revoked: Counter<u64>,
+    pruned: Counter<u64>,
     quarantined: Counter<u64>,
     released: Counter<u64>,
     attempt_db_retries: Counter<u64>,
     job_duration: Histogram<f64>,
     queue_depth: Gauge<i64>,
+}
+
+fn counter(meter: &Meter, name: &'static str, description: &'static str) -> Counter<u64> {
+    meter
+        .u64_counter(name)
+        .with_description(description)
+        .build()
 }
 
 pub fn ledger() -> &'static LedgerMetrics {
@@ -82,6 +92,17 @@ pub fn ledger() -> &'static LedgerMetrics {
                 .u64_counter("zuno_jobs_skipped_at_claim")
                 .with_description("Jobs skipped at claim because their source changed")
                 .build(),
+            skipped: counter(
+                &meter,
+                "zuno_jobs_skipped",
+                "Queued jobs their owner skipped before they ran",
+            ),
+            revoked: counter(&meter, "zuno_jobs_revoked", "Jobs revoked by newer input"),
+            pruned: counter(
+                &meter,
+                "zuno_jobs_pruned",
+                "Jobs deleted with their session or project",
+            ),
             quarantined: meter
                 .u64_counter("zuno_jobs_quarantined")
                 .with_description(
@@ -144,6 +165,9 @@ impl LedgerMetrics {
             }
             self.skipped_at_claim
                 .add(0, std::slice::from_ref(&kind_label));
+            for owner_operation in [&self.skipped, &self.revoked, &self.pruned] {
+                owner_operation.add(0, std::slice::from_ref(&kind_label));
+            }
             self.quarantined.add(0, std::slice::from_ref(&kind_label));
             self.attempt_db_retries
                 .add(0, std::slice::from_ref(&kind_label));
@@ -223,6 +247,18 @@ impl LedgerMetrics {
     pub fn skipped_at_claim(&self, kind: JobKind) {
         self.skipped_at_claim
             .add(1, &[KeyValue::new("kind", kind.as_str())]);
+    }
+
+    pub fn skipped(&self, kind: JobKind) {
+        self.skipped.add(1, &[KeyValue::new("kind", kind.as_str())]);
+    }
+
+    pub fn revoked(&self, kind: JobKind) {
+        self.revoked.add(1, &[KeyValue::new("kind", kind.as_str())]);
+    }
+
+    pub fn pruned(&self, kind: JobKind) {
+        self.pruned.add(1, &[KeyValue::new("kind", kind.as_str())]);
     }
 
     pub fn job_duration(&self, kind: JobKind, outcome: &'static str, elapsed: Duration) {

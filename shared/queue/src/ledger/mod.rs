@@ -12,6 +12,7 @@ mod model;
 mod query;
 mod row;
 mod settle;
+mod withdraw;
 
 use crate::clock::SharedClock;
 use crate::db::{Backend, Db, StoreError, Tx};
@@ -22,10 +23,11 @@ pub use claim::{
 };
 pub use model::{
     ClaimedJob, GateFindings, Job, JobIdentity, JobKind, JobOrigin, JobState, Lease, MAX_ATTEMPTS,
-    NewJob, bucket_start,
+    NewJob, UnknownJobState, bucket_start,
 };
 pub use query::{JobEvent, JobFilter, QueueCount, another_run_in, earlier_run_in};
 pub use settle::{HeartbeatOutcome, MAX_RETURNED_RELEASES, Settlement, retry_backoff_ms};
+pub use withdraw::{JobScope, QueuedJobs};
 
 /// The Postgres notification channel the ledger publishes on when a job becomes claimable
 /// (admitted, retried, released or rescued); workers `LISTEN` on it (`runtime::wake`).

@@ -132,6 +132,20 @@ impl JobState {
     }
 }
 
+/// A stored job state no [`JobState`] spells: the row was written by something else.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("learning_job.state holds the unknown state `{0}`")]
+pub struct UnknownJobState(pub String);
+
+/// Decodes a row's state (`#[sqlx(try_from = "String")]`), so a read of the column is typed.
+impl TryFrom<String> for JobState {
+    type Error = UnknownJobState;
+
+    fn try_from(value: String) -> Result<JobState, UnknownJobState> {
+        JobState::parse(&value).ok_or(UnknownJobState(value))
+    }
+}
+
 impl std::fmt::Display for JobState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -203,7 +203,8 @@ impl Ledger {
 
     /// Revokes queued or running extraction jobs for one source message, except `keep_job_id`,
     /// inside the caller's transaction (a new explicit input supersedes older ones). A running
-    /// worker's lease stops matching, so its later writes are refused.
+    /// worker's lease stops matching, so its later writes are refused. Each job gets a `revoked`
+    /// event and `zuno_jobs_revoked` counts it.
     pub async fn revoke_source_jobs_in(
         &self,
         tx: &mut Tx,
@@ -235,6 +236,7 @@ impl Ledger {
         .await)?;
         for job_id in &revoked {
             insert_event(tx, job_id, "revoked", None, reason, now).await?;
+            crate::ledger::metrics::ledger().revoked(JobKind::Extract);
         }
         Ok(revoked)
     }

@@ -24,8 +24,8 @@ use super::feedback::{self, Feedback, FeedbackError, FeedbackValue};
 use super::snapshot::{SourceSnapshot, cited_sources, manifest_for};
 use super::{experience, policy};
 use crate::config::Config;
-use crate::db::{StoreError, Tx};
-use crate::ledger::{Admission, JobIdentity, JobOrigin, Ledger, NewJob};
+use crate::db::Tx;
+use crate::ledger::{Admission, JobIdentity, JobKind, JobOrigin, Ledger, NewJob};
 use crate::transcript::{
     Message, MessageStatus, NewMessage, NewSession, Role, Session, TranscriptError, TranscriptStore,
 };
@@ -250,7 +250,7 @@ impl LearningIngestion {
                 now,
             )
             .await?;
-            skip_queued_automatic_in(tx, &session_id, now).await?;
+            self.skip_queued_automatic_in(tx, &session_id).await?;
             outcome.not_admitted = Some(String::from(
                 "the session is excluded: a turn consumed a Web/MCP result",
             ));
@@ -366,19 +366,6 @@ impl LearningIngestion {
     }
 }
 
-/// Skips a session's queued automatic extraction (it became excluded).
-async fn skip_queued_automatic_in(
-    tx: &mut Tx,
-    session_id: &str,
-    now: i64,
-) -> Result<u64, StoreError> {
-    let sql = "UPDATE learning_job SET state = 'skipped', result = $2, finished_at = $3, updated_at = $3 \
-               WHERE session_id = $1 AND kind = 'extract' AND state = 'queued' AND origin IN ('closed_turn', 'legacy')";
-    let result =
-        serde_json::json!({ "skipped": "the session was excluded from learning" }).to_string();
-    crate::db::execute_in(tx, sql, &[session_id.into(), (&result).into(), now.into()]).await
-}
-
 pub(crate) async fn session_project(
     tx: &mut Tx,
     session_id: &str,
@@ -399,5 +386,26 @@ pub(crate) fn ledger_error(error: crate::ledger::LedgerError) -> TranscriptError
     match error {
         crate::ledger::LedgerError::Store(store) => TranscriptError::Store(store),
         other => TranscriptError::Conflict(other.to_string()),
+    }
+}
+
+impl LearningIngestion {
+    /// Skips a session's queued automatic extraction (it became excluded); what a person asked
+    /// for by hand still runs.
+    async fn skip_queued_automatic_in(
+        &self,
+        tx: &mut Tx,
+        session_id: &str,
+    ) -> Result<(), TranscriptError> {
+        let selection = crate::ledger::QueuedJobs {
+            kind: JobKind::Extract,
+            scope: crate::ledger::JobScope::Session(session_id),
+            origins: &[JobOrigin::ClosedTurn, JobOrigin::Legacy],
+        };
+        self.ledger
+            .skip_queued_in(tx, selection, "the session was excluded from learning")
+            .await
+            .map_err(ledger_error)?;
+        Ok(())
     }
 }

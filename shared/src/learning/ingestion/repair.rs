@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::{LearningIngestion, TurnOutcome};
 use crate::db::Tx;
 use crate::learning::policy;
-use crate::ledger::{Admission, JobIdentity, JobOrigin};
+use crate::ledger::{Admission, JobIdentity, JobOrigin, JobState};
 use crate::text::redact::redact;
 use crate::text::sha256;
 use crate::transcript::{MessageStatus, Part, TranscriptError};
@@ -57,7 +57,8 @@ struct LegacyJob {
     id: String,
     session_id: Option<String>,
     source_message_id: Option<String>,
-    state: String,
+    #[sqlx(try_from = "String")]
+    state: JobState,
 }
 
 #[derive(sqlx::FromRow)]
@@ -181,7 +182,7 @@ impl LearningIngestion {
         }
         // Revalidate exact old evidence of a completed job without a model request.
         let mut revalidated = 0;
-        if job.state == "completed" {
+        if job.state == JobState::Completed {
             revalidated = self
                 .revalidate_job_evidence_in(tx, &job.id, dry_run, now)
                 .await?;
@@ -203,7 +204,7 @@ impl LearningIngestion {
         {
             return Ok(action("existing", None, Some(existing)));
         }
-        if job.state == "completed" && revalidated > 0 {
+        if job.state == JobState::Completed && revalidated > 0 {
             let verb = if dry_run {
                 "would_revalidate"
             } else {

@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use super::LearningIngestion;
+use crate::ledger::JobScope;
 use crate::transcript::TranscriptError;
 
 /// What a session deletion removed.
@@ -85,12 +86,15 @@ impl LearningIngestion {
                 removed.push(experience_id.clone());
             }
         }
-        let jobs_removed = crate::db::execute_in(
-            &mut tx,
-            "DELETE FROM learning_job WHERE session_id = $1",
-            &[session_id.into()],
-        )
-        .await?;
+        let jobs_removed = self
+            .ledger
+            .prune_in(
+                &mut tx,
+                JobScope::Session(session_id),
+                "its session was deleted",
+            )
+            .await
+            .map_err(super::ledger_error)?;
         crate::db::execute_in(
             &mut tx,
             "DELETE FROM session WHERE id = $1",
@@ -178,7 +182,7 @@ impl LearningIngestion {
                 .bind(project_id)
                 .fetch_one(conn)
                 .await)?;
-        let jobs_removed = delete_unowned_rows_in(&mut tx, project_id).await?;
+        let jobs_removed = delete_unowned_rows_in(&self.ledger, &mut tx, project_id).await?;
         crate::db::execute_in(
             &mut tx,
             "DELETE FROM project WHERE id = $1",
@@ -239,15 +243,14 @@ async fn retract_global_support_in(
 /// Deletes the project's rows in tables without a foreign key to it; returns how many learning
 /// jobs went.
 async fn delete_unowned_rows_in(
+    ledger: &crate::ledger::Ledger,
     tx: &mut crate::db::Tx,
     project_id: &str,
 ) -> Result<u64, TranscriptError> {
-    let jobs = crate::db::execute_in(
-        tx,
-        "DELETE FROM learning_job WHERE project_id = $1",
-        &[project_id.into()],
-    )
-    .await?;
+    let jobs = ledger
+        .prune_in(tx, JobScope::Project(project_id), "its project was deleted")
+        .await
+        .map_err(super::ledger_error)?;
     for sql in [
         "DELETE FROM prompt_receipt WHERE project_id = $1",
         "DELETE FROM learning_event WHERE project_id = $1",

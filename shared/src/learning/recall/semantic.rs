@@ -169,15 +169,15 @@ pub async fn backfill(
     };
     let mut after: (i64, String) = (i64::MIN, String::new());
     loop {
-        let rows: Vec<(String, String, i64)> = crate::on_db!(db, |pool| sqlx::query_as(
-            "SELECT r.id, r.project_id, r.created_at FROM experience_record r \
-                 WHERE r.status = 'active' AND r.source_state = 'current' \
-                   AND (r.created_at > $2 OR (r.created_at = $2 AND r.id > $3)) \
+        let rows: Vec<(String, String, i64)> = crate::on_db!(db, |pool| sqlx::query_as(concat!(
+            "SELECT r.id, r.project_id, r.created_at FROM experience_record r WHERE ",
+            crate::learning::experience::store::live_experience!("r"),
+            " AND (r.created_at > $2 OR (r.created_at = $2 AND r.id > $3)) \
                    AND ($5 = '' OR r.project_id = $5) \
                    AND NOT EXISTS (SELECT 1 FROM experience_embedding e \
                                    WHERE e.experience_id = r.id AND e.model = $1) \
                  ORDER BY r.created_at, r.id LIMIT $4"
-        )
+        ))
         .bind(&embeddings.model)
         .bind(after.0)
         .bind(&after.1)
@@ -296,9 +296,10 @@ async fn vector_hits(
     let placeholders: Vec<String> = (1..=nearest.len()).map(|i| format!("${i}")).collect();
     let sql = format!(
         "SELECT {} FROM experience_record \
-         WHERE id IN ({}) AND status = 'active' AND source_state = 'current'",
+         WHERE id IN ({}) AND {}",
         candidate_columns(),
-        placeholders.join(", ")
+        placeholders.join(", "),
+        crate::learning::experience::store::live_experience!()
     );
     let rows: Vec<CandidateRow> = crate::on_db!(db, |pool| {
         let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));

@@ -1,6 +1,8 @@
 //! `ExperienceService` storage: Experience records with their evidence, raw memory hints, manual
 //! records, forgetting and solving.
 
+pub(crate) mod store;
+
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -408,11 +410,16 @@ async fn restated_in(
         return Ok(None);
     }
     let recent: Vec<(String, String)> = crate::on_tx!(tx, |conn| {
-        sqlx::query_as(
-            "SELECT id, summary FROM experience_record WHERE project_id = $1 AND status = 'active' AND source_state = 'current' \
-             AND verification = 'verified' AND kind <> 'unresolved_issue' AND (job_id IS NULL OR job_id <> $2) \
-             ORDER BY created_at DESC, id DESC LIMIT $3")
-        .bind(project_id).bind(job_id).bind(RESTATEMENT_WINDOW).fetch_all(conn).await
+        sqlx::query_as(concat!(
+            "SELECT id, summary FROM experience_record WHERE project_id = $1 AND ",
+            store::evidence_experience!(),
+            " AND (job_id IS NULL OR job_id <> $2) ORDER BY created_at DESC, id DESC LIMIT $3"
+        ))
+        .bind(project_id)
+        .bind(job_id)
+        .bind(RESTATEMENT_WINDOW)
+        .fetch_all(conn)
+        .await
     })?;
     Ok(recent
         .into_iter()
@@ -884,15 +891,17 @@ pub async fn maintenance_inputs_in(
     after_seq: i64,
     limit: i64,
 ) -> Result<Vec<MaintenanceInput>, StoreError> {
-    let sql = "SELECT e.id, e.kind, e.origin, e.title, e.summary, e.resolution, e.created_at, e.seq FROM experience_record e \
-         WHERE e.project_id = $1 AND e.status = 'active' AND e.source_state = 'current' AND e.verification = 'verified' \
-           AND e.kind <> 'unresolved_issue' \
-           AND e.seq > $2 \
+    let sql = concat!(
+        "SELECT e.id, e.kind, e.origin, e.title, e.summary, e.resolution, e.created_at, e.seq FROM experience_record e \
+         WHERE e.project_id = $1 AND ",
+        store::evidence_experience!("e"),
+        " AND e.seq > $2 \
            AND (e.origin = 'remember' OR EXISTS (SELECT 1 FROM experience_evidence v JOIN learning_source_record s \
                 ON s.job_id = COALESCE(v.job_id, e.job_id) AND s.source_id = v.source_id \
                 WHERE v.experience_id = e.id AND v.verified = TRUE \
                   AND s.verification IN ('user_statement', 'user_feedback', 'tool_succeeded'))) \
-         ORDER BY e.seq LIMIT $3";
+         ORDER BY e.seq LIMIT $3"
+    );
     Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
         .bind(project_id)
         .bind(after_seq)
