@@ -12,7 +12,8 @@ pub fn new_lease_token() -> String {
 }
 
 /// True when `value` is a plausible externally supplied identifier: 1–128 characters of
-/// `[A-Za-z0-9._:@-]`, starting with a letter or digit. Callers use it to reject ids before they reach paths or logs.
+/// `[A-Za-z0-9._:@-]`, starting with a letter or digit. Callers use it to reject ids before they
+/// reach paths or logs.
 pub fn is_valid_external_id(value: &str) -> bool {
     !value.is_empty()
         && value.len() <= 128

@@ -2,8 +2,8 @@
 //! feedback loop that moves experiences up or down (the ranking rule and its constants are in
 //! docs/adr/0005-recall-ranking-and-feedback.md).
 //!
-//! Query text only ever reaches the index as bounded quoted terms (`recall::search_terms`). Automatic
-//! retrieval is confined to the session's project, returns at most `retrieval.max_items`
+//! Query text only ever reaches the index as bounded quoted terms (`recall::search_terms`).
+//! Automatic retrieval is confined to the session's project, returns at most `retrieval.max_items`
 //! records within `retrieval.max_context_tokens` counted with a real tokenizer on the rendered
 //! section, and persists the exact sections in a prompt receipt before they are returned.
 //! Explicit search is pure: it changes no counts.
@@ -82,8 +82,8 @@ pub(crate) struct CandidateRow {
 }
 
 /// The columns of a [`CandidateRow`] from `experience_record`. The citation columns are kept on
-/// the record by triggers on `experience_evidence` (migrations 0019 and 0020), so a candidate is one row
-/// and `context` reads no evidence to label what it shows.
+/// the record by triggers on `experience_evidence` (migrations 0019 and 0020), so a candidate is
+/// one row and `context` reads no evidence to label what it shows.
 pub(crate) fn candidate_columns() -> String {
     format!("{EXPERIENCE_COLUMNS}, feedback_score, violations, source_message, source_address")
 }
@@ -995,7 +995,11 @@ async fn retrieve(
     );
     let mut snapshot = serde_json::json!({
         "terms": terms.texts(),
-        "candidates": ranked.iter().map(|h| serde_json::json!({"id": h.experience.id, "relevance": h.relevance, "score": h.score})).collect::<Vec<_>>(),
+        "candidates": ranked.iter().map(|h| serde_json::json!({
+            "id": h.experience.id,
+            "relevance": h.relevance,
+            "score": h.score,
+        })).collect::<Vec<_>>(),
         "selected": selected.iter().map(|hit| hit.experience.id.clone()).collect::<Vec<_>>(),
         "maxItems": retrieval.max_items,
         "maxContextTokens": retrieval.max_context_tokens,
@@ -1086,17 +1090,26 @@ async fn write_receipt_in(
         })?;
         skip.first_in_session = earlier == 0;
         if skip.first_in_session {
-            events::append_in(tx, "learning.retrieval_skipped", &scope,
-                &serde_json::json!({"receiptId": context.receipt_id, "requiredTokens": skip.required_tokens, "configuredTokens": skip.configured_tokens}), now).await?;
+            let detail = serde_json::json!({
+                "receiptId": context.receipt_id,
+                "requiredTokens": skip.required_tokens,
+                "configuredTokens": skip.configured_tokens,
+            });
+            events::append_in(tx, "learning.retrieval_skipped", &scope, &detail, now).await?;
         }
         crate::telemetry::metrics::retrieval().skipped();
     }
-    events::append_in(tx, "learning.retrieval.selection", &scope,
-        &serde_json::json!({"receiptId": context.receipt_id, "selected": context.experience_ids, "skipped": context.skipped}), now).await?;
+    let detail = serde_json::json!({
+        "receiptId": context.receipt_id,
+        "selected": context.experience_ids,
+        "skipped": context.skipped,
+    });
+    events::append_in(tx, "learning.retrieval.selection", &scope, &detail, now).await?;
     Ok(())
 }
 
-/// The feedback loop (ADR 0005), with observable signals instead of embeddings: when the user's next prompt
+/// The feedback loop (ADR 0005), with observable signals instead of embeddings: when the user's
+/// next prompt
 /// carries an explicit correction, the experiences injected into the previous request are
 /// violated (−0.2); when it carries praise, they are reinforced (+0.1).
 async fn apply_feedback_loop_in(
@@ -1158,11 +1171,10 @@ pub async fn receipt(db: &Db, id: &str) -> Result<Option<Receipt>, StoreError> {
         .bind(id)
         .fetch_optional(pool)
         .await)?;
-    let Some((id, session_id, project_id, sections, revisions, experiences, retrieval, created_at)) =
-        row
-    else {
+    let Some(row) = row else {
         return Ok(None);
     };
+    let (id, session_id, project_id, sections, revisions, experiences, retrieval, created_at) = row;
     let corrupt = |what: &str| StoreError::Corrupt(format!("prompt_receipt {id}: {what}"));
     Ok(Some(Receipt {
         sections: serde_json::from_str(&sections).map_err(|_| corrupt("sections"))?,

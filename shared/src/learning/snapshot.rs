@@ -249,7 +249,8 @@ impl ClaimGate for SourceGate {
         let skip = |reason: String| Ok(GateDecision::Skip { reason });
         if job.kind == JobKind::Maintain {
             // A maintenance job runs only for the canonical memory path it was admitted for: if
-            // the project's worktree moved, its plan would be written somewhere it was not made for.
+            // the project's worktree moved, its plan would be written somewhere it was not made
+            // for.
             if let (Some(project_id), Some(bound)) = (&job.project_id, &job.claim_scope) {
                 let current = crate::memory::maintenance::memory_scope_in(tx, project_id).await?;
                 if &current != bound {

@@ -218,7 +218,8 @@ pub enum Reservation {
     Exhausted { budget: AutomaticBudget },
 }
 
-/// Reserves one call of `ceiling` tokens under today's `caps` for attempt `attempt` of `job_id`, inside the
+/// Reserves one call of `ceiling` tokens under today's `caps` for attempt `attempt` of `job_id`,
+/// inside the
 /// caller's claim transaction. Reservations are serialized (Postgres: a transaction-scoped
 /// advisory lock; SQLite: the transaction already holds the only write lock), so each one reads
 /// every earlier one. Asking again for an attempt that holds a reservation (a heartbeat's
@@ -401,7 +402,8 @@ pub async fn set_health_in(tx: &mut Tx, health: &ProviderHealth) -> Result<(), S
     Ok(())
 }
 
-/// Records one model call of a learning job: the tokens in `provider_usage` (so job, project and day totals, the daily budget and
+/// Records one model call of a learning job: the tokens in `provider_usage` (so job, project and
+/// day totals, the daily budget and
 /// status include them) and the provider's health — any answer marks it healthy, a credential
 /// or unknown-model failure unhealthy, transient failures say nothing.
 async fn record_call_in(

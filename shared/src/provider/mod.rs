@@ -4,8 +4,9 @@
 //! # Shape
 //!
 //! - [`resolve_model`] (`&Config`, the session model; a [`ResolvedModel`] or
-//!   [`ModelUnavailable`]) picks the model (`learning.extractor_model`, else the active provider's `small_model`, else
-//!   the session model) and its effective request parameters. It never substitutes a model.
+//!   [`ModelUnavailable`]) picks the model (`learning.extractor_model`, else the active
+//!   provider's `small_model`, else the session model) and its effective request parameters. It
+//!   never substitutes a model.
 //! - [`LearningModelClient::complete_json`]`(&model, &`[`LearningRequest`]`, timeout)` sends the
 //!   request and returns a [`LearningResponse`] (the decoded JSON `value`, the raw answer text,
 //!   [`Usage`] summed over every request, the provider request id, whether the answer was

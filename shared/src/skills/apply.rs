@@ -333,7 +333,8 @@ impl SkillService {
         let moved = crate::on_tx!(tx, |conn| {
             sqlx::query(
                 "UPDATE skill_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1 AND state = $4")
-            .bind(id).bind(detail).bind(self.now()).bind(from_state.as_str()).execute(conn).await.map(|d| d.rows_affected())
+            .bind(id).bind(detail).bind(self.now()).bind(from_state.as_str()).execute(conn)
+            .await.map(|d| d.rows_affected())
         })?;
         if moved != 1 {
             return Err(SkillError::Conflict(format!(
@@ -466,7 +467,8 @@ impl SkillService {
         crate::on_tx!(tx, |conn| {
             sqlx::query(
                 "UPDATE skill_operation SET state = $2, detail = $3, settled_at = $4 WHERE id = $1 AND state = 'prepared'")
-            .bind(&operation.id).bind(op_state).bind(detail).bind(now).execute(conn).await.map(|d| d.rows_affected())
+            .bind(&operation.id).bind(op_state).bind(detail).bind(now).execute(conn)
+            .await.map(|d| d.rows_affected())
         })?;
         crate::on_tx!(tx, |conn| sqlx::query(
             "UPDATE skill_candidate SET state = $3, detail = $4, updated_at = $5 \
@@ -486,7 +488,8 @@ impl SkillService {
                 sqlx::query(
                     "UPDATE skill_candidate SET state = 'undone', detail = 'revoked', updated_at = $2 \
                      WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1) AND state = 'applied'")
-                .bind(&operation.candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+                .bind(&operation.candidate_id).bind(now).execute(conn)
+                .await.map(|d| d.rows_affected())
             })?;
         }
         // An undone revocation restored the Skill: the revoked candidate is applied again (its
@@ -496,7 +499,8 @@ impl SkillService {
                 sqlx::query(
                     "UPDATE skill_candidate SET state = 'applied', detail = 'its revocation was undone', updated_at = $2 \
                      WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1 AND operation = 'revoke') AND state = 'undone'")
-                .bind(&operation.candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
+                .bind(&operation.candidate_id).bind(now).execute(conn)
+                .await.map(|d| d.rows_affected())
             })?;
         }
         Ok(())

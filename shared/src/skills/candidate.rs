@@ -446,8 +446,10 @@ async fn insert_candidate_in(
         .bind(*id).bind(*project_id).bind(&pattern.id).bind(pattern_version).bind(&target.name)
         .bind(target.source_path.display().to_string()).bind(source_kind)
         .bind(target.source.as_ref().map(|s| s.digest.clone()))
-        .bind(target.target_path.display().to_string()).bind(source_kind != "read_only").bind(target.companion)
-        .bind(*content).bind(sha(content)).bind(*diff).bind(serde_json::to_string(rules).unwrap_or_default())
+        .bind(target.target_path.display().to_string()).bind(source_kind != "read_only")
+        .bind(target.companion)
+        .bind(*content).bind(sha(content)).bind(*diff)
+        .bind(serde_json::to_string(rules).unwrap_or_default())
         .bind(now).execute(conn).await.map(|d| d.rows_affected())
     })?;
     for experience_id in evidence {
@@ -514,8 +516,10 @@ pub async fn propose_revocations_in(
                    detail, created_at, updated_at) \
                  VALUES ($1, $2, $3, $4, $5, 'revoke', $6, 'writable', $7, $6, TRUE, $8, NULL, NULL, $9, $10, 'pending', 'none', \
                    'the evidence of the applied Skill disappeared', $11, $11)")
-            .bind(&id).bind(project_id).bind(&applied.pattern_id).bind(&applied.id).bind(&applied.name)
-            .bind(&applied.target_path).bind(&applied.content_digest).bind(applied.companion).bind(&diff)
+            .bind(&id).bind(project_id).bind(&applied.pattern_id).bind(&applied.id)
+            .bind(&applied.name)
+            .bind(&applied.target_path).bind(&applied.content_digest).bind(applied.companion)
+            .bind(&diff)
             .bind(serde_json::to_string(&applied.rules).unwrap_or_default()).bind(now)
             .execute(conn).await.map(|d| d.rows_affected())
         })?;

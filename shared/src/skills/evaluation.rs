@@ -363,8 +363,10 @@ async fn insert_suite_in(
             sqlx::query(
                 "INSERT INTO evaluation_case (suite_id, ordinal, kind, weight, experience_id, task, calls, expected) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
-            .bind(&suite_id).bind(case.ordinal).bind(&case.kind).bind(case.weight).bind(&case.experience_id)
-            .bind(&case.task).bind(serde_json::to_string(&case.calls).unwrap_or_default()).bind(&case.expected)
+            .bind(&suite_id).bind(case.ordinal).bind(&case.kind).bind(case.weight)
+            .bind(&case.experience_id)
+            .bind(&case.task).bind(serde_json::to_string(&case.calls).unwrap_or_default())
+            .bind(&case.expected)
             .execute(conn).await.map(|d| d.rows_affected())
         })?;
     }
@@ -458,7 +460,8 @@ impl SkillService {
             sqlx::query(
                 "UPDATE skill_candidate SET state = 'evaluating', evaluation_state = 'running', review_token = $2, \
                    detail = NULL, updated_at = $3 WHERE id = $1")
-            .bind(candidate_id).bind(&token).bind(now).execute(conn).await.map(|d| d.rows_affected())
+            .bind(candidate_id).bind(&token).bind(now).execute(conn)
+            .await.map(|d| d.rows_affected())
         })?;
         tx.commit().await?;
         Ok(ReviewStarted {
@@ -550,7 +553,8 @@ pub async fn end_run_in(
             sqlx::query(
                 "UPDATE skill_candidate SET state = 'pending', evaluation_state = $3, review_token = NULL, detail = $4, updated_at = $5 \
                  WHERE id = $1 AND review_token = $2 AND state = 'evaluating'")
-            .bind(&run.candidate_id).bind(&run.owner_token).bind(ending.evaluation_state().as_str()).bind(diagnostic).bind(now)
+            .bind(&run.candidate_id).bind(&run.owner_token).bind(ending.evaluation_state().as_str())
+            .bind(diagnostic).bind(now)
             .execute(conn).await.map(|d| d.rows_affected())
         })?;
     }
@@ -595,7 +599,8 @@ pub async fn settle_verdict_in(
              WHERE id = $1 AND owner_token = $2 AND state = 'running' \
                AND EXISTS (SELECT 1 FROM skill_candidate c WHERE c.id = evaluation_run.candidate_id \
                            AND c.review_token = $2 AND c.state = 'evaluating')")
-        .bind(&run.id).bind(&run.owner_token).bind(state).bind(verdict.baseline_score).bind(verdict.candidate_score)
+        .bind(&run.id).bind(&run.owner_token).bind(state).bind(verdict.baseline_score)
+        .bind(verdict.candidate_score)
         .bind(&diagnostic).bind(now).execute(conn).await.map(|d| d.rows_affected())
     })?;
     if owned != 1 {
@@ -607,7 +612,8 @@ pub async fn settle_verdict_in(
                 "INSERT INTO evaluation_result (run_id, case_ordinal, variant, answer, trace, score, passed, critical, reason) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
             .bind(&run.id).bind(attempt.case_ordinal).bind(attempt.variant).bind(&attempt.answer)
-            .bind(attempt.trace.to_string()).bind(attempt.grade.score.clamp(0.0, 1.0)).bind(attempt.grade.passed)
+            .bind(attempt.trace.to_string()).bind(attempt.grade.score.clamp(0.0, 1.0))
+            .bind(attempt.grade.passed)
             .bind(attempt.grade.critical).bind(&attempt.grade.reason)
             .execute(conn).await.map(|d| d.rows_affected())
         })?;
@@ -621,7 +627,8 @@ pub async fn settle_verdict_in(
         sqlx::query(
             "UPDATE skill_candidate SET state = $3, evaluation_state = $4, review_token = NULL, detail = $5, updated_at = $6 \
              WHERE id = $1 AND review_token = $2 AND state = 'evaluating'")
-        .bind(&run.candidate_id).bind(&run.owner_token).bind(candidate_state.as_str()).bind(evaluation_state.as_str())
+        .bind(&run.candidate_id).bind(&run.owner_token).bind(candidate_state.as_str())
+        .bind(evaluation_state.as_str())
         .bind(&diagnostic).bind(now).execute(conn).await.map(|d| d.rows_affected())
     })?;
     Ok(true)
@@ -637,7 +644,11 @@ pub fn baseline_skill(candidate: &Candidate) -> Option<String> {
 }
 
 fn admission_json(admission: &Admission) -> Value {
-    serde_json::json!({ "outcome": admission.outcome(), "id": admission.job().id, "state": admission.job().state })
+    serde_json::json!({
+        "outcome": admission.outcome(),
+        "id": admission.job().id,
+        "state": admission.job().state,
+    })
 }
 
 #[cfg(test)]

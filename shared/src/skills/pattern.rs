@@ -413,7 +413,8 @@ async fn insert_evidence_in(
             "INSERT INTO learning_pattern_evidence (pattern_id, experience_id, experience_kind, project_id, session_id, source_pattern_id) \
              SELECT $1, id, kind, project_id, session_id, $3 FROM experience_record WHERE id = $2 AND kind <> 'unresolved_issue' \
              ON CONFLICT DO NOTHING")
-        .bind(pattern_id).bind(experience_id).bind(source_pattern_id).execute(conn).await.map(|d| d.rows_affected())
+        .bind(pattern_id).bind(experience_id).bind(source_pattern_id).execute(conn)
+        .await.map(|d| d.rows_affected())
     })?;
     Ok(())
 }
@@ -452,7 +453,8 @@ pub async fn create_in(
             "INSERT INTO learning_pattern (id, scope, project_id, concept, rules, origin, state, version, evidence_digest, \
                evidence_count, session_count, project_count, job_id, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, 1, 0, 0, $9, $10, $10)")
-        .bind(&id).bind(scope.as_str()).bind(project_id).bind(concept).bind(rules_json(rules)).bind(origin.as_str()).bind(state.as_str())
+        .bind(&id).bind(scope.as_str()).bind(project_id).bind(concept).bind(rules_json(rules))
+        .bind(origin.as_str()).bind(state.as_str())
         .bind(&digest).bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
     })?;
     for (experience_id, source_pattern) in evidence {
@@ -462,7 +464,8 @@ pub async fn create_in(
     crate::on_tx!(tx, |conn| {
         sqlx::query(
             "UPDATE learning_pattern SET evidence_digest = $2, evidence_count = $3, session_count = $4, project_count = $5 WHERE id = $1")
-        .bind(&id).bind(digest).bind(count).bind(sessions).bind(projects).execute(conn).await.map(|d| d.rows_affected())
+        .bind(&id).bind(digest).bind(count).bind(sessions).bind(projects).execute(conn)
+        .await.map(|d| d.rows_affected())
     })?;
     Ok(id)
 }
@@ -585,7 +588,8 @@ pub async fn merge_project_group_in(
         sqlx::query(
             "UPDATE learning_pattern SET rules = $2, state = $3, version = version + 1, evidence_digest = $4, evidence_count = $5, \
                session_count = $6, project_count = $7, job_id = $8, updated_at = $9 WHERE id = $1")
-        .bind(&pattern.id).bind(rules_json(&new_rules)).bind(state.as_str()).bind(digest).bind(count).bind(sessions).bind(projects)
+        .bind(&pattern.id).bind(rules_json(&new_rules)).bind(state.as_str()).bind(digest)
+        .bind(count).bind(sessions).bind(projects)
         .bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
     })?;
     Ok((merge, pattern.id))
@@ -652,7 +656,8 @@ pub async fn upsert_global_in(
         sqlx::query(
             "UPDATE learning_pattern SET concept = $2, rules = $3, state = 'open', version = version + 1, evidence_digest = $4, \
                evidence_count = $5, session_count = $6, project_count = $7, job_id = $8, updated_at = $9 WHERE id = $1")
-        .bind(&pattern.id).bind(concept).bind(rules_json(&rules)).bind(digest).bind(count).bind(sessions).bind(projects)
+        .bind(&pattern.id).bind(concept).bind(rules_json(&rules)).bind(digest).bind(count)
+        .bind(sessions).bind(projects)
         .bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
     })?;
     Ok((merge, pattern.id))

@@ -77,7 +77,8 @@ pub struct ContextRequest {
 /// `learning.experiences` sections under the session's `use_memories` policy, with the receipt id.
 #[utoipa::path(post, path = "/api/session/{sessionID}/context", tag = "recall",
     params(("sessionID" = String, Path)), request_body = ContextRequest,
-    responses((status = 200, body = PromptContext), (status = 400, body = Problem), (status = 404, body = Problem)))]
+    responses((status = 200, body = PromptContext), (status = 400, body = Problem), (status = 404,
+        body = Problem)))]
 pub async fn context(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -105,7 +106,8 @@ pub async fn context(
 
 /// Replays a prompt receipt: the exact sections a request used.
 #[utoipa::path(get, path = "/api/receipts/{receiptId}", tag = "recall",
-    params(("receiptId" = String, Path)), responses((status = 200, body = Receipt), (status = 404, body = Problem)))]
+    params(("receiptId" = String, Path)), responses((status = 200, body = Receipt), (status = 404,
+        body = Problem)))]
 pub async fn get_receipt(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -137,7 +139,8 @@ pub struct SearchResults {
 /// `experience_search(query, limit, match)`: read-only, with citations and verification state.
 #[utoipa::path(get, path = "/api/projects/{projectId}/experiences/search", tag = "recall",
     params(("projectId" = String, Path), SearchParams),
-    responses((status = 200, body = SearchResults), (status = 400, body = Problem), (status = 404, body = Problem)))]
+    responses((status = 200, body = SearchResults), (status = 400, body = Problem), (status = 404,
+        body = Problem)))]
 pub async fn search(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -180,7 +183,8 @@ pub struct MemoryRead {
 /// `memory_read(target?, query?, limit?)`: entries with revisions, and how many unsupported
 /// derived entries were withheld.
 #[utoipa::path(get, path = "/api/projects/{projectId}/memory", tag = "memory",
-    params(("projectId" = String, Path), ReadParams), responses((status = 200, body = MemoryRead), (status = 404, body = Problem)))]
+    params(("projectId" = String, Path), ReadParams), responses((status = 200, body = MemoryRead),
+        (status = 404, body = Problem)))]
 pub async fn read(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -238,7 +242,8 @@ pub struct UpdateRequest {
 /// at once under the promotion policy, otherwise it waits for review.
 #[utoipa::path(post, path = "/api/projects/{projectId}/memory", tag = "memory",
     params(("projectId" = String, Path)), request_body = UpdateRequest,
-    responses((status = 201, body = Outcome), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 201, body = Outcome), (status = 400, body = Problem), (status = 404,
+        body = Problem), (status = 409, body = Problem)))]
 pub async fn update(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -376,8 +381,10 @@ pub struct ApproveRequest {
 
 /// Approve (optionally edit) a pending candidate.
 #[utoipa::path(post, path = "/api/memory/candidates/{candidateId}/approve", tag = "memory",
-    operation_id = "memory_approve", params(("candidateId" = String, Path)), request_body = ApproveRequest,
-    responses((status = 200, body = Outcome), (status = 400, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    operation_id = "memory_approve", params(("candidateId" = String,
+        Path)), request_body = ApproveRequest,
+    responses((status = 200, body = Outcome), (status = 400, body = Problem), (status = 404,
+        body = Problem), (status = 409, body = Problem)))]
 pub async fn approve(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -391,7 +398,8 @@ pub async fn approve(
 
 /// Reject a pending candidate.
 #[utoipa::path(post, path = "/api/memory/candidates/{candidateId}/reject", tag = "memory",
-    operation_id = "memory_reject", params(("candidateId" = String, Path)), responses((status = 200, body = Candidate), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    operation_id = "memory_reject", params(("candidateId" = String, Path)), responses((status = 200,
+        body = Candidate), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn reject(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -404,7 +412,8 @@ pub async fn reject(
 
 /// Undo an applied candidate (a new revision restoring its exact `before` snapshot).
 #[utoipa::path(post, path = "/api/memory/candidates/{candidateId}/undo", tag = "memory",
-    operation_id = "memory_undo", params(("candidateId" = String, Path)), responses((status = 200, body = Outcome), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    operation_id = "memory_undo", params(("candidateId" = String, Path)), responses((status = 200,
+        body = Outcome), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn undo(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -418,7 +427,9 @@ pub async fn undo(
 /// Restore an entry maintenance withheld as stale (named by the `remove` candidate that withheld
 /// it, as `memory/audit` lists it): it comes back as the user's own entry, never withheld again.
 #[utoipa::path(post, path = "/api/memory/candidates/{candidateId}/restore", tag = "memory",
-    operation_id = "memory_restore_stale", params(("candidateId" = String, Path)), responses((status = 200, body = Outcome), (status = 404, body = Problem), (status = 409, body = Problem), (status = 422, body = Problem)))]
+    operation_id = "memory_restore_stale", params(("candidateId" = String, Path)),
+    responses((status = 200, body = Outcome), (status = 404, body = Problem),
+        (status = 409, body = Problem), (status = 422, body = Problem)))]
 pub async fn restore(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -435,7 +446,8 @@ pub struct TargetParams {
 
 /// `inspect-memory global|project`: the accepted version beside the file.
 #[utoipa::path(get, path = "/api/projects/{projectId}/memory/inspect", tag = "memory",
-    params(("projectId" = String, Path), TargetParams), responses((status = 200, body = Inspection), (status = 404, body = Problem)))]
+    params(("projectId" = String, Path), TargetParams), responses((status = 200, body = Inspection),
+        (status = 404, body = Problem)))]
 pub async fn inspect(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -461,7 +473,8 @@ pub struct ImportRequest {
 /// `import-memory global|project`: accept the edited file as a new version.
 #[utoipa::path(post, path = "/api/projects/{projectId}/memory/import", tag = "memory",
     params(("projectId" = String, Path)), request_body = ImportRequest,
-    responses((status = 200, body = Outcome), (status = 400, body = Problem), (status = 404, body = Problem)))]
+    responses((status = 200, body = Outcome), (status = 400, body = Problem), (status = 404,
+        body = Problem)))]
 pub async fn import(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -483,7 +496,8 @@ pub struct History {
 
 /// A memory document's revision history (newest first), each with its full entry list.
 #[utoipa::path(get, path = "/api/projects/{projectId}/memory/revisions", tag = "memory",
-    params(("projectId" = String, Path), TargetParams), responses((status = 200, body = History), (status = 404, body = Problem)))]
+    params(("projectId" = String, Path), TargetParams), responses((status = 200, body = History),
+        (status = 404, body = Problem)))]
 pub async fn revisions(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

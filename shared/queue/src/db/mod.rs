@@ -130,8 +130,8 @@ impl StoreError {
 /// True when `error` says the database cannot be reached rather than that a statement failed:
 /// the pool timed out or was closed, the socket broke, or the server ended or refused the
 /// session (SQLSTATE class 08; 57P01–57P03: terminated by an administrator, crash recovery,
-/// starting up or shutting down; 25P03: ended for idling inside a transaction). Workers retry these instead of recording a job
-/// failure, and the API answers 503 with `Retry-After` instead of 500.
+/// starting up or shutting down; 25P03: ended for idling inside a transaction). Workers retry these
+/// instead of recording a job failure, and the API answers 503 with `Retry-After` instead of 500.
 pub fn is_connection_error(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Io(_)

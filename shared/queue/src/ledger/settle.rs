@@ -406,8 +406,8 @@ impl Settlement<'_> {
 
     /// `outcome` is a terminal state or another attempt (queued again after `retry_delay_ms`
     /// unless the row's own attempt count has reached its ceiling, which the statement decides).
-    /// A retry wakes waiting workers, which then sleep until it is due. Runs in a `settle` span, a child
-    /// of the job's span, so the settlement shows in the admitting request's trace.
+    /// A retry wakes waiting workers, which then sleep until it is due. Runs in a `settle` span, a
+    /// child of the job's span, so the settlement shows in the admitting request's trace.
     #[tracing::instrument(name = "settle", skip_all,
         fields(job.id = %self.lease.job_id, job.kind = %self.lease.kind, settle.state = %outcome))]
     async fn finish(

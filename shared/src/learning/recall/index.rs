@@ -2,8 +2,8 @@
 //! automatic recall ranks a prompt by reading one row per key instead of scoring every
 //! full-text match (docs/adr/0005-recall-ranking-and-feedback.md, "Candidates").
 //!
-//! **Keys.** Stored text is split exactly as [`search_terms::parse`] splits a prompt. A plain word is
-//! keyed by its stem (`tests`, `testing` → `test`), an identifier (`foo.bar`, `src/a/b.rs`,
+//! **Keys.** Stored text is split exactly as [`search_terms::parse`] splits a prompt. A plain word
+//! is keyed by its stem (`tests`, `testing` → `test`), an identifier (`foo.bar`, `src/a/b.rs`,
 //! `snake_case`) by its whole lowercased text, so it meets the same identifier and not every
 //! text that shares its parts; a run of CJK characters by its character bigrams (a single
 //! character by itself), which is how Chinese words of two characters meet across phrasings.

@@ -1,13 +1,13 @@
 //! Recall: the read side of the learning flywheel — what `context` retrieves, how it is rendered
 //! into the prompt as data rather than instructions, and what its receipt records.
 //!
-//! - [`search_terms`] turns prompt or search text into bounded, quoted terms. It is the only path by
-//!   which user or prompt text reaches an FTS `MATCH`, so FTS operators, column selectors and
-//!   unmatched quotes stay data instead of becoming query grammar.
+//! - [`search_terms`] turns prompt or search text into bounded, quoted terms. It is the only
+//!   path by which user or prompt text reaches an FTS `MATCH`, so FTS operators, column
+//!   selectors and unmatched quotes stay data instead of becoming query grammar.
 //! - [`render`] is the injection-safe renderer for the `learning.experiences` and `memory.*`
 //!   prompt sections: escaping, visible `[U+XXXX]` markers, and the data-not-instructions frame.
-//! - [`token_count`] measures rendered sections with a real BPE tokenizer so the retrieval budget is
-//!   charged for what the prompt actually spends.
+//! - [`token_count`] measures rendered sections with a real BPE tokenizer so the retrieval
+//!   budget is charged for what the prompt actually spends.
 //! - [`semantic`] and [`fusion`] are the optional semantic layer: experience vectors from an
 //!   embeddings provider, fused with the lexical ranking by reciprocal rank.
 

@@ -10,8 +10,9 @@
 //! Parsing, in order:
 //! 1. Only the first [`MAX_QUERY_CHARS`] characters are read. Full-width ASCII (`ｐｎｐｍ`, `：`)
 //!    folds to ASCII. Invisible and reordering codepoints (zero-width joiners, bidi overrides,
-//!    Tags, variation selectors — see [`crate::text::codepoints::is_invisible_or_reordering`]) are deleted,
-//!    so `pn\u{200B}pm` is the word a person sees; control characters separate terms.
+//!    Tags, variation selectors — see
+//!    [`crate::text::codepoints::is_invisible_or_reordering`]) are deleted, so `pn\u{200B}pm` is
+//!    the word a person sees; control characters separate terms.
 //! 2. Candidates split on whitespace, controls, brackets, double quotes, backticks, `,` `;` `|`
 //!    and CJK punctuation. Other punctuation inside a candidate stays, so `foo.bar`,
 //!    `snake_case`, `kebab-case`, `a/b/c.rs`, `v1.2.3`, `C++` and `node:fs` are one term each.

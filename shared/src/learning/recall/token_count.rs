@@ -30,7 +30,8 @@ pub const ENCODING: &str = "cl100k_base";
 /// `cl100k_base`'s pre-tokenizer, as `tiktoken-rs` spells it:
 ///
 /// ```text
-/// '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s
+/// '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|
+/// ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s
 /// ```
 ///
 /// and here without its possessive quantifiers (no alternative can backtrack into them with a
