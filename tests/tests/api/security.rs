@@ -762,7 +762,10 @@ async fn a_user_token_unbinds_moves_and_deletes_a_project(db: TestDb) {
     let (app, docs) = (src.join("app"), src.join("docs"));
     std::fs::create_dir_all(&app).unwrap();
     std::fs::create_dir_all(&docs).unwrap();
-    let create = |id: &str, worktree: &std::path::Path| json!({"id": id, "name": id, "worktree": worktree.to_str().unwrap()});
+    let create = |id: &str, worktree: &std::path::Path| {
+        let worktree = worktree.to_str().unwrap();
+        json!({"id": id, "name": id, "worktree": worktree})
+    };
     let (status, body) = server.post("/api/projects", create("src", &src)).await;
     assert_eq!(status, 201, "{body}");
     // The parent holds the claim: the repository below it cannot be bound.
