@@ -804,11 +804,7 @@ fn deterministic_plan(
             });
         }
         for hint in hints.iter().filter(|h| h.experience_id == input.id) {
-            let target = if hint.target == "global" {
-                MemoryTarget::Global
-            } else {
-                MemoryTarget::Project
-            };
+            let target = MemoryTarget::parse(&hint.target).unwrap_or(MemoryTarget::Project);
             if target == MemoryTarget::Global && !user_backed.contains(&input.id) {
                 continue;
             }

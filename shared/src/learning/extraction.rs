@@ -86,6 +86,13 @@ impl MemoryTarget {
             MemoryTarget::Project => "project",
         }
     }
+
+    /// The target a stored hint names (`global`, `project`).
+    pub fn parse(value: &str) -> Option<MemoryTarget> {
+        [MemoryTarget::Global, MemoryTarget::Project]
+            .into_iter()
+            .find(|target| target.as_str() == value)
+    }
 }
 
 /// A raw memory hint: a suggestion for the maintenance stage, citing one of this extraction's

@@ -312,7 +312,7 @@ pub async fn candidates(
         store::candidates(&state.db, Some(&project_id), params.state.as_deref(), 200).await?;
     if !caller.can_read_global() {
         candidates.retain(|candidate| {
-            candidate.target != "global" && candidate.project_id.as_deref() == Some(&project_id)
+            !candidate.targets_global() && candidate.project_id.as_deref() == Some(&project_id)
         });
     }
     Ok(Json(
