@@ -118,7 +118,10 @@ pub fn drop_superseded_within(changes: &mut Vec<Change>) -> Vec<Change> {
             changes[index + 1..].iter().any(|newer| {
                 newer.action == MemoryAction::Add
                     && newer.target == older.target
-                    && newer.content.as_deref().is_some_and(|new| supersedes(new, old))
+                    && newer
+                        .content
+                        .as_deref()
+                        .is_some_and(|new| supersedes(new, old))
             })
         })
         .collect();

@@ -522,13 +522,11 @@ fn forbidden_by_lessons(labels: &LabelFile) -> Vec<Forbidden> {
         .filter(|label| label.is_lesson())
         .flat_map(|label| {
             let lesson = label.lesson.as_deref().unwrap_or_default();
-            compile(lesson)
-                .into_iter()
-                .map(move |guard| Forbidden {
-                    group: label.group(),
-                    line: label.line,
-                    matcher: guard.matcher,
-                })
+            compile(lesson).into_iter().map(move |guard| Forbidden {
+                group: label.group(),
+                line: label.line,
+                matcher: guard.matcher,
+            })
         })
         .collect()
 }

@@ -33,7 +33,11 @@ const BYPASSES: &[&str] = &[
 /// (quotes, backticks, brackets and sentence punctuation), keeping `-`, `.`, `=`, `/`, `_`.
 fn words(text: &str) -> Vec<String> {
     text.split(|c: char| {
-        c.is_whitespace() || matches!(c, '`' | '"' | '\'' | '(' | ')' | ',' | ';' | ':' | '!' | '?')
+        c.is_whitespace()
+            || matches!(
+                c,
+                '`' | '"' | '\'' | '(' | ')' | ',' | ';' | ':' | '!' | '?'
+            )
     })
     .map(|word| word.trim_end_matches('.').to_ascii_lowercase())
     .filter(|word| !word.is_empty())
@@ -77,14 +81,17 @@ pub fn endorses(text: &str, matcher: &Matcher) -> bool {
 pub fn recommended_bypass(text: &str) -> Option<String> {
     let words = words(text);
     let pushes = words.iter().any(|w| w == "push");
-    let affirmed = |needle: &str| {
-        words.iter().any(|w| w == needle) && mentioned_affirmatively(text, needle)
-    };
+    let affirmed =
+        |needle: &str| words.iter().any(|w| w == needle) && mentioned_affirmatively(text, needle);
     let found = BYPASSES
         .iter()
         .copied()
         .find(|bypass| affirmed(bypass))
-        .or_else(|| ["--force", "-f"].into_iter().find(|f| pushes && affirmed(f)))?;
+        .or_else(|| {
+            ["--force", "-f"]
+                .into_iter()
+                .find(|f| pushes && affirmed(f))
+        })?;
     let args = match found {
         "--force" | "-f" => vec![String::from("push"), String::from("--force")],
         flag => vec![flag.to_owned()],
@@ -99,8 +106,22 @@ pub fn recommended_bypass(text: &str) -> Option<String> {
 /// Words that, earlier in the same clause, turn a mention into a prohibition: "fix the hook
 /// instead of using --no-verify", "never run migrations on prod (e.g. npm run migrate:prod)".
 const NEGATIONS: &[&str] = &[
-    "never", "don't", "do not", "not ", "without", "instead of", "avoid", "no ", "rather than",
-    "不要", "别", "禁止", "不能", "不许", "勿", "而不是",
+    "never",
+    "don't",
+    "do not",
+    "not ",
+    "without",
+    "instead of",
+    "avoid",
+    "no ",
+    "rather than",
+    "不要",
+    "别",
+    "禁止",
+    "不能",
+    "不许",
+    "勿",
+    "而不是",
 ];
 
 /// Whether some mention of `needle` (as a whole word) stands in a clause with no negation
@@ -176,7 +197,12 @@ mod tests {
             "Never run migrations against production (e.g. npm run migrate:prod).",
             &npm
         ));
-        assert!(!endorses("Don't edit vendor/.", &Matcher::Path { glob: "vendor/".into() }));
+        assert!(!endorses(
+            "Don't edit vendor/.",
+            &Matcher::Path {
+                glob: "vendor/".into()
+            }
+        ));
     }
 
     #[test]
@@ -193,7 +219,10 @@ mod tests {
             recommended_bypass("curl the mirror with `--insecure` (its certificate expired)."),
             Some(String::from("--insecure"))
         );
-        assert_eq!(recommended_bypass("Never use --no-verify; fix the lint."), None);
+        assert_eq!(
+            recommended_bypass("Never use --no-verify; fix the lint."),
+            None
+        );
         assert_eq!(
             recommended_bypass("Fix the failing hook instead of committing with --no-verify."),
             None
