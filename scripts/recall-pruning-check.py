@@ -2,7 +2,7 @@
 """How often does recall put a quoted experience in its top 5, and what did pruning the full-text
 query to its rarest terms cost?
 
-An experiment behind docs/benchmarks.md ("Recall: `context` latency"), not part of the service.
+An experiment behind docs/benchmarks-history.md ("Recall: `context` latency"), not part of the service.
 It reads a database saved by the recall benchmark:
 
     target/release/zuno-recall-bench --backends sqlite --experiences 100000 --rounds 1 \

@@ -564,14 +564,18 @@ impl ExtractHandler {
         snapshot: &SourceSnapshot,
         manifest: &SourceManifest,
     ) -> Result<Option<String>, JobError> {
-        let project = transcript::session_project_in(tx, &snapshot.session_id).await?;
+        let (project, current) = policy::session_project_and_effective_in(
+            tx,
+            &snapshot.session_id,
+            &self.config.learning,
+            0,
+        )
+        .await?;
         if project.as_deref() != Some(snapshot.project_id.as_str()) {
             return Err(JobError::permanent(
                 "no durable project or session for this extraction",
             ));
         }
-        let current =
-            policy::effective_in(tx, &snapshot.session_id, &self.config.learning, 0).await?;
         if current.generation != policy::Generation::Enabled {
             return Ok(Some(format!(
                 "learning generation became `{}` for this session",

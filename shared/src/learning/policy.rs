@@ -146,6 +146,48 @@ pub async fn effective_in(
     })
 }
 
+/// The project of a session (`None`: no such session) and its effective policy, in one
+/// statement: the extraction settlement checks both for every job.
+pub async fn session_project_and_effective_in(
+    tx: &mut Tx,
+    session_id: &str,
+    config: &LearningConfig,
+    now: i64,
+) -> Result<(Option<String>, SessionPolicy), StoreError> {
+    type Row = (
+        Option<String>,
+        Option<bool>,
+        Option<String>,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+    );
+    let row: Option<Row> = crate::on_tx!(tx, |conn| sqlx::query_as(
+        "SELECT s.project_id, p.use_memories, p.generation, p.revision, p.reason, p.updated_at \
+         FROM session s LEFT JOIN session_memory_policy p ON p.session_id = s.id WHERE s.id = $1"
+    )
+    .bind(session_id)
+    .fetch_optional(conn)
+    .await)?;
+    let Some((project_id, use_memories, generation, revision, reason, updated_at)) = row else {
+        return Ok((None, configured_default(session_id, config, now)));
+    };
+    let policy = match (use_memories, generation, revision, updated_at) {
+        (Some(use_memories), Some(generation), Some(revision), Some(updated_at)) => {
+            SessionPolicy::try_from(PolicyRow {
+                session_id: session_id.to_owned(),
+                use_memories,
+                generation,
+                revision,
+                reason,
+                updated_at,
+            })?
+        }
+        _ => configured_default(session_id, config, now),
+    };
+    Ok((project_id, policy))
+}
+
 /// Freezes the policy of a new session: a copy of the parent's latest durable policy (its
 /// disabled/excluded choices preserved), else the configuration default. Revision 1.
 pub async fn create_in(

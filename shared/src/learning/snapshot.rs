@@ -114,15 +114,23 @@ impl SourceSnapshot {
     }
 
     /// Rebuilds the manifest from stored rows in `tx` and compares it with the bound one.
+    ///
+    /// The context turn and the window are contiguous (`context_start_seq..start_seq` and
+    /// `start_seq..=end_seq`), so one statement reads both; the claim gate and the settlement
+    /// each run this check for every job.
     pub async fn check_in(&self, tx: &mut Tx) -> Result<SourceCheck, StoreError> {
-        let window =
-            match TranscriptStore::window_in(tx, &self.session_id, self.start_seq, self.end_seq)
-                .await
-            {
+        let first_seq = match self.context_start_seq {
+            Some(start) if start < self.start_seq => start,
+            _ => self.start_seq,
+        };
+        let mut window =
+            match TranscriptStore::window_in(tx, &self.session_id, first_seq, self.end_seq).await {
                 Ok(window) => window,
                 Err(crate::transcript::TranscriptError::Store(error)) => return Err(error),
                 Err(other) => return Ok(SourceCheck::Unavailable(other.to_string())),
             };
+        let in_window = window.partition_point(|message| message.seq < self.start_seq);
+        let context: Vec<Message> = window.drain(..in_window).collect();
         let (Some(first), Some(last)) = (window.first(), window.last()) else {
             return Ok(SourceCheck::Unavailable(String::from(
                 "the source messages were deleted",
@@ -144,18 +152,6 @@ impl SourceSnapshot {
                 "the terminal message changed",
             )));
         }
-        let context = match self.context_start_seq {
-            Some(start) if start < self.start_seq => {
-                match TranscriptStore::window_in(tx, &self.session_id, start, self.start_seq - 1)
-                    .await
-                {
-                    Ok(context) => context,
-                    Err(crate::transcript::TranscriptError::Store(error)) => return Err(error),
-                    Err(other) => return Ok(SourceCheck::Unavailable(other.to_string())),
-                }
-            }
-            _ => Vec::new(),
-        };
         let manifest = manifest_for(
             tx,
             &context,

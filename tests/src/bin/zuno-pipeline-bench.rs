@@ -1,4 +1,5 @@
-//! Whole-pipeline throughput on Postgres (docs/benchmarks.md, "Whole pipeline").
+//! Whole-pipeline throughput on Postgres (docs/benchmarks.md; runs in docs/benchmarks-history.md,
+//! "Whole pipeline").
 //!
 //! `zuno-pipeline-bench run` measures, for each worker-process count W:
 //!
@@ -20,7 +21,10 @@
 //! Rounds alternate baseline and pipeline; medians are reported. CPU time is read from `/proc`
 //! for Postgres (the postmaster and its children), the API, the workers and this process (the
 //! HTTP clients and the fake provider), beside whole-machine busy time, so the figures say
-//! where the cores went. One JSON line per worker count.
+//! where the cores went, and per job. When the cluster loads `pg_stat_statements` (as
+//! `scripts/bench` sets it up), each run also counts the statements its database executed per
+//! job, from the first request to the last settlement (this process's own polling excluded),
+//! and the pipeline's most frequent statements go to stderr. One JSON line per worker count.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -336,11 +340,109 @@ struct RunResult {
     admission: Duration,
     /// CPU time over the run, in cores (CPU-seconds per wall second).
     cpu: Cpu,
+    /// Statements per job, when the cluster loads `pg_stat_statements`.
+    statements: Option<Statements>,
 }
 
 impl RunResult {
     fn rate(&self) -> f64 {
         self.jobs as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// CPU milliseconds per job of something that used `cores` over the run.
+    fn per_job_ms(&self, cores: f64) -> f64 {
+        cores * self.elapsed.as_secs_f64() * 1000.0 / self.jobs as f64
+    }
+}
+
+/// `pg_stat_statements` counters of one database: calls and execution time per (statement,
+/// top level).
+type StatementCalls = HashMap<(String, bool), (i64, f64)>;
+
+/// The counters of database `name`; `None` when the cluster does not load the extension.
+async fn statement_calls(admin_url: &str, name: &str) -> Option<StatementCalls> {
+    let admin = sqlx::PgPool::connect(admin_url).await.ok()?;
+    let rows: Vec<(String, bool, i64, f64)> = sqlx::query_as(
+        "SELECT s.query, s.toplevel, s.calls, s.total_exec_time \
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1",
+    )
+    .bind(name)
+    .fetch_all(&admin)
+    .await
+    .ok()?;
+    admin.close().await;
+    let mut calls = StatementCalls::new();
+    for (query, top_level, count, ms) in rows {
+        let entry = calls.entry((query, top_level)).or_default();
+        entry.0 += count;
+        entry.1 += ms;
+    }
+    Some(calls)
+}
+
+/// Statements a run's database executed per job.
+#[derive(Debug, Clone)]
+struct Statements {
+    /// Every statement, those run inside functions and triggers included (`track = all`).
+    all: f64,
+    /// Statements sent by a client: round trips.
+    top_level: f64,
+    /// Per statement: calls and execution milliseconds per job, most frequent first.
+    by_statement: Vec<(String, f64, f64)>,
+}
+
+impl Statements {
+    /// This process's own polling for the last settlement, not the system's work.
+    const OWN: &'static str = "SELECT COUNT(*) FROM learning_job WHERE kind = $1";
+
+    fn between(
+        before: Option<StatementCalls>,
+        after: Option<StatementCalls>,
+        jobs: usize,
+    ) -> Option<Statements> {
+        let (before, after) = (before?, after?);
+        let jobs = jobs.max(1) as f64;
+        let mut statements = Statements {
+            all: 0.0,
+            top_level: 0.0,
+            by_statement: Vec::new(),
+        };
+        for ((query, top_level), (calls, ms)) in after {
+            let (calls_before, ms_before) = before
+                .get(&(query.clone(), top_level))
+                .copied()
+                .unwrap_or_default();
+            let calls = (calls - calls_before) as f64 / jobs;
+            if calls <= 0.0 || query.starts_with(Self::OWN) {
+                continue;
+            }
+            statements.all += calls;
+            if top_level {
+                statements.top_level += calls;
+            }
+            let text = if top_level {
+                query
+            } else {
+                format!("(nested) {query}")
+            };
+            statements
+                .by_statement
+                .push((text, calls, (ms - ms_before) / jobs));
+        }
+        statements.by_statement.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Some(statements)
+    }
+
+    fn print_top(&self, side: &str, count: usize) {
+        eprintln!(
+            "{side}: {:.1} statements per job ({:.1} sent by clients); the most frequent, calls and ms per job:",
+            self.all, self.top_level
+        );
+        for (query, calls, ms) in self.by_statement.iter().take(count) {
+            let query: String = query.split_whitespace().collect::<Vec<_>>().join(" ");
+            let short: String = query.chars().take(150).collect();
+            eprintln!("  {calls:6.2} {ms:7.3}  {short}");
+        }
     }
 }
 
@@ -453,6 +555,7 @@ impl PipelineBench {
         )
         .await?;
 
+        let statements_before = statement_calls(&self.admin_url, &name).await;
         let mut before = self.snapshot(&Pids {
             api: api.id(),
             workers: workers.iter().filter_map(Child::id).collect(),
@@ -487,6 +590,14 @@ impl PipelineBench {
             api: api.id(),
             workers: workers.iter().filter_map(Child::id).collect(),
         });
+        let statements = Statements::between(
+            statements_before,
+            statement_calls(&self.admin_url, &name).await,
+            self.jobs,
+        );
+        if let Some(statements) = &statements {
+            statements.print_top("pipeline", 15);
+        }
         verify_completed(&db, "extract", self.jobs).await?;
         let experiences: i64 = zuno_shared::on_db!(&db, |pool| sqlx::query_scalar(
             "SELECT COUNT(*) FROM experience_record"
@@ -508,6 +619,7 @@ impl PipelineBench {
             elapsed,
             admission,
             cpu: cpu(&before, &after, elapsed),
+            statements,
         })
     }
 
@@ -539,6 +651,7 @@ impl PipelineBench {
             wait_started(home.path(), worker_count).await?;
         }
 
+        let statements_before = statement_calls(&self.admin_url, &name).await;
         let mut before = self.snapshot(&Pids {
             api: None,
             workers: workers.iter().filter_map(Child::id).collect(),
@@ -580,6 +693,11 @@ impl PipelineBench {
             api: None,
             workers: workers.iter().filter_map(Child::id).collect(),
         });
+        let statements = Statements::between(
+            statements_before,
+            statement_calls(&self.admin_url, &name).await,
+            self.jobs,
+        );
         verify_completed(&db, "maintain", self.jobs).await?;
         db.close().await;
         for worker in &mut workers {
@@ -591,6 +709,7 @@ impl PipelineBench {
             elapsed,
             admission,
             cpu: cpu(&before, &after, elapsed),
+            statements,
         })
     }
 
@@ -956,6 +1075,17 @@ fn report(mode: &str, workers: usize, jobs: usize, rounds: &[(RunResult, RunResu
                 "machine": round2(median(runs.iter().map(|r| r.cpu.machine).collect())),
                 "other": round2(median(runs.iter().map(|r| r.cpu.other()).collect())),
             },
+            // CPU milliseconds per job: cores × elapsed / jobs.
+            "cpuMsPerJob": {
+                "postgres": runs.iter().map(|r| r.cpu.postgres.map(|c| r.per_job_ms(c))).collect::<Option<Vec<f64>>>().map(|v| round2(median(v))),
+                "api": round2(median(runs.iter().map(|r| r.per_job_ms(r.cpu.api)).collect())),
+                "workers": round2(median(runs.iter().map(|r| r.per_job_ms(r.cpu.workers)).collect())),
+                "benchProcess": round2(median(runs.iter().map(|r| r.per_job_ms(r.cpu.bench)).collect())),
+            },
+            "statementsPerJob": runs.iter().map(|r| r.statements.as_ref().map(|s| (s.all, s.top_level))).collect::<Option<Vec<(f64, f64)>>>().map(|v| json!({
+                "all": round2(median(v.iter().map(|s| s.0).collect())),
+                "topLevel": round2(median(v.iter().map(|s| s.1).collect())),
+            })),
         })
     };
     let ratio = median(rounds.iter().map(|(p, b)| p.rate() / b.rate()).collect());

@@ -1,5 +1,5 @@
 //! `context` latency beside a bare full-text query on the same data, in the same run
-//! (docs/benchmarks.md, "Recall: context latency").
+//! (docs/benchmarks.md, current figures; runs in docs/benchmarks-history.md, "Recall: context latency").
 //!
 //! For each backend and size it creates a fresh, migrated database (SQLite: a new file in a
 //! temporary directory with the default `synchronous=FULL`; Postgres: a new database on
