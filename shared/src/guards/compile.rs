@@ -267,10 +267,9 @@ fn other_forms(lesson: &str, found: &mut Vec<CompiledGuard>) {
         );
     }
     for captures in ZH_NEVER_RUN.captures_iter(lesson) {
-        add(
-            found,
-            command_guard(&captures["y"], &alternatives_in(lesson)),
-        );
+        let y = captures.name("y").expect("the pattern captures y");
+        let forbidden = with_following_arguments(lesson, y.as_str(), y.end());
+        add(found, command_guard(&forbidden, &alternatives_in(lesson)));
     }
     for pattern in [&*NEVER_EDIT, &*ZH_NEVER_EDIT] {
         for captures in pattern.captures_iter(lesson) {
@@ -337,6 +336,23 @@ fn command_guard(forbidden: &str, alternatives: &[String]) -> Option<CompiledGua
         matcher: Matcher::Command { program, args },
         alternative,
     })
+}
+
+/// `y` with the ASCII words that follow it in a Chinese lesson, as one backticked command:
+/// "不要 pnpm up --latest 升 minor" forbids `pnpm up --latest`, not every `pnpm`. The words stop
+/// where the Chinese prose resumes (or at punctuation).
+fn with_following_arguments(lesson: &str, y: &str, end: usize) -> String {
+    static ARGUMENTS: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^(?:[ \t]+(?:--?[A-Za-z][A-Za-z0-9-]*(?:=[^\s]*)?|[a-z0-9][a-z0-9:._/@-]*))+")
+            .expect("a valid pattern")
+    });
+    if y.starts_with('`') {
+        return y.to_owned();
+    }
+    match ARGUMENTS.find(&lesson[end..]) {
+        Some(arguments) => format!("`{y}{}`", arguments.as_str().trim_end()),
+        None => y.to_owned(),
+    }
 }
 
 /// A guard on a forbidden flag, attached to the program the lesson names (the first known one;
@@ -460,6 +476,12 @@ mod tests {
         assert_eq!(
             keys("不要修改 vendor/ 目录下的文件"),
             one("path:vendor/", None)
+        );
+        // The words after the program are its arguments: only that upgrade is forbidden, not
+        // every `pnpm`.
+        assert_eq!(
+            keys("升级依赖只升 patch 版本，不要 pnpm up --latest 升 minor 及以上"),
+            one("cmd:pnpm up --latest", None)
         );
     }
 

@@ -1063,29 +1063,51 @@ fn report(mode: &str, workers: usize, jobs: usize, rounds: &[(RunResult, RunResu
     let side = |pick: fn(&(RunResult, RunResult)) -> &RunResult| {
         let runs: Vec<&RunResult> = rounds.iter().map(pick).collect();
         let rates: Vec<f64> = runs.iter().map(|r| r.rate()).collect();
+        let med = |values: Vec<f64>| round2(median(values));
+        let admission: Vec<f64> = runs
+            .iter()
+            .map(|r| r.jobs as f64 / r.admission.as_secs_f64())
+            .collect();
+        let postgres_cores = runs
+            .iter()
+            .map(|r| r.cpu.postgres)
+            .collect::<Option<Vec<f64>>>()
+            .map(med);
+        let postgres_ms = runs
+            .iter()
+            .map(|r| r.cpu.postgres.map(|c| r.per_job_ms(c)))
+            .collect::<Option<Vec<f64>>>()
+            .map(med);
+        let statements = runs
+            .iter()
+            .map(|r| r.statements.as_ref().map(|s| (s.all, s.top_level)))
+            .collect::<Option<Vec<(f64, f64)>>>()
+            .map(|v| {
+                json!({
+                    "all": med(v.iter().map(|s| s.0).collect()),
+                    "topLevel": med(v.iter().map(|s| s.1).collect()),
+                })
+            });
         json!({
             "jobsPerSec": median(rates.clone()).round(),
             "roundsJobsPerSec": rates.iter().map(|r| r.round()).collect::<Vec<_>>(),
-            "admissionPerSec": median(runs.iter().map(|r| r.jobs as f64 / r.admission.as_secs_f64()).collect()).round(),
+            "admissionPerSec": median(admission).round(),
             "cpuCores": {
-                "postgres": runs.iter().map(|r| r.cpu.postgres).collect::<Option<Vec<f64>>>().map(|v| round2(median(v))),
-                "api": round2(median(runs.iter().map(|r| r.cpu.api).collect())),
-                "workers": round2(median(runs.iter().map(|r| r.cpu.workers).collect())),
-                "benchProcess": round2(median(runs.iter().map(|r| r.cpu.bench).collect())),
-                "machine": round2(median(runs.iter().map(|r| r.cpu.machine).collect())),
-                "other": round2(median(runs.iter().map(|r| r.cpu.other()).collect())),
+                "postgres": postgres_cores,
+                "api": med(runs.iter().map(|r| r.cpu.api).collect()),
+                "workers": med(runs.iter().map(|r| r.cpu.workers).collect()),
+                "benchProcess": med(runs.iter().map(|r| r.cpu.bench).collect()),
+                "machine": med(runs.iter().map(|r| r.cpu.machine).collect()),
+                "other": med(runs.iter().map(|r| r.cpu.other()).collect()),
             },
             // CPU milliseconds per job: cores × elapsed / jobs.
             "cpuMsPerJob": {
-                "postgres": runs.iter().map(|r| r.cpu.postgres.map(|c| r.per_job_ms(c))).collect::<Option<Vec<f64>>>().map(|v| round2(median(v))),
-                "api": round2(median(runs.iter().map(|r| r.per_job_ms(r.cpu.api)).collect())),
-                "workers": round2(median(runs.iter().map(|r| r.per_job_ms(r.cpu.workers)).collect())),
-                "benchProcess": round2(median(runs.iter().map(|r| r.per_job_ms(r.cpu.bench)).collect())),
+                "postgres": postgres_ms,
+                "api": med(runs.iter().map(|r| r.per_job_ms(r.cpu.api)).collect()),
+                "workers": med(runs.iter().map(|r| r.per_job_ms(r.cpu.workers)).collect()),
+                "benchProcess": med(runs.iter().map(|r| r.per_job_ms(r.cpu.bench)).collect()),
             },
-            "statementsPerJob": runs.iter().map(|r| r.statements.as_ref().map(|s| (s.all, s.top_level))).collect::<Option<Vec<(f64, f64)>>>().map(|v| json!({
-                "all": round2(median(v.iter().map(|s| s.0).collect())),
-                "topLevel": round2(median(v.iter().map(|s| s.1).collect())),
-            })),
+            "statementsPerJob": statements,
         })
     };
     let ratio = median(rounds.iter().map(|(p, b)| p.rate() / b.rate()).collect());

@@ -1,5 +1,6 @@
 //! `context` latency beside a bare full-text query on the same data, in the same run
-//! (docs/benchmarks.md, current figures; runs in docs/benchmarks-history.md, "Recall: context latency").
+//! (docs/benchmarks.md, current figures; runs in docs/benchmarks-history.md, "Recall: context
+//! latency").
 //!
 //! For each backend and size it creates a fresh, migrated database (SQLite: a new file in a
 //! temporary directory with the default `synchronous=FULL`; Postgres: a new database on
@@ -20,8 +21,8 @@
 //!
 //! Text comes from a fixed-seed generator: one Zipf(1.0) distribution over English stopwords (the
 //! head, as function words are in real text; `search_terms::parse` drops them), a few hundred
-//! coding-agent words and a tail of compound identifiers (`a_b`, `aB`, `a-b`, `a.b`, paths such as `src/a/b.rs`;
-//! 20,000 words in all); 25 % of
+//! coding-agent words and a tail of compound identifiers (`a_b`, `aB`, `a-b`, `a.b`, paths such as
+//! `src/a/b.rs`; 20,000 words in all); 25 % of
 //! each project's content words come from 30 project topic words, so a project talks about its
 //! own things. One project in ten writes Chinese mixed with ASCII identifiers. In the resulting
 //! data the most common content word occurs in about 15 % of the records and a project's topic
@@ -53,7 +54,8 @@
 //!
 //! `--rounds` times `--queries` new prompts per round on the same data; the table reports the
 //! median over rounds of each round's p50 and p99 (nearest rank), so one burst of load on a
-//! shared machine does not make the figure. One Markdown row per (backend, size) goes to stdout; progress, seed
+//! shared machine does not make the figure. One Markdown row per (backend, size) goes to stdout;
+//! progress, seed
 //! times, per-round figures and the load average go to stderr. It is a binary, not a test:
 //! nothing runs it as part of the suite (`scripts/bench-recall` does).
 
