@@ -324,6 +324,55 @@ async fn a_postgres_restart_under_load_is_survived() {
     eprintln!("postgres restart: {summary:?}");
 }
 
+/// A 30 s Postgres outage (`docker stop`, then `docker start`) under steady load, shorter than
+/// the workers' lease: a transient database error re-runs the job and heartbeats retry until the
+/// lease's own deadline, so the outage costs no attempt. Every job completes exactly once and
+/// none is past attempt 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_outage_shorter_than_the_lease_costs_no_attempt_under_load() {
+    require_docker!();
+    let fleet = Arc::new(Fleet::start("pgoutage").await);
+    let workers = ["w1", "w2"];
+    let spec = WorkerSpec {
+        lease_ms: 60_000,
+        heartbeat_ms: 2_000,
+        hold_ms: 100,
+        concurrency: 4,
+    };
+    for worker in workers {
+        fleet.worker(worker, spec).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_admissions(
+        fleet.clone(),
+        "pgoutage",
+        Duration::from_millis(50),
+        stop.clone(),
+    );
+    for worker in workers {
+        works_again(&fleet, worker, 0).await;
+    }
+    docker::docker(&["stop", "--time", "10", &fleet.postgres]).await;
+    // The fault itself: how long the database stays down, not a wait for a state.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    docker::docker(&["start", &fleet.postgres]).await;
+    let restored = fleet.ledger.now_ms();
+    for worker in workers {
+        works_again(&fleet, worker, restored).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let admitted = load.await.unwrap();
+
+    let summary = fleet.assert_ledger_promises(&admitted, SETTLE).await;
+    let jobs = fleet.jobs().await.unwrap();
+    let past_first: Vec<&JobRow> = jobs.iter().filter(|job| job.attempts > 1).collect();
+    assert!(
+        past_first.is_empty(),
+        "an outage shorter than the lease spent attempts: {past_first:?}"
+    );
+    eprintln!("postgres outage: {summary:?}");
+}
+
 /// Ends every worker connection at once (`pg_terminate_backend`, as a database blip or a
 /// failover does) at a moment when a settlement is in flight: a worker connection inside a
 /// transaction whose latest statement wrote the probe's effect, which only the settlement
