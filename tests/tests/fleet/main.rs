@@ -324,9 +324,10 @@ async fn a_postgres_restart_under_load_is_survived() {
     eprintln!("postgres restart: {summary:?}");
 }
 
-/// A 30 s Postgres outage (`docker stop`, then `docker start`) under steady load, shorter than
-/// the workers' lease: a transient database error re-runs the job and heartbeats retry until the
-/// lease's own deadline, so the outage costs no attempt. Every job completes exactly once and
+/// A 30 s Postgres outage (`docker pause`, then `docker unpause`: the database answers nothing,
+/// and its published port stays taken, so no other test's server can be handed that port while it
+/// is down) under steady load, shorter than the workers' lease: a transient database error re-runs
+/// the job and heartbeats retry until the lease's own deadline, so the outage costs no attempt. Every job completes exactly once and
 /// none is past attempt 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_outage_shorter_than_the_lease_costs_no_attempt_under_load() {
@@ -352,10 +353,10 @@ async fn a_postgres_outage_shorter_than_the_lease_costs_no_attempt_under_load() 
     for worker in workers {
         works_again(&fleet, worker, 0).await;
     }
-    docker::docker(&["stop", "--time", "10", &fleet.postgres]).await;
+    docker::docker(&["pause", &fleet.postgres]).await;
     // The fault itself: how long the database stays down, not a wait for a state.
     tokio::time::sleep(Duration::from_secs(30)).await;
-    docker::docker(&["start", &fleet.postgres]).await;
+    docker::docker(&["unpause", &fleet.postgres]).await;
     let restored = fleet.ledger.now_ms();
     for worker in workers {
         works_again(&fleet, worker, restored).await;
