@@ -327,8 +327,8 @@ async fn a_postgres_restart_under_load_is_survived() {
 /// A 30 s Postgres outage (`docker pause`, then `docker unpause`: the database answers nothing,
 /// and its published port stays taken, so no other test's server can be handed that port while it
 /// is down) under steady load, shorter than the workers' lease: a transient database error re-runs
-/// the job and heartbeats retry until the lease's own deadline, so the outage costs no attempt. Every job completes exactly once and
-/// none is past attempt 1.
+/// the job and heartbeats retry until the lease's own deadline, so the outage costs no attempt.
+/// Every job completes exactly once and none is past attempt 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_outage_shorter_than_the_lease_costs_no_attempt_under_load() {
     require_docker!();
