@@ -10,7 +10,8 @@
 //! - [`runtime`]: the [`runtime::JobHandler`] trait and the [`runtime::Runner`] that wakes,
 //!   claims, heartbeats, settles and drains on shutdown.
 //! - [`clock`], [`ids`], [`trace_context`]: what those need from the process; the ledger's
-//!   metric instruments live in [`ledger::metrics`].
+//!   metric instruments live in [`ledger::metrics`]; [`text_enum!`] declares an enum stored as
+//!   text (the ledger's kinds, states and origins, and the application's states).
 //!
 //! The queue knows job kinds and states but nothing of what a job does: handlers live in the
 //! worker crates and in `zuno-shared`, which re-exports these modules under the same names.
@@ -20,4 +21,5 @@ pub mod db;
 pub mod ids;
 pub mod ledger;
 pub mod runtime;
+mod text_enum;
 pub mod trace_context;

@@ -950,6 +950,93 @@ async fn claims_only_take_requested_kinds_and_scopes(db: TestDb) {
     assert_eq!(batch.claimed[0].job.kind, JobKind::Maintain);
 }
 
+/// Defers a job while another of its kind and project runs, as the maintenance gate does.
+struct DefersBesideARun {
+    until: i64,
+}
+
+#[async_trait::async_trait]
+impl ClaimGate for DefersBesideARun {
+    async fn check(
+        &self,
+        tx: &mut Tx,
+        job: &Job,
+    ) -> Result<GateDecision, zuno_shared::db::StoreError> {
+        if zuno_shared::ledger::another_run_in(tx, job).await? {
+            return Ok(GateDecision::Defer {
+                until: self.until,
+                reason: "another run".into(),
+            });
+        }
+        Ok(GateDecision::Proceed)
+    }
+}
+
+/// A settled one-at-a-time run makes the jobs it held back due at once, whether it settles
+/// alone or inside its handler's transaction; a job of another project stays deferred.
+async fn a_settled_run_releases_the_jobs_it_held_back(db: TestDb) {
+    let ledger = db.ledger();
+    let kinds = [JobKind::Maintain];
+    let gate = DefersBesideARun {
+        until: ledger.now_ms() + 3_600_000,
+    };
+    ledger.admit(maintain_job("first")).await.unwrap();
+    let first = claim_one(&ledger, "w1").await.expect("the first run");
+    let held = ledger
+        .admit(maintain_job("held"))
+        .await
+        .unwrap()
+        .into_job()
+        .id;
+    let elsewhere = NewJob::new(
+        JobIdentity::maintain("other", "/mem/other", "elsewhere"),
+        JobOrigin::Explicit,
+    );
+    let elsewhere = ledger.admit(elsewhere).await.unwrap().into_job().id;
+    let batch = ledger
+        .claim(&request("w2", &kinds, 2), &gate)
+        .await
+        .unwrap();
+    assert_eq!(batch.deferred, 1, "the same project's job waits");
+    assert_eq!(batch.claimed.len(), 1, "another project's job runs");
+    assert_eq!(batch.claimed[0].job.id, elsewhere);
+    let deferred_until = ledger.get(&held).await.unwrap().run_at;
+    assert!(deferred_until > ledger.now_ms());
+
+    // Settled alone (the handler wrote nothing transactional).
+    let settlement = ledger.begin_settlement(&first.lease).await.unwrap();
+    settlement.complete(serde_json::json!({})).await.unwrap();
+    let released = ledger.get(&held).await.unwrap();
+    assert_eq!(released.state, JobState::Queued);
+    assert!(released.run_at <= ledger.now_ms(), "held job due at once");
+    let second = ledger
+        .claim(&request("w3", &kinds, 1), &gate)
+        .await
+        .unwrap();
+    assert_eq!(second.claimed.len(), 1);
+    assert_eq!(second.claimed[0].job.id, held);
+
+    // Settled inside the handler's transaction: the same release commits with it.
+    let later = ledger
+        .admit(maintain_job("later"))
+        .await
+        .unwrap()
+        .into_job()
+        .id;
+    let batch = ledger
+        .claim(&request("w4", &kinds, 1), &gate)
+        .await
+        .unwrap();
+    assert_eq!(batch.deferred, 1);
+    let mut settlement = ledger
+        .begin_settlement(&second.claimed[0].lease)
+        .await
+        .unwrap();
+    settlement.tx().await.unwrap();
+    settlement.complete(serde_json::json!({})).await.unwrap();
+    assert!(ledger.get(&later).await.unwrap().run_at <= ledger.now_ms());
+}
+
 on_both_backends!(
     admission_is_idempotent_whatever_the_state,
     concurrent_admissions_of_one_identity_leave_one_row,
@@ -975,4 +1062,5 @@ on_both_backends!(
     revoking_a_source_fences_its_running_job,
     admission_wakes_local_workers_only_after_commit,
     claims_only_take_requested_kinds_and_scopes,
+    a_settled_run_releases_the_jobs_it_held_back,
 );

@@ -2,43 +2,39 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Every kind of durable learning job. Each worker binary registers handlers for its own kinds.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    PartialOrd,
-    Ord,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum JobKind {
-    /// Closed-turn (or manual) extraction of Experience from one source snapshot.
-    Extract,
-    /// No-tools resident Memory maintenance for one canonical memory path.
-    Maintain,
-    /// Pattern mining over one project's evidence in one interval bucket.
-    AggregateProject,
-    /// Cross-project matching of promoted patterns in one interval bucket.
-    AggregateGlobal,
-    /// An offline cassette evaluation of one Skill candidate.
-    Evaluate,
-    /// The embedding of one experience by one embedding model (the optional semantic layer).
-    Embed,
+crate::text_enum! {
+    /// Every kind of durable learning job. Each worker binary registers handlers for its own kinds.
+    #[derive(
+        Debug,
+        Clone,
+        Copy,
+        PartialEq,
+        Eq,
+        Hash,
+        Serialize,
+        Deserialize,
+        PartialOrd,
+        Ord,
+        utoipa::ToSchema,
+    )]
+    #[serde(rename_all = "snake_case")]
+    pub enum JobKind {
+        /// Closed-turn (or manual) extraction of Experience from one source snapshot.
+        Extract = "extract",
+        /// No-tools resident Memory maintenance for one canonical memory path.
+        Maintain = "maintain",
+        /// Pattern mining over one project's evidence in one interval bucket.
+        AggregateProject = "aggregate_project",
+        /// Cross-project matching of promoted patterns in one interval bucket.
+        AggregateGlobal = "aggregate_global",
+        /// An offline cassette evaluation of one Skill candidate.
+        Evaluate = "evaluate",
+        /// The embedding of one experience by one embedding model (the optional semantic layer).
+        Embed = "embed",
+    }
 }
 
 impl JobKind {
-    /// Kinds whose jobs of one project run one at a time: aggregation, in admission order (a
-    /// follow-up reads what the run before it leaves), and maintenance (one writer per Memory
-    /// document: two plans over one revision would make one of them fail its compare-and-set and
-    /// spend an attempt). The claim gate defers a job while another of its kind and project
-    /// runs ([`super::earlier_run_in`], [`super::another_run_in`]); settling that run makes its
-    /// waiting successors due at once.
     /// One-at-a-time kinds whose runs must not overlap in any order (not only admission
     /// order): a job waits for any other running job of its kind and project
     /// ([`super::another_run_in`]), and a settled run makes every waiting one due.
@@ -46,84 +42,37 @@ impl JobKind {
         matches!(self, JobKind::Maintain)
     }
 
+    /// Kinds whose jobs of one project run one at a time: aggregation, in admission order (a
+    /// follow-up reads what the run before it leaves), and maintenance (one writer per Memory
+    /// document: two plans over one revision would make one of them fail its compare-and-set and
+    /// spend an attempt). The claim gate defers a job while another of its kind and project
+    /// runs ([`super::earlier_run_in`], [`super::another_run_in`]); settling that run makes its
+    /// waiting successors due at once.
     pub fn runs_one_at_a_time(self) -> bool {
         matches!(
             self,
             JobKind::AggregateProject | JobKind::AggregateGlobal | JobKind::Maintain
         )
     }
-
-    pub const ALL: [JobKind; 6] = [
-        JobKind::Extract,
-        JobKind::Maintain,
-        JobKind::AggregateProject,
-        JobKind::AggregateGlobal,
-        JobKind::Evaluate,
-        JobKind::Embed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobKind::Extract => "extract",
-            JobKind::Maintain => "maintain",
-            JobKind::AggregateProject => "aggregate_project",
-            JobKind::AggregateGlobal => "aggregate_global",
-            JobKind::Evaluate => "evaluate",
-            JobKind::Embed => "embed",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<JobKind> {
-        JobKind::ALL.into_iter().find(|kind| kind.as_str() == value)
-    }
 }
 
-impl std::fmt::Display for JobKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+crate::text_enum! {
+    /// Where a job is in its life. `completed`, `failed` and `skipped` are terminal; `uncertain`
+    /// is terminal until an operator decides (used where a side effect's outcome cannot be
+    /// proven).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum JobState {
+        Queued = "queued",
+        Running = "running",
+        Completed = "completed",
+        Failed = "failed",
+        Skipped = "skipped",
+        Uncertain = "uncertain",
     }
-}
-
-/// Where a job is in its life. `completed`, `failed` and `skipped` are terminal; `uncertain` is
-/// terminal until an operator decides (used where a side effect's outcome cannot be proven).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum JobState {
-    Queued,
-    Running,
-    Completed,
-    Failed,
-    Skipped,
-    Uncertain,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 6] = [
-        JobState::Queued,
-        JobState::Running,
-        JobState::Completed,
-        JobState::Failed,
-        JobState::Skipped,
-        JobState::Uncertain,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Queued => "queued",
-            JobState::Running => "running",
-            JobState::Completed => "completed",
-            JobState::Failed => "failed",
-            JobState::Skipped => "skipped",
-            JobState::Uncertain => "uncertain",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<JobState> {
-        JobState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == value)
-    }
-
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -146,51 +95,25 @@ impl TryFrom<String> for JobState {
     }
 }
 
-impl std::fmt::Display for JobState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+crate::text_enum! {
+    /// Why a job exists; decides its claim priority.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum JobOrigin {
+        /// A turn that just closed: learning that should reach the next prompt soon.
+        ClosedTurn = "closed_turn",
+        /// An explicit operator command (`reflect`, `reprocess`, `skill-review`).
+        Manual = "manual",
+        /// Backlog from history repair or start-up catch-up.
+        Legacy = "legacy",
+        /// Periodic work admitted for an interval bucket.
+        Periodic = "periodic",
+        /// Follow-up work admitted by another job or an explicit API call.
+        Explicit = "explicit",
     }
-}
-
-/// Why a job exists; decides its claim priority.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum JobOrigin {
-    /// A turn that just closed: learning that should reach the next prompt soon.
-    ClosedTurn,
-    /// An explicit operator command (`reflect`, `reprocess`, `skill-review`).
-    Manual,
-    /// Backlog from history repair or start-up catch-up.
-    Legacy,
-    /// Periodic work admitted for an interval bucket.
-    Periodic,
-    /// Follow-up work admitted by another job or an explicit API call.
-    Explicit,
 }
 
 impl JobOrigin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobOrigin::ClosedTurn => "closed_turn",
-            JobOrigin::Manual => "manual",
-            JobOrigin::Legacy => "legacy",
-            JobOrigin::Periodic => "periodic",
-            JobOrigin::Explicit => "explicit",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<JobOrigin> {
-        [
-            JobOrigin::ClosedTurn,
-            JobOrigin::Manual,
-            JobOrigin::Legacy,
-            JobOrigin::Periodic,
-            JobOrigin::Explicit,
-        ]
-        .into_iter()
-        .find(|origin| origin.as_str() == value)
-    }
-
     /// Work nobody asked for by hand: its model tokens count toward
     /// `learning.execution.max_tokens_per_day`, and the cap can hold it back. Only a person's
     /// explicit command is exempt, whatever stage runs it.

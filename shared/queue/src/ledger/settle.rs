@@ -314,7 +314,10 @@ impl Settlement<'_> {
                     job_id: self.lease.job_id.clone(),
                 });
             }
-            if self.lease.kind.runs_alone_in_any_order() {
+            // Only Postgres takes the kind's advisory lock (SQLite's write lock is already held).
+            if self.lease.kind.runs_alone_in_any_order()
+                && tx.backend() == crate::db::Backend::Postgres
+            {
                 let project_id: Option<String> = crate::on_tx!(&mut tx, |conn| {
                     sqlx::query_scalar("SELECT project_id FROM learning_job WHERE id = $1")
                         .bind(&self.lease.job_id)
@@ -424,9 +427,16 @@ impl Settlement<'_> {
             error,
             retry_delay_ms,
         };
-        let job = match self.tx.as_mut() {
-            Some(tx) => finish_in_caller_tx(tx, &self.lease, &ending, now).await?,
-            None => finish_alone(&self.ledger.db, &self.lease, &ending, now).await?,
+        // Alone, the held-back successors are released after the settlement commits.
+        let (job, successors_may_wait) = match self.tx.as_mut() {
+            Some(tx) => (
+                finish_in_caller_tx(tx, &self.lease, &ending, now).await?,
+                false,
+            ),
+            None => match finish_alone(&self.ledger.db, &self.lease, &ending, now).await? {
+                Some(finished) => (Some(finished.job), finished.successors_may_wait),
+                None => (None, false),
+            },
         };
         let Some(job) = job else {
             if let Some(tx) = self.tx.take() {
@@ -443,7 +453,7 @@ impl Settlement<'_> {
                 if job.state == JobState::Queued {
                     self.ledger.db.wake_bus().wake();
                 }
-                if job.kind.runs_one_at_a_time() && job.state.is_terminal() {
+                if successors_may_wait {
                     let mut tx = self.ledger.db.begin().await?;
                     successors_due_in(&mut tx, &job, now).await?;
                     tx.commit().await?;
@@ -464,17 +474,16 @@ async fn finish_in_caller_tx(
     ending: &Ending<'_>,
     now: Option<i64>,
 ) -> Result<Option<Job>, LedgerError> {
-    let job = finish_returning(tx, lease, ending, now).await?;
-    if job
-        .as_ref()
-        .is_some_and(|job| job.state == JobState::Queued)
-    {
+    let Some(finished) = finish_returning(tx, lease, ending, now).await? else {
+        return Ok(None);
+    };
+    if finished.job.state == JobState::Queued {
         notify_in(tx, "retry").await?;
     }
-    if let Some(job) = &job {
-        successors_due_in(tx, job, now).await?;
+    if finished.successors_may_wait {
+        successors_due_in(tx, &finished.job, now).await?;
     }
-    Ok(job)
+    Ok(Some(finished.job))
 }
 
 /// The settlement as one statement of its own (the handler wrote nothing transactional); a
@@ -484,10 +493,10 @@ async fn finish_alone(
     lease: &Lease,
     ending: &Ending<'_>,
     now: Option<i64>,
-) -> Result<Option<Job>, LedgerError> {
+) -> Result<Option<Finished>, LedgerError> {
     let _slot = db.write_slot().await;
-    let sql = finish_sql(db.backend());
-    let row: Option<JobRow> = crate::on_db!(db, |pool| bind_finish!(
+    let sql = finish_sql(db.backend(), lease.kind);
+    let row: Option<FinishedRow> = crate::on_db!(db, |pool| bind_finish!(
         sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
         lease,
         ending,
@@ -495,11 +504,11 @@ async fn finish_alone(
     )
     .fetch_optional(pool)
     .await)?;
-    let job = row.map(Job::try_from).transpose()?;
+    let finished = row.map(Finished::try_from).transpose()?;
     if let Some(pool) = db.as_postgres()
-        && job
+        && finished
             .as_ref()
-            .is_some_and(|job| job.state == JobState::Queued)
+            .is_some_and(|finished| finished.job.state == JobState::Queued)
     {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(crate::ledger::PG_CHANNEL)
@@ -507,7 +516,7 @@ async fn finish_alone(
             .execute(pool)
             .await?;
     }
-    Ok(job)
+    Ok(finished)
 }
 
 /// A settled run of a one-at-a-time kind ([`JobKind::runs_one_at_a_time`]) lets the jobs of its
@@ -522,13 +531,17 @@ async fn successors_due_in(tx: &mut Tx, job: &Job, now: Option<i64>) -> Result<(
         super::query::lock_runs_in(tx, job.kind, job.project_id.as_deref()).await?;
     }
     let now_expr = now_sql(tx.backend(), 4);
-    // Jobs admitted after this run waited for it; of a kind that waits for any run, so did the
-    // earlier ones that never ran (one with attempts spent may be in its retry backoff).
-    let sql = format!(
-        "UPDATE learning_job SET run_at = {now_expr} WHERE kind = $1 AND state = 'queued' \
-           AND COALESCE(project_id, '') = COALESCE($2, '') AND run_at > {now_expr} \
-           AND (id > $3 OR ($5 AND attempts = 0))"
+    let held_back = held_back_by(
+        "learning_job",
+        &RunColumns {
+            kind: "$1",
+            project_id: "$2",
+            id: "$3",
+            now_at: &now_expr,
+            any_order: "$5",
+        },
     );
+    let sql = format!("UPDATE learning_job SET run_at = {now_expr} WHERE {held_back}");
     let moved = crate::on_tx!(tx, |conn| sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
         .bind(job.kind.as_str())
         .bind(job.project_id.as_deref())
@@ -542,6 +555,65 @@ async fn successors_due_in(tx: &mut Tx, job: &Job, now: Option<i64>) -> Result<(
         notify_in(tx, "successor").await?;
     }
     Ok(())
+}
+
+/// The settled run a held-back job waited for, as SQL expressions (columns or placeholders).
+struct RunColumns<'a> {
+    kind: &'a str,
+    project_id: &'a str,
+    id: &'a str,
+    now_at: &'a str,
+    /// Whether the run's kind waits for any run of its project, not only an earlier one.
+    any_order: &'a str,
+}
+
+/// The condition on `waiting` (a `learning_job` row) of a job the settled run held back:
+/// deferred at the claim gate while it ran. Jobs admitted after the run waited for it; of a
+/// kind that waits for any run, so did the earlier ones that never ran (one with attempts spent
+/// may be in its retry backoff). Written once for the settlement's look and the update.
+fn held_back_by(waiting: &str, run: &RunColumns<'_>) -> String {
+    format!(
+        "{waiting}.kind = {kind} AND {waiting}.state = 'queued' \
+           AND COALESCE({waiting}.project_id, '') = COALESCE({project_id}, '') \
+           AND {waiting}.run_at > {now_at} \
+           AND ({waiting}.id > {id} OR ({any_order} AND {waiting}.attempts = 0))",
+        kind = run.kind,
+        project_id = run.project_id,
+        id = run.id,
+        now_at = run.now_at,
+        any_order = run.any_order,
+    )
+}
+
+/// Whether the settlement statement should look for held-back successors, as a column.
+///
+/// On SQLite every write holds the database's one write lock, so a deferral either committed
+/// before the settlement (and the look sees it) or comes after it (and the gate no longer sees
+/// the run): the look is exact and a settlement with nothing held back costs no further
+/// statement. On Postgres a concurrent claim's deferral may not be visible yet; the update runs
+/// under the kind's advisory lock and decides for itself.
+fn successors_look(backend: crate::db::Backend, kind: JobKind, now_at: &str) -> String {
+    if !kind.runs_one_at_a_time() {
+        return String::from("FALSE");
+    }
+    if backend == crate::db::Backend::Postgres {
+        return String::from("TRUE");
+    }
+    let run = RunColumns {
+        kind: "learning_job.kind",
+        project_id: "learning_job.project_id",
+        id: "learning_job.id",
+        now_at,
+        any_order: if kind.runs_alone_in_any_order() {
+            "TRUE"
+        } else {
+            "FALSE"
+        },
+    };
+    format!(
+        "EXISTS (SELECT 1 FROM learning_job AS waiting WHERE {})",
+        held_back_by("waiting", &run)
+    )
 }
 
 /// How an attempt ends.
@@ -562,8 +634,10 @@ impl std::fmt::Display for Outcome {
 }
 
 /// The guarded final state change. `$3` is the terminal state, NULL for another attempt, `$6`
-/// the retry delay, `$7` now (NULL: the database's clock).
-fn finish_sql(backend: crate::db::Backend) -> String {
+/// the retry delay, `$7` now (NULL: the database's clock). Returns the job and
+/// `successors_may_wait` ([`successors_look`]).
+fn finish_sql(backend: crate::db::Backend, kind: JobKind) -> String {
+    let now_at = now_sql(backend, 7);
     format!(
         "UPDATE learning_job SET \
            state = CASE WHEN $3 IS NOT NULL THEN $3 \
@@ -574,9 +648,34 @@ fn finish_sql(backend: crate::db::Backend) -> String {
            finished_at = CASE WHEN $3 IS NULL AND attempts < max_attempts THEN NULL \
                               ELSE {now_at} END, \
            updated_at = {now_at} \
-         WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING {JOB_COLUMNS}",
-        now_at = now_sql(backend, 7)
+         WHERE id = $1 AND lease_token = $2 AND state = 'running' \
+         RETURNING {JOB_COLUMNS}, {successors} AS successors_may_wait",
+        successors = successors_look(backend, kind, &now_at),
     )
+}
+
+/// A settled job and whether a job it held back may be waiting.
+struct Finished {
+    job: Job,
+    successors_may_wait: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct FinishedRow {
+    #[sqlx(flatten)]
+    job: JobRow,
+    successors_may_wait: bool,
+}
+
+impl TryFrom<FinishedRow> for Finished {
+    type Error = crate::db::StoreError;
+
+    fn try_from(row: FinishedRow) -> Result<Finished, Self::Error> {
+        Ok(Finished {
+            job: Job::try_from(row.job)?,
+            successors_may_wait: row.successors_may_wait,
+        })
+    }
 }
 
 /// How a settlement ends an attempt: its outcome and what it records.
@@ -611,9 +710,9 @@ async fn finish_returning(
     lease: &Lease,
     ending: &Ending<'_>,
     now: Option<i64>,
-) -> Result<Option<Job>, LedgerError> {
-    let sql = finish_sql(tx.backend());
-    let row: Option<JobRow> = crate::on_tx!(tx, |conn| bind_finish!(
+) -> Result<Option<Finished>, LedgerError> {
+    let sql = finish_sql(tx.backend(), lease.kind);
+    let row: Option<FinishedRow> = crate::on_tx!(tx, |conn| bind_finish!(
         sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())),
         lease,
         ending,
@@ -621,7 +720,7 @@ async fn finish_returning(
     )
     .fetch_optional(conn)
     .await)?;
-    row.map(Job::try_from)
+    row.map(Finished::try_from)
         .transpose()
         .map_err(LedgerError::from)
 }
