@@ -3,34 +3,21 @@
 //! Postgres notifications. Equal markers mean (almost certainly) an equal projection, so a
 //! stream rebuilds the projection only when its marker moved.
 
+use super::store::changes as store;
 use crate::db::{Db, StoreError};
 
 /// Database-wide counters and update times of everything a projection is built from (jobs,
 /// experiences, learning events, feedback, policies).
 pub async fn global_marker(db: &Db) -> Result<Vec<i64>, StoreError> {
-    let sql = "SELECT \
-        (SELECT COUNT(*) FROM learning_job), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM learning_job), \
-        (SELECT COUNT(*) FROM experience_record), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM experience_record), \
-        (SELECT COUNT(*) FROM learning_event), \
-        (SELECT COALESCE(MAX(at), 0) FROM learning_event), \
-        (SELECT COUNT(*) FROM message_feedback), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM message_feedback), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM session_memory_policy)";
-    let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64) =
-        crate::on_db!(db, |pool| sqlx::query_as(sql).fetch_one(pool).await)?;
-    Ok(vec![
-        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
-    ])
+    Ok(store::global_counters(db).await?.to_vec())
 }
 
 /// The marker of one session's learning projection.
 #[derive(Debug, PartialEq, Eq)]
 pub struct SessionMarker {
     /// `(id, state, updated_at)` of the session's 200 most recently updated jobs.
-    jobs: Vec<(String, String, i64)>,
-    counters: (i64, i64, i64, i64, i64, i64, i64),
+    jobs: Vec<store::JobMarkerRow>,
+    counters: [i64; 7],
 }
 
 /// The marker of `session_id`'s projection (experiences count project-wide).
@@ -39,26 +26,8 @@ pub async fn session_marker(
     session_id: &str,
     project_id: &str,
 ) -> Result<SessionMarker, StoreError> {
-    let jobs_sql = "SELECT id, state, updated_at FROM learning_job WHERE session_id = $1 \
-                    ORDER BY updated_at DESC, id DESC LIMIT 200";
-    let counters_sql = "SELECT \
-        (SELECT COUNT(*) FROM experience_record WHERE project_id = $2), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM experience_record WHERE project_id = $2), \
-        (SELECT COUNT(*) FROM learning_event WHERE session_id = $1), \
-        (SELECT COALESCE(MAX(at), 0) FROM learning_event WHERE session_id = $1), \
-        (SELECT COUNT(*) FROM message_feedback WHERE session_id = $1), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM message_feedback WHERE session_id = $1), \
-        (SELECT COALESCE(MAX(updated_at), 0) FROM session_memory_policy WHERE session_id = $1)";
-    let jobs: Vec<(String, String, i64)> = crate::on_db!(db, |pool| sqlx::query_as(jobs_sql)
-        .bind(session_id)
-        .fetch_all(pool)
-        .await)?;
-    let counters: (i64, i64, i64, i64, i64, i64, i64) =
-        crate::on_db!(db, |pool| sqlx::query_as(counters_sql)
-            .bind(session_id)
-            .bind(project_id)
-            .fetch_one(pool)
-            .await)?;
+    let jobs = store::session_jobs(db, session_id).await?;
+    let counters = store::session_counters(db, session_id, project_id).await?;
     Ok(SessionMarker { jobs, counters })
 }
 

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::events::{self, EventScope};
+use super::store::feedback as store;
 use crate::db::{StoreError, Tx};
 use crate::transcript::Role;
 
@@ -56,34 +57,9 @@ pub enum FeedbackError {
     NoteTooLong,
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    message_id: String,
-    session_id: String,
-    value: String,
-    note: Option<String>,
-    revision: i64,
-    updated_at: i64,
-}
-
+/// The feedback on `message_id`, if any.
 pub async fn load_in(tx: &mut Tx, message_id: &str) -> Result<Option<Feedback>, StoreError> {
-    let sql = "SELECT message_id, session_id, value, note, revision, updated_at FROM message_feedback WHERE message_id = $1";
-    let row: Option<Row> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
-        .bind(message_id)
-        .fetch_optional(conn)
-        .await)?;
-    row.map(|row| {
-        Ok(Feedback {
-            value: FeedbackValue::parse(&row.value)
-                .ok_or_else(|| StoreError::Corrupt(format!("feedback value `{}`", row.value)))?,
-            message_id: row.message_id,
-            session_id: row.session_id,
-            note: row.note,
-            revision: row.revision,
-            updated_at: row.updated_at,
-        })
-    })
-    .transpose()
+    store::load_in(tx, message_id).await
 }
 
 /// Sets feedback with an expected revision (0 = none may exist).
@@ -141,58 +117,24 @@ async fn assistant_message_in(
     tx: &mut Tx,
     message_id: &str,
 ) -> Result<Result<(String, String), FeedbackError>, StoreError> {
-    let target: Option<(String, String, String)> = crate::on_tx!(tx, |conn| {
-        sqlx::query_as(
-            "SELECT m.session_id, m.role, s.project_id FROM message m JOIN session s ON s.id = m.session_id WHERE m.id = $1")
-        .bind(message_id)
-        .fetch_optional(conn)
-        .await
-    })?;
-    let Some((session_id, role, project_id)) = target else {
+    let target = store::target_in(tx, message_id).await?;
+    let Some(target) = target else {
         return Ok(Err(FeedbackError::NotFound(message_id.to_owned())));
     };
-    if Role::parse(&role) != Some(Role::Assistant) {
+    if Role::parse(&target.role) != Some(Role::Assistant) {
         return Ok(Err(FeedbackError::NotAssistant(message_id.to_owned())));
     }
-    Ok(Ok((session_id, project_id)))
+    Ok(Ok((target.session_id, target.project_id)))
 }
 
 /// Writes `next` compare-and-set: returns the rows written, 0 when a concurrent writer got
 /// there first (the first feedback already exists, or the revision moved on).
 async fn write_in(tx: &mut Tx, next: &Feedback, expected_revision: i64) -> Result<u64, StoreError> {
-    let note = next.note.as_deref();
-    let written = if expected_revision == 0 {
-        let sql = "INSERT INTO message_feedback (message_id, session_id, value, note, revision, updated_at) \
-                   VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (message_id) DO NOTHING";
-        crate::db::execute_in(
-            tx,
-            sql,
-            &[
-                (&next.message_id).into(),
-                (&next.session_id).into(),
-                next.value.as_str().into(),
-                note.into(),
-                next.updated_at.into(),
-            ],
-        )
-        .await?
+    if expected_revision == 0 {
+        store::insert_first_in(tx, next).await
     } else {
-        let sql = "UPDATE message_feedback SET value = $2, note = $3, revision = revision + 1, updated_at = $4 \
-                   WHERE message_id = $1 AND revision = $5";
-        crate::db::execute_in(
-            tx,
-            sql,
-            &[
-                (&next.message_id).into(),
-                next.value.as_str().into(),
-                note.into(),
-                next.updated_at.into(),
-                expected_revision.into(),
-            ],
-        )
-        .await?
-    };
-    Ok(written)
+        store::update_in(tx, next, expected_revision).await
+    }
 }
 
 /// Appends the `learning.feedback.changed` event, in the transaction that wrote `next`.

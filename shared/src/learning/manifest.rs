@@ -366,64 +366,18 @@ pub fn finish(records: Vec<SourceRecord>) -> SourceManifest {
 }
 
 /// Persists the manifest an attempt reads on its job, before any provider request, in
-/// statements of [`PERSIST_CHUNK`] records. Idempotent for a retried attempt (the bound manifest
+/// statements of a bounded number of records. Idempotent for a retried attempt (the bound manifest
 /// cannot differ).
 pub async fn persist_in(
     tx: &mut crate::db::Tx,
     job_id: &str,
     manifest: &SourceManifest,
 ) -> Result<(), crate::db::StoreError> {
-    let labels: Vec<(String, String)> = manifest
-        .records
-        .iter()
-        .map(|record| (wire_name(record.kind), wire_name(record.verification)))
-        .collect();
-    for (records, labels) in manifest
-        .records
-        .chunks(PERSIST_CHUNK)
-        .zip(labels.chunks(PERSIST_CHUNK))
-    {
-        let rows = (0..records.len())
-            .map(|row| {
-                let marks: Vec<String> =
-                    (1..=12).map(|col| format!("${}", row * 12 + col)).collect();
-                format!("({})", marks.join(", "))
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "INSERT INTO learning_source_record (job_id, source_id, address, message_id, part_ordinal, kind, \
-               verification, text, raw_digest, redacted_digest, clipped, context) \
-             VALUES {rows} ON CONFLICT (job_id, source_id) DO NOTHING"
-        );
-        let mut args: Vec<crate::db::Arg<'_>> = Vec::with_capacity(records.len() * 12);
-        for (record, (kind, verification)) in records.iter().zip(labels) {
-            let row: [crate::db::Arg<'_>; 12] = [
-                job_id.into(),
-                (&record.source_id).into(),
-                (&record.address).into(),
-                (&record.message_id).into(),
-                record.part_ordinal.into(),
-                kind.as_str().into(),
-                verification.as_str().into(),
-                (&record.text).into(),
-                (&record.raw_digest).into(),
-                (&record.redacted_digest).into(),
-                record.clipped.into(),
-                record.context.into(),
-            ];
-            args.extend(row);
-        }
-        crate::db::execute_in(tx, sqlx::AssertSqlSafe(sql.as_str()), &args).await?;
-    }
-    Ok(())
+    super::store::manifest::insert_in(tx, job_id, &manifest.records).await
 }
 
-/// Source records per insert statement (twelve parameters each).
-const PERSIST_CHUNK: usize = 50;
-
 /// The serialized name of a unit enum (`kind`, `verification`), as the columns store it.
-fn wire_name(value: impl Serialize) -> String {
+pub(crate) fn wire_name(value: impl Serialize) -> String {
     serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -435,25 +389,7 @@ pub async fn load_persisted(
     db: &crate::db::Db,
     job_id: &str,
 ) -> Result<Vec<serde_json::Value>, crate::db::StoreError> {
-    let sql = "SELECT source_id, address, message_id, kind, verification, text, raw_digest, redacted_digest, clipped, \
-               context FROM learning_source_record WHERE job_id = $1";
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        source_id: String,
-        address: String,
-        message_id: Option<String>,
-        kind: String,
-        verification: String,
-        text: String,
-        raw_digest: String,
-        redacted_digest: String,
-        clipped: bool,
-        context: bool,
-    }
-    let rows: Vec<Row> = crate::on_db!(db, |pool| sqlx::query_as(sql)
-        .bind(job_id)
-        .fetch_all(pool)
-        .await)?;
+    let rows = super::store::manifest::of_job(db, job_id).await?;
     let mut records: Vec<serde_json::Value> = rows
         .into_iter()
         .map(|row| {

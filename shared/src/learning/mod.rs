@@ -16,6 +16,7 @@ pub mod retrieval;
 pub mod rules;
 pub mod signals;
 mod snapshot;
+mod store;
 pub mod usage;
 pub mod validate;
 

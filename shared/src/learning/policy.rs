@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::store::policy as store;
 use crate::config::LearningConfig;
 use crate::db::{StoreError, Tx};
 
@@ -62,32 +63,6 @@ pub enum PolicyError {
     Missing(String),
 }
 
-#[derive(sqlx::FromRow)]
-struct PolicyRow {
-    session_id: String,
-    use_memories: bool,
-    generation: String,
-    revision: i64,
-    reason: Option<String>,
-    updated_at: i64,
-}
-
-impl TryFrom<PolicyRow> for SessionPolicy {
-    type Error = StoreError;
-    fn try_from(row: PolicyRow) -> Result<Self, StoreError> {
-        Ok(SessionPolicy {
-            generation: Generation::parse(&row.generation).ok_or_else(|| {
-                StoreError::Corrupt(format!("policy generation `{}`", row.generation))
-            })?,
-            session_id: row.session_id,
-            use_memories: row.use_memories,
-            revision: row.revision,
-            reason: row.reason,
-            updated_at: row.updated_at,
-        })
-    }
-}
-
 /// The configuration default, used for new root sessions and legacy sessions without a row.
 pub fn configured_default(session_id: &str, config: &LearningConfig, now: i64) -> SessionPolicy {
     SessionPolicy {
@@ -104,16 +79,10 @@ pub fn configured_default(session_id: &str, config: &LearningConfig, now: i64) -
     }
 }
 
+/// The durable policy of `session_id`, if it has one.
 pub async fn load_in(tx: &mut Tx, session_id: &str) -> Result<Option<SessionPolicy>, StoreError> {
-    let row: Option<PolicyRow> = crate::on_tx!(tx, |conn| sqlx::query_as(LOAD)
-        .bind(session_id)
-        .fetch_optional(conn)
-        .await)?;
-    row.map(SessionPolicy::try_from).transpose()
+    store::load_in(tx, session_id).await
 }
-
-const LOAD: &str = "SELECT session_id, use_memories, generation, revision, reason, updated_at \
-                    FROM session_memory_policy WHERE session_id = $1";
 
 /// [`effective_in`] as one statement outside any transaction (the prompt path reads it before
 /// every request; a single row needs no transaction to be consistent).
@@ -123,11 +92,7 @@ pub async fn effective(
     config: &LearningConfig,
     now: i64,
 ) -> Result<SessionPolicy, StoreError> {
-    let row: Option<PolicyRow> = crate::on_db!(db, |pool| sqlx::query_as(LOAD)
-        .bind(session_id)
-        .fetch_optional(pool)
-        .await)?;
-    Ok(match row.map(SessionPolicy::try_from).transpose()? {
+    Ok(match store::load(db, session_id).await? {
         Some(policy) => policy,
         None => configured_default(session_id, config, now),
     })
@@ -154,38 +119,13 @@ pub async fn session_project_and_effective_in(
     config: &LearningConfig,
     now: i64,
 ) -> Result<(Option<String>, SessionPolicy), StoreError> {
-    type Row = (
-        Option<String>,
-        Option<bool>,
-        Option<String>,
-        Option<i64>,
-        Option<String>,
-        Option<i64>,
-    );
-    let row: Option<Row> = crate::on_tx!(tx, |conn| sqlx::query_as(
-        "SELECT s.project_id, p.use_memories, p.generation, p.revision, p.reason, p.updated_at \
-         FROM session s LEFT JOIN session_memory_policy p ON p.session_id = s.id WHERE s.id = $1"
-    )
-    .bind(session_id)
-    .fetch_optional(conn)
-    .await)?;
-    let Some((project_id, use_memories, generation, revision, reason, updated_at)) = row else {
+    let Some(session) = store::session_with_policy_in(tx, session_id).await? else {
         return Ok((None, configured_default(session_id, config, now)));
     };
-    let policy = match (use_memories, generation, revision, updated_at) {
-        (Some(use_memories), Some(generation), Some(revision), Some(updated_at)) => {
-            SessionPolicy::try_from(PolicyRow {
-                session_id: session_id.to_owned(),
-                use_memories,
-                generation,
-                revision,
-                reason,
-                updated_at,
-            })?
-        }
-        _ => configured_default(session_id, config, now),
-    };
-    Ok((project_id, policy))
+    let policy = session
+        .policy
+        .unwrap_or_else(|| configured_default(session_id, config, now));
+    Ok((session.project_id, policy))
 }
 
 /// Freezes the policy of a new session: a copy of the parent's latest durable policy (its
@@ -218,25 +158,7 @@ pub async fn create_in(
 }
 
 async fn write_in(tx: &mut Tx, policy: &SessionPolicy) -> Result<(), StoreError> {
-    let sql = "INSERT INTO session_memory_policy (session_id, use_memories, generation, revision, reason, updated_at) \
-               VALUES ($1, $2, $3, $4, $5, $6) \
-               ON CONFLICT (session_id) DO UPDATE SET use_memories = excluded.use_memories, \
-                 generation = excluded.generation, revision = excluded.revision, \
-                 reason = excluded.reason, updated_at = excluded.updated_at";
-    crate::db::execute_in(
-        tx,
-        sql,
-        &[
-            (&policy.session_id).into(),
-            policy.use_memories.into(),
-            policy.generation.as_str().into(),
-            policy.revision.into(),
-            (&policy.reason).into(),
-            policy.updated_at.into(),
-        ],
-    )
-    .await?;
-    Ok(())
+    store::upsert_in(tx, policy).await
 }
 
 /// A client's compare-and-set update. `generation` may only be `enabled` or `disabled`, and an
@@ -273,27 +195,11 @@ pub async fn update_in(
         reason: current.reason,
         updated_at: now,
     };
-    // The revision guard makes concurrent writers with the same expected revision serialize:
-    // only one UPDATE matches.
-    let sql = "UPDATE session_memory_policy SET use_memories = $2, generation = $3, revision = $4, updated_at = $5 \
-               WHERE session_id = $1 AND revision = $6";
     let changed = if current.revision == 0 {
         write_in(tx, &next).await?;
         1
     } else {
-        crate::db::execute_in(
-            tx,
-            sql,
-            &[
-                session_id.into(),
-                next.use_memories.into(),
-                next.generation.as_str().into(),
-                next.revision.into(),
-                now.into(),
-                expected_revision.into(),
-            ],
-        )
-        .await?
+        store::update_in(tx, &next, expected_revision).await?
     };
     if changed != 1 {
         let latest = effective_in(tx, session_id, config, now).await?;

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::experience::{self, Experience};
 use super::feedback::Feedback;
+use super::store::projection as store;
 use super::usage::{self, ProviderHealth, TokenTotals};
 use super::validate::RefusedItem;
 use super::{extractor_version, policy};
@@ -142,21 +143,12 @@ pub const NO_MODEL_HINT: &str = "A model extractor also learns lessons stated wi
     codex` (your agent's own login), a local Ollama, or an API provider block in config.json \
     (docs/configuration.md#providers).";
 
-/// Prompts read, extraction jobs admitted (and still waiting) and experiences of a project.
-const LEARNED_SQL: &str = "SELECT \
-    (SELECT COUNT(*) FROM message m JOIN session s ON s.id = m.session_id \
-       WHERE s.project_id = $1 AND m.role = 'user'), \
-    (SELECT COUNT(*) FROM learning_job WHERE project_id = $1 AND kind = 'extract'), \
-    (SELECT COUNT(*) FROM learning_job WHERE project_id = $1 AND kind = 'extract' \
-       AND state IN ('queued', 'running')), \
-    (SELECT COUNT(*) FROM experience_record WHERE project_id = $1)";
-
 /// What a project's learning has read and kept so far.
-struct Learned {
-    prompts: i64,
-    turns: i64,
-    waiting: i64,
-    experiences: i64,
+pub(crate) struct Learned {
+    pub(crate) prompts: i64,
+    pub(crate) turns: i64,
+    pub(crate) waiting: i64,
+    pub(crate) experiences: i64,
 }
 
 impl Learned {
@@ -338,35 +330,22 @@ pub async fn session_learning(
     session_id: &str,
     offset: i64,
 ) -> Result<Option<SessionLearning>, StoreError> {
-    let project_id: Option<String> = crate::on_db!(db, |pool| sqlx::query_scalar(
-        "SELECT project_id FROM session WHERE id = $1"
-    )
-    .bind(session_id)
-    .fetch_optional(pool)
-    .await)?;
+    let project_id = store::project_of_session(db, session_id).await?;
     let Some(project_id) = project_id else {
         return Ok(None);
     };
     let mut tx = db.begin_read().await?;
     let policy =
         policy::effective_in(&mut tx, session_id, &config.learning, ledger.now_ms()).await?;
-    let feedback_ids: Vec<String> = crate::on_tx!(&mut tx, |conn| sqlx::query_scalar(
-        "SELECT message_id FROM message_feedback WHERE session_id = $1 ORDER BY updated_at"
-    )
-    .bind(session_id)
-    .fetch_all(conn)
-    .await)?;
+    let feedback_ids = super::store::feedback::messages_of_session_in(&mut tx, session_id).await?;
     let mut feedback = Vec::new();
     for id in feedback_ids {
         if let Some(item) = super::feedback::load_in(&mut tx, &id).await? {
             feedback.push(item);
         }
     }
-    let last_retrieval: Option<String> = crate::on_tx!(&mut tx, |conn| {
-        sqlx::query_scalar(
-            "SELECT payload FROM learning_event WHERE session_id = $1 AND kind LIKE 'learning.retrieval%' ORDER BY at DESC, id DESC LIMIT 1")
-        .bind(session_id).fetch_optional(conn).await
-    })?;
+    let last_retrieval =
+        super::store::events::last_retrieval_payload_in(&mut tx, session_id).await?;
     tx.rollback().await?;
     let (experiences, total) = experience::list(db, &project_id, offset.max(0), PAGE).await?;
     let session_experiences = experience::for_session(db, session_id).await?;
@@ -407,17 +386,7 @@ pub async fn project_status(
     let now = ledger.now_ms();
     let today = usage::day_of(now);
     let budget = usage::automatic_budget(db, today).await?;
-    let (prompts, turns, waiting, experiences): (i64, i64, i64, i64) =
-        crate::on_db!(db, |pool| sqlx::query_as(LEARNED_SQL)
-            .bind(project_id)
-            .fetch_one(pool)
-            .await)?;
-    let learned = Learned {
-        prompts,
-        turns,
-        waiting,
-        experiences,
-    };
+    let learned = store::learned(db, project_id).await?;
     let jobs = ledger
         .list(&JobFilter {
             projects: Some(vec![project_id.to_owned()]),
@@ -444,7 +413,7 @@ pub async fn project_status(
         post_turn_enabled: learning.post_turn_enabled(),
         history_batch_limit: super::ingestion::REPAIR_BATCH_LIMIT,
         queue: queue_view(ledger, project_id, None).await?,
-        experiences,
+        experiences: learned.experiences,
         explanation: learned.explain(config),
         tokens_today: usage::project_totals(db, project_id, Some(today)).await?,
         tokens_total: usage::project_totals(db, project_id, None).await?,

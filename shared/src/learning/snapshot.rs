@@ -76,41 +76,11 @@ impl SourceSnapshot {
     }
 
     pub async fn insert_in(&self, tx: &mut Tx, job_id: &str) -> Result<(), StoreError> {
-        let sql = "INSERT INTO learning_source_snapshot (job_id, project_id, session_id, \
-                     start_message_id, end_message_id, start_seq, end_seq, completed_at, \
-                     terminal_digest, manifest_digest, input_bound, context_start_seq) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (job_id) DO NOTHING";
-        crate::db::execute_in(
-            tx,
-            sql,
-            &[
-                job_id.into(),
-                (&self.project_id).into(),
-                (&self.session_id).into(),
-                (&self.start_message_id).into(),
-                (&self.end_message_id).into(),
-                self.start_seq.into(),
-                self.end_seq.into(),
-                self.completed_at.into(),
-                (&self.terminal_digest).into(),
-                (&self.manifest_digest).into(),
-                self.input_bound.into(),
-                self.context_start_seq.into(),
-            ],
-        )
-        .await?;
-        Ok(())
+        super::store::snapshot::insert_in(tx, job_id, self).await
     }
 
     pub async fn load_in(tx: &mut Tx, job_id: &str) -> Result<Option<SourceSnapshot>, StoreError> {
-        let sql = "SELECT project_id, session_id, start_message_id, end_message_id, start_seq, \
-                     end_seq, completed_at, terminal_digest, manifest_digest, input_bound, \
-                     context_start_seq \
-                   FROM learning_source_snapshot WHERE job_id = $1";
-        Ok(crate::on_tx!(tx, |conn| sqlx::query_as(sql)
-            .bind(job_id)
-            .fetch_optional(conn)
-            .await)?)
+        super::store::snapshot::load_in(tx, job_id).await
     }
 
     /// Rebuilds the manifest from stored rows in `tx` and compares it with the bound one.

@@ -66,15 +66,7 @@ impl LearningIngestion {
         tx: &mut Tx,
         session_id: &str,
     ) -> Result<Option<Message>, TranscriptError> {
-        let id: Option<String> = crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT id FROM message WHERE session_id = $1 AND role = 'assistant' AND status = 'completed' \
-                 ORDER BY seq DESC LIMIT 1")
-            .bind(session_id)
-            .fetch_optional(conn)
-            .await
-        })?;
-        match id {
+        match super::store::latest_completed_assistant_in(tx, session_id).await? {
             Some(id) => Ok(Some(self.store.message_in(tx, &id).await?)),
             None => Ok(None),
         }

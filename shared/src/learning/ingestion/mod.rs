@@ -9,6 +9,7 @@
 mod manual;
 mod repair;
 mod retention;
+mod store;
 
 use std::sync::Arc;
 
@@ -370,12 +371,7 @@ pub(crate) async fn session_project(
     tx: &mut Tx,
     session_id: &str,
 ) -> Result<String, TranscriptError> {
-    let project: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT project_id FROM session WHERE id = $1"
-    )
-    .bind(session_id)
-    .fetch_optional(conn)
-    .await)?;
+    let project = crate::transcript::session_project_in(tx, session_id).await?;
     project.ok_or_else(|| TranscriptError::NotFound {
         what: "session",
         id: session_id.to_owned(),

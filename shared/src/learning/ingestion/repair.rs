@@ -11,8 +11,10 @@
 
 use serde::Serialize;
 
+use super::store::{self, Inspection, LegacyJob};
 use super::{LearningIngestion, TurnOutcome};
 use crate::db::Tx;
+use crate::learning::experience::store::{self as experience, Verification};
 use crate::learning::policy;
 use crate::ledger::{Admission, JobIdentity, JobOrigin, JobState};
 use crate::text::redact::redact;
@@ -52,26 +54,6 @@ pub struct RepairReport {
     pub actions: Vec<RepairAction>,
 }
 
-#[derive(sqlx::FromRow)]
-struct LegacyJob {
-    id: String,
-    session_id: Option<String>,
-    source_message_id: Option<String>,
-    #[sqlx(try_from = "String")]
-    state: JobState,
-}
-
-#[derive(sqlx::FromRow)]
-struct EvidenceRef {
-    experience_id: String,
-    message_id: Option<String>,
-    address: Option<String>,
-    excerpt: String,
-    raw_digest: Option<String>,
-    verification: String,
-    status: String,
-}
-
 impl RepairAction {
     fn of(
         job: &LegacyJob,
@@ -105,17 +87,8 @@ impl LearningIngestion {
         } else {
             self.store.db().begin().await?
         };
-        let sql = "SELECT id, session_id, source_message_id, state FROM learning_job j \
-                   WHERE kind = 'extract' AND project_id = $1 AND COALESCE(extractor_version, '') <> $2 \
-                     AND state IN ('queued', 'completed', 'skipped', 'failed') \
-                     AND NOT EXISTS (SELECT 1 FROM learning_repair r WHERE r.job_id = j.id AND r.extractor_version = $2) \
-                   ORDER BY created_at DESC, id DESC LIMIT $3";
-        let mut legacy: Vec<LegacyJob> = crate::on_tx!(&mut tx, |conn| sqlx::query_as(sql)
-            .bind(project_id)
-            .bind(version)
-            .bind(REPAIR_BATCH + 1)
-            .fetch_all(conn)
-            .await)?;
+        let mut legacy =
+            store::legacy_jobs_in(&mut tx, project_id, version, REPAIR_BATCH + 1).await?;
         if legacy.len() as i64 > REPAIR_BATCH {
             report.has_more = true;
             legacy.truncate(REPAIR_BATCH as usize);
@@ -127,19 +100,13 @@ impl LearningIngestion {
                 .repair_one_in(&mut tx, project_id, &job, dry_run, now, &mut report)
                 .await?;
             if !dry_run {
-                crate::db::execute_in(
-                    &mut tx,
-                    "INSERT INTO learning_repair (job_id, extractor_version, outcome, detail, repaired_at) VALUES ($1, $2, $3, $4, $5) \
-                         ON CONFLICT (job_id, extractor_version) DO NOTHING",
-                    &[
-                        (&job.id).into(),
-                        version.into(),
-                        (&action.action).into(),
-                        (&action.detail).into(),
-                        now.into(),
-                    ],
-                )
-                .await?;
+                let record = store::RepairRecord {
+                    job_id: &job.id,
+                    extractor_version: version,
+                    outcome: &action.action,
+                    detail: action.detail.as_deref(),
+                };
+                store::record_repair_in(&mut tx, &record, now).await?;
             }
             report.actions.push(action);
         }
@@ -298,13 +265,7 @@ impl LearningIngestion {
         dry_run: bool,
         now: i64,
     ) -> Result<i64, TranscriptError> {
-        let sql = "SELECT e.experience_id, e.message_id, e.address, e.excerpt, e.raw_digest, x.verification, x.status \
-                   FROM experience_evidence e JOIN experience_record x ON x.id = e.experience_id \
-                   WHERE x.job_id = $1 ORDER BY e.experience_id, e.ordinal";
-        let evidence: Vec<EvidenceRef> = crate::on_tx!(tx, |conn| sqlx::query_as(sql)
-            .bind(job_id)
-            .fetch_all(conn)
-            .await)?;
+        let evidence = experience::evidence_of_job_in(tx, job_id).await?;
         let mut verdicts: std::collections::BTreeMap<String, (bool, String, String)> =
             std::collections::BTreeMap::new();
         for item in evidence {
@@ -322,17 +283,16 @@ impl LearningIngestion {
             if status == "forgotten" {
                 continue;
             }
-            let next = if ok { "verified" } else { "unverified" };
+            let next = if ok {
+                Verification::Verified
+            } else {
+                Verification::Unverified
+            };
             if ok {
                 verified += 1;
             }
-            if !dry_run && next != current {
-                crate::db::execute_in(
-                    tx,
-                    "UPDATE experience_record SET verification = $2, updated_at = $3 WHERE id = $1",
-                    &[(&experience_id).into(), next.into(), now.into()],
-                )
-                .await?;
+            if !dry_run && next.as_str() != current {
+                experience::set_verification_in(tx, &experience_id, next, now).await?;
             }
         }
         Ok(verified)
@@ -341,7 +301,7 @@ impl LearningIngestion {
     async fn evidence_still_exact_in(
         &self,
         tx: &mut Tx,
-        item: &EvidenceRef,
+        item: &experience::JobEvidenceRow,
     ) -> Result<bool, TranscriptError> {
         let (Some(message_id), Some(address), Some(raw_digest)) =
             (&item.message_id, &item.address, &item.raw_digest)
@@ -404,18 +364,12 @@ impl LearningIngestion {
     /// globally, eligible turns are left unrecorded: they are admitted once it is switched on.
     pub async fn catch_up(&self) -> Result<Vec<TurnOutcome>, TranscriptError> {
         let now = self.ledger.now_ms();
-        let sql = "SELECT m.id FROM message m \
-                   WHERE m.role = 'assistant' AND m.status = 'completed' AND m.completed_at >= $1 \
-                     AND NOT EXISTS (SELECT 1 FROM learning_job j WHERE j.kind = 'extract' AND j.session_id = m.session_id \
-                       AND j.source_message_id = m.id AND j.extractor_version = $2 AND j.input_digest IS NULL) \
-                     AND NOT EXISTS (SELECT 1 FROM learning_turn_inspection i WHERE i.message_id = m.id) \
-                   ORDER BY m.completed_at DESC, m.id DESC LIMIT $3";
-        let ids: Vec<String> = crate::on_db!(self.store.db(), |pool| sqlx::query_scalar(sql)
-            .bind(now - CATCH_UP_WINDOW_MS)
-            .bind(self.extractor_version())
-            .bind(CATCH_UP_LIMIT)
-            .fetch_all(pool)
-            .await)?;
+        let window = store::CatchUpWindow {
+            since: now - CATCH_UP_WINDOW_MS,
+            extractor_version: self.extractor_version(),
+            limit: CATCH_UP_LIMIT,
+        };
+        let ids = store::turns_to_catch_up(self.store.db(), &window).await?;
         let mut outcomes = Vec::new();
         for id in ids {
             let mut tx = self.store.db().begin().await?;
@@ -424,7 +378,7 @@ impl LearningIngestion {
                 .close_turn_in(&mut tx, message, JobOrigin::ClosedTurn, false, None)
                 .await?;
             if let Some(inspection) = self.nothing_to_admit(&outcome) {
-                record_inspection_in(&mut tx, &id, inspection, now).await?;
+                store::record_inspection_in(&mut tx, &id, inspection, now).await?;
             }
             tx.commit().await?;
             outcomes.push(outcome);
@@ -448,32 +402,4 @@ impl LearningIngestion {
             _ => None,
         }
     }
-}
-
-/// What catch-up found in a turn it will not admit.
-enum Inspection {
-    NotEligible,
-    /// Eligible, but its session's policy (exclusion, generation, a forgotten source) refused it.
-    NotAdmitted(String),
-}
-
-async fn record_inspection_in(
-    tx: &mut Tx,
-    message_id: &str,
-    inspection: Inspection,
-    now: i64,
-) -> Result<(), TranscriptError> {
-    let (outcome, detail) = match inspection {
-        Inspection::NotEligible => ("not_eligible", None),
-        Inspection::NotAdmitted(reason) => ("not_admitted", Some(reason)),
-    };
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO learning_turn_inspection (message_id, outcome, detail, inspected_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (message_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, \
-               inspected_at = excluded.inspected_at")
-        .bind(message_id).bind(outcome).bind(detail).bind(now)
-        .execute(conn).await.map(|d| d.rows_affected())
-    })?;
-    Ok(())
 }

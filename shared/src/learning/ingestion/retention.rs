@@ -5,7 +5,8 @@
 
 use serde::Serialize;
 
-use super::LearningIngestion;
+use super::{LearningIngestion, store};
+use crate::learning::experience::store as experience;
 use crate::ledger::JobScope;
 use crate::transcript::TranscriptError;
 
@@ -37,38 +38,21 @@ impl LearningIngestion {
     ) -> Result<SessionDeletion, TranscriptError> {
         let mut tx = self.store.db().begin().await?;
         let now = self.ledger.now_ms();
-        let exists: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-            "SELECT id FROM session WHERE id = $1"
-        )
-        .bind(session_id)
-        .fetch_optional(conn)
-        .await)?;
-        if exists.is_none() {
+        if !store::session_exists_in(&mut tx, session_id).await? {
             return Err(TranscriptError::NotFound {
                 what: "session",
                 id: session_id.to_owned(),
             });
         }
         // Derived Experience: produced by the session's jobs or citing its messages.
-        let derived: Vec<String> = crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT id FROM experience_record WHERE session_id = $1 \
-                 UNION SELECT e.experience_id FROM experience_evidence e JOIN message m ON m.id = e.message_id \
-                 WHERE m.session_id = $1 ORDER BY 1")
-            .bind(session_id).fetch_all(conn).await
-        })?;
+        let derived = experience::derived_from_session_in(&mut tx, session_id).await?;
         let mut documents: Vec<String> = Vec::new();
         let mut removed = Vec::new();
         if cleanup_derived {
             for experience_id in &derived {
                 // Retract resident entries that lose their last support before the provenance
                 // rows cascade away with the Experience.
-                crate::db::execute_in(
-                    &mut tx,
-                    "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 WHERE id = $1",
-                    &[experience_id.into(), now.into()],
-                )
-                .await?;
+                experience::set_forgotten_in(&mut tx, experience_id, now).await?;
                 for document in
                     crate::memory::service::retract_unsupported_in(&mut tx, experience_id, now)
                         .await?
@@ -77,12 +61,7 @@ impl LearningIngestion {
                         documents.push(document);
                     }
                 }
-                crate::db::execute_in(
-                    &mut tx,
-                    "DELETE FROM experience_record WHERE id = $1",
-                    &[experience_id.into()],
-                )
-                .await?;
+                experience::delete_in(&mut tx, experience_id).await?;
                 removed.push(experience_id.clone());
             }
         }
@@ -95,12 +74,7 @@ impl LearningIngestion {
             )
             .await
             .map_err(super::ledger_error)?;
-        crate::db::execute_in(
-            &mut tx,
-            "DELETE FROM session WHERE id = $1",
-            &[session_id.into()],
-        )
-        .await?;
+        store::delete_session_in(&mut tx, session_id).await?;
         tx.commit().await?;
         Ok(SessionDeletion {
             session_id: session_id.to_owned(),
@@ -148,47 +122,18 @@ impl LearningIngestion {
     ) -> Result<ProjectDeletion, TranscriptError> {
         let mut tx = self.store.db().begin().await?;
         let now = self.ledger.now_ms();
-        let worktree: Option<Option<String>> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-            "SELECT worktree FROM project WHERE id = $1"
-        )
-        .bind(project_id)
-        .fetch_optional(conn)
-        .await)?;
-        let Some(worktree) = worktree else {
+        let Some(worktree) = store::project_worktree_in(&mut tx, project_id).await? else {
             return Err(TranscriptError::NotFound {
                 what: "project",
                 id: project_id.to_owned(),
             });
         };
         let documents = retract_global_support_in(&mut tx, project_id, now).await?;
-        let candidates_withdrawn = crate::db::execute_in(
-            &mut tx,
-            "UPDATE memory_candidate SET state = 'stale', detail = 'its project was deleted', \
-               updated_at = $2 WHERE project_id = $1 AND state = 'pending'",
-            &[project_id.into(), now.into()],
-        )
-        .await?;
-        let count = |table: &'static str| {
-            sqlx::AssertSqlSafe(format!(
-                "SELECT COUNT(*) FROM {table} WHERE project_id = $1"
-            ))
-        };
-        let sessions_removed: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(count("session"))
-            .bind(project_id)
-            .fetch_one(conn)
-            .await)?;
-        let experiences_removed: i64 =
-            crate::on_tx!(tx, |conn| sqlx::query_scalar(count("experience_record"))
-                .bind(project_id)
-                .fetch_one(conn)
-                .await)?;
+        let candidates_withdrawn = store::withdraw_candidates_in(&mut tx, project_id, now).await?;
+        let sessions_removed = store::session_count_in(&mut tx, project_id).await?;
+        let experiences_removed = experience::count_of_project_in(&mut tx, project_id).await?;
         let jobs_removed = delete_unowned_rows_in(&self.ledger, &mut tx, project_id).await?;
-        crate::db::execute_in(
-            &mut tx,
-            "DELETE FROM project WHERE id = $1",
-            &[project_id.into()],
-        )
-        .await?;
+        store::delete_project_in(&mut tx, project_id).await?;
         tx.commit().await?;
         Ok(ProjectDeletion {
             project_id: project_id.to_owned(),
@@ -209,24 +154,9 @@ async fn retract_global_support_in(
     project_id: &str,
     now: i64,
 ) -> Result<Vec<String>, TranscriptError> {
-    let supporting: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT DISTINCT p.experience_id FROM memory_provenance p \
-           JOIN memory_entry m ON m.id = p.entry_id \
-           JOIN memory_document d ON d.id = m.document_id \
-           JOIN experience_record e ON e.id = p.experience_id \
-         WHERE e.project_id = $1 AND d.project_id IS NULL ORDER BY 1"
-    )
-    .bind(project_id)
-    .fetch_all(conn)
-    .await)?;
+    let supporting = experience::supporting_global_memory_in(tx, project_id).await?;
     // All of them first: an entry two of the project's experiences support loses both.
-    crate::db::execute_in(
-        tx,
-        "UPDATE experience_record SET status = 'forgotten', forgotten_at = $2, updated_at = $2 \
-         WHERE project_id = $1 AND status = 'active'",
-        &[project_id.into(), now.into()],
-    )
-    .await?;
+    experience::forget_project_in(tx, project_id, now).await?;
     let mut documents: Vec<String> = Vec::new();
     for experience_id in &supporting {
         for document in
@@ -251,17 +181,6 @@ async fn delete_unowned_rows_in(
         .prune_in(tx, JobScope::Project(project_id), "its project was deleted")
         .await
         .map_err(super::ledger_error)?;
-    for sql in [
-        "DELETE FROM prompt_receipt WHERE project_id = $1",
-        "DELETE FROM learning_event WHERE project_id = $1",
-    ] {
-        crate::db::execute_in(tx, sql, &[project_id.into()]).await?;
-    }
-    crate::db::execute_in(
-        tx,
-        "DELETE FROM learning_aggregation WHERE scope_key = $1",
-        &[(&format!("project:{project_id}")).into()],
-    )
-    .await?;
+    store::delete_unowned_rows_in(tx, project_id).await?;
     Ok(jobs)
 }
