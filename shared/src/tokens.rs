@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+mod store;
+
 use crate::clock::SharedClock;
 use crate::db::{Db, StoreError};
 use crate::paths::Paths;
@@ -110,23 +112,6 @@ pub fn digest_hex(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-type TokenRow = (String, String, String, String, bool, i64, Option<i64>);
-
-fn info(row: TokenRow) -> Result<TokenInfo, StoreError> {
-    let (id, name, projects, global, user, created_at, revoked_at) = row;
-    Ok(TokenInfo {
-        id,
-        name,
-        projects: serde_json::from_str(&projects)
-            .map_err(|_| StoreError::Corrupt(String::from("api_token.projects")))?,
-        global: GlobalAccess::parse(&global)
-            .ok_or_else(|| StoreError::Corrupt(String::from("api_token.global_scope")))?,
-        user,
-        created_at,
-        revoked_at,
-    })
-}
-
 impl TokenStore {
     pub fn new(db: Db, clock: SharedClock) -> TokenStore {
         TokenStore { db, clock }
@@ -159,64 +144,22 @@ impl TokenStore {
             created_at: self.clock.now_ms(),
             revoked_at: None,
         };
-        let sql = "INSERT INTO api_token (id, name, token_sha256, projects, global_scope, is_user, created_at) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7)";
-        let projects_json =
-            serde_json::to_string(&info.projects).unwrap_or_else(|_| String::from("[]"));
-        crate::on_db!(self.db, |pool| sqlx::query(sql)
-            .bind(&info.id)
-            .bind(&info.name)
-            .bind(digest_hex(&secret))
-            .bind(&projects_json)
-            .bind(info.global.as_str())
-            .bind(info.user)
-            .bind(info.created_at)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected()))?;
+        store::insert(&self.db, &info, &digest_hex(&secret)).await?;
         Ok((info, secret))
     }
 
     /// The scope of a live token given by its hex SHA-256, or `None` for an unknown or revoked
     /// token.
     pub async fn grant_for(&self, digest_hex: &str) -> Result<Option<Grant>, StoreError> {
-        let sql = "SELECT id, projects, global_scope, is_user FROM api_token \
-                   WHERE token_sha256 = $1 AND revoked_at IS NULL";
-        let row: Option<(String, String, String, bool)> =
-            crate::on_db!(self.db, |pool| sqlx::query_as(sql)
-                .bind(digest_hex)
-                .fetch_optional(pool)
-                .await)?;
-        row.map(|(id, projects, global, user)| {
-            Ok(Grant {
-                id,
-                projects: serde_json::from_str(&projects)
-                    .map_err(|_| StoreError::Corrupt(String::from("api_token.projects")))?,
-                global: GlobalAccess::parse(&global)
-                    .ok_or_else(|| StoreError::Corrupt(String::from("api_token.global_scope")))?,
-                user,
-            })
-        })
-        .transpose()
+        store::grant_for(&self.db, digest_hex).await
     }
 
     pub async fn list(&self) -> Result<Vec<TokenInfo>, StoreError> {
-        let sql = "SELECT id, name, projects, global_scope, is_user, created_at, revoked_at \
-                   FROM api_token ORDER BY created_at, id";
-        let rows: Vec<TokenRow> =
-            crate::on_db!(self.db, |pool| sqlx::query_as(sql).fetch_all(pool).await)?;
-        rows.into_iter().map(info).collect()
+        store::list(&self.db).await
     }
 
     pub async fn revoke(&self, id: &str) -> Result<bool, StoreError> {
-        let sql = "UPDATE api_token SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
-        let changed = crate::on_db!(self.db, |pool| sqlx::query(sql)
-            .bind(id)
-            .bind(self.clock.now_ms())
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected()))?;
-        Ok(changed == 1)
+        store::revoke(&self.db, id, self.clock.now_ms()).await
     }
 }
 

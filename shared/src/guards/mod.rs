@@ -54,7 +54,7 @@ pub async fn compile_memory_in(
                 continue;
             }
             sources.push(entry.id.clone());
-            let evidence = evidence_in(tx, &entry.id).await?;
+            let evidence = crate::memory::store::entry_support_in(tx, &entry.id).await?;
             for guard in guards {
                 let new = NewGuard {
                     project_id: owner,
@@ -136,15 +136,6 @@ async fn propose_in(
         .await?;
     }
     Ok(Some(id))
-}
-
-async fn evidence_in(tx: &mut Tx, entry_id: &str) -> Result<Vec<String>, StoreError> {
-    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT experience_id FROM memory_provenance WHERE entry_id = $1 ORDER BY experience_id"
-    )
-    .bind(entry_id)
-    .fetch_all(conn)
-    .await)?)
 }
 
 /// The guard that stops `call`, with what it matched and the decision: the first `deny` guard
@@ -413,13 +404,7 @@ pub async fn rule_uses(db: &crate::db::Db, project_id: &str) -> Result<Vec<RuleU
     for guard in guards {
         let mut recalled = 0;
         for id in &guard.evidence {
-            let used: Option<i64> = crate::on_db!(db, |pool| sqlx::query_scalar(
-                "SELECT use_count + reinforcements FROM experience_record WHERE id = $1"
-            )
-            .bind(id)
-            .fetch_optional(pool)
-            .await)?;
-            recalled += used.unwrap_or(0);
+            recalled += store::times_recalled(db, id).await?.unwrap_or(0);
         }
         uses.push(RuleUse {
             guards: guard.matcher.describe(),

@@ -283,3 +283,14 @@ pub async fn session_project_in(
     .await
     })?)
 }
+
+/// How often the experience `experience_id` was recalled and reinforced (`None`: no such
+/// experience): what a guard's evidence has been worth in prompts.
+pub async fn times_recalled(db: &Db, experience_id: &str) -> Result<Option<i64>, StoreError> {
+    Ok(crate::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT use_count + reinforcements FROM experience_record WHERE id = $1"
+    )
+    .bind(experience_id)
+    .fetch_optional(pool)
+    .await)?)
+}

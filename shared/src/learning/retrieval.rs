@@ -13,14 +13,19 @@ use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
-use super::experience::{self, EXPERIENCE_COLUMNS, Experience, ExperienceRow};
+pub(crate) mod store;
+
+pub(crate) use store::CandidateRow;
+
+use super::experience::{self, Experience, ExperienceRow};
 use super::recall::floor::Floor;
 use super::recall::index;
 use super::recall::search_terms::{self, MatchMode, QueryTerms};
+use super::recall::store::text::{self as text_store, RankRow, TextMatches, TextQuery};
 use super::recall::{render, token_count};
 use super::{events, policy, signals};
 use crate::config::Config;
-use crate::db::{Db, Pool, StoreError, Tx};
+use crate::db::{Db, StoreError, Tx};
 
 /// How many text matches are reranked.
 const CANDIDATES: i64 = 40;
@@ -61,33 +66,6 @@ pub struct SearchHit {
     pub score: f64,
 }
 
-#[derive(sqlx::FromRow)]
-struct RankRow {
-    id: String,
-    relevance: f64,
-}
-
-/// A live candidate: the stored experience plus the feedback columns ranking reads and what its
-/// source label needs from its citations, in one row ([`CANDIDATE_COLUMNS`]).
-#[derive(sqlx::FromRow)]
-pub(crate) struct CandidateRow {
-    #[sqlx(flatten)]
-    pub(crate) record: ExperienceRow,
-    pub(crate) feedback_score: f64,
-    pub(crate) violations: i64,
-    /// The first citation (by ordinal) that names a message.
-    pub(crate) source_message: Option<String>,
-    /// The first citation's address.
-    pub(crate) source_address: Option<String>,
-}
-
-/// The columns of a [`CandidateRow`] from `experience_record`. The citation columns are kept on
-/// the record by triggers on `experience_evidence` (migrations 0019 and 0020), so a candidate is
-/// one row and `context` reads no evidence to label what it shows.
-pub(crate) fn candidate_columns() -> String {
-    format!("{EXPERIENCE_COLUMNS}, feedback_score, violations, source_message, source_address")
-}
-
 impl CandidateRow {
     /// The source label of this candidate (see [`SearchHit::source`]).
     pub(crate) fn source(&self) -> String {
@@ -118,15 +96,6 @@ pub(crate) async fn experiences(
         EvidenceRows::Load => experience::with_evidence(db, rows).await,
         EvidenceRows::Skip => experience::without_evidence(rows).await,
     }
-}
-
-#[derive(sqlx::FromRow)]
-struct RecentRow {
-    id: String,
-    title: String,
-    summary: String,
-    resolution: Option<String>,
-    keywords: String,
 }
 
 /// `text LIKE '%needle%'` as SQLite evaluates it for a literal needle: a substring test that
@@ -170,20 +139,32 @@ async fn text_candidates(
     {
         return Ok(TextCandidates::Indexed(ranked));
     }
+    let mut short = terms.short_cjk_terms();
+    short.extend(bigrams.iter().map(String::as_str));
+    let query = TextQuery {
+        project_id,
+        terms,
+        mode,
+        bigrams,
+        limit: CANDIDATES,
+        recent_scan: (!short.is_empty()).then_some(SHORT_TERM_SCAN),
+    };
     let mut found = Candidates::default();
-    match db.pool() {
-        Pool::Sqlite(pool) => {
-            sqlite_fts_candidates(pool, project_id, terms, mode, &mut found).await?;
-            let mut short = terms.short_cjk_terms();
-            short.extend(bigrams.iter().map(String::as_str));
-            if !short.is_empty() {
-                recent_substring_candidates(pool, project_id, &short, &mut found).await?;
+    match text_store::matches(db, &query).await? {
+        TextMatches::Sqlite {
+            words,
+            trigrams,
+            recent,
+        } => {
+            found.keep(words, 1.0);
+            found.keep(trigrams, 0.8);
+            if !recent.is_empty() {
+                keep_recent_substrings(&recent, &short, &mut found);
             }
         }
-        Pool::Postgres(pool) => {
-            postgres_tsvector_candidates(pool, project_id, terms, mode, &mut found).await?;
-            postgres_substring_candidates(pool, project_id, terms, mode, bigrams, &mut found)
-                .await?;
+        TextMatches::Postgres { words, substrings } => {
+            found.keep(words, 1.0);
+            found.keep(substrings, 0.7);
         }
     }
     Ok(TextCandidates::Stored(found.ranked()))
@@ -241,111 +222,15 @@ impl Candidates {
     }
 }
 
-/// SQLite: the project's matches in the unicode61 index and, for non-ASCII terms, the trigram
-/// index, each ranked by bm25.
-async fn sqlite_fts_candidates(
-    pool: &sqlx::SqlitePool,
-    project_id: &str,
-    terms: &QueryTerms,
-    mode: MatchMode,
-    found: &mut Candidates,
-) -> Result<(), StoreError> {
-    // The trigram index serves text the unicode61 index cannot split into words (CJK and other
-    // non-ASCII scripts, ADR 0005). A term of ASCII characters only is a word or phrase of
-    // unicode61 tokens, found there; sending it through the trigram index as well only adds
-    // substring hits inside longer words, at many times the cost (a common trigram's posting
-    // list covers most of the table, and bm25 reads the list of every phrase in the query).
-    // `all` keeps every term in both expressions, so each still requires all of them.
-    let trigram = match mode {
-        MatchMode::Any => QueryTerms {
-            terms: terms
-                .terms
-                .iter()
-                .filter(|t| !t.text.is_ascii())
-                .cloned()
-                .collect(),
-        }
-        .fts5_trigram(mode),
-        MatchMode::All => terms.fts5_trigram(mode),
-    };
-    // Each table's scope column holds one token per project (unicode61: `p<hex id>`; trigram:
-    // three private-use characters, migration 0005), so `scope:"…"` confines the match to that
-    // project's posting list.
-    let trigram_scope = match trigram {
-        Some(_) => {
-            sqlx::query_scalar::<_, String>(
-                "SELECT code FROM experience_search_scope_code WHERE project_id = $1",
-            )
-            .bind(project_id)
-            .fetch_optional(pool)
-            .await?
-        }
-        None => None,
-    };
-    let unicode_scope = format!("p{}", hex::encode(project_id.as_bytes()));
-    for (table, scope, expression, scale) in [
-        (
-            "experience_fts",
-            Some(unicode_scope),
-            terms.fts5_unicode(mode),
-            1.0,
-        ),
-        ("experience_trigram", trigram_scope, trigram, 0.8),
-    ] {
-        let (Some(scope), Some(expression)) = (scope, expression) else {
-            continue;
-        };
-        found.keep(sqlite_bm25(pool, table, &scope, &expression).await?, scale);
-    }
-    Ok(())
-}
-
-/// The best [`CANDIDATES`] rows of one FTS5 table for a scoped, quoted expression.
-async fn sqlite_bm25(
-    pool: &sqlx::SqlitePool,
-    table: &str,
-    scope: &str,
-    expression: &str,
-) -> Result<Vec<RankRow>, StoreError> {
-    // `{title summary resolution keywords}:` confines the (quoted) terms to the text columns.
-    let matcher =
-        format!("scope:\"{scope}\" AND {{title summary resolution keywords}}: ({expression})");
-    // Best first by bm25 with the ADR's column weights (scope 0, title 5, summary 2, resolution
-    // 1, keywords 1), ties by row; the id lookup only for the rows kept.
-    let sql = format!(
-        "SELECT k.experience_id AS id, best.relevance AS relevance FROM \
-           (SELECT rowid AS num, -bm25({table}, 0.0, 5.0, 2.0, 1.0, 1.0) AS relevance FROM {table} \
-            WHERE {table} MATCH $1 ORDER BY relevance DESC, rowid LIMIT $2) best \
-         JOIN experience_search_key k ON k.num = best.num \
-         ORDER BY best.relevance DESC, best.num"
-    );
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(&matcher)
-        .bind(CANDIDATES)
-        .fetch_all(pool)
-        .await?)
-}
-
 /// SQLite: short CJK terms and prompt bigrams, which neither full-text index can match, as
-/// substrings of the project's most recent records.
-async fn recent_substring_candidates(
-    pool: &sqlx::SqlitePool,
-    project_id: &str,
+/// substrings of the project's most recent records: per term, the first [`CANDIDATES`] records
+/// (newest first) containing it, as `LIKE '%term%'` would find them. The records are read once
+/// for every term, and searched here instead of by one SQL `LIKE` scan per term.
+fn keep_recent_substrings(
+    recent: &[text_store::RecentRow],
     short: &[&str],
     found: &mut Candidates,
-) -> Result<(), StoreError> {
-    // The project's most recent records are read once and every short term tested against
-    // them here: per term, the first `CANDIDATES` records (newest first) containing it, as
-    // `LIKE '%term%'` would find them. One pass instead of one scan per term, and a substring
-    // search instead of SQL `LIKE`.
-    let recent: Vec<RecentRow> = sqlx::query_as(
-        "SELECT id, title, summary, resolution, keywords FROM experience_record \
-         WHERE project_id = $1 ORDER BY created_at DESC LIMIT $2",
-    )
-    .bind(project_id)
-    .bind(SHORT_TERM_SCAN)
-    .fetch_all(pool)
-    .await?;
+) {
     for term in short {
         let rows: Vec<RankRow> = recent
             .iter()
@@ -365,112 +250,6 @@ async fn recent_substring_candidates(
             .collect();
         found.keep(rows, 0.5);
     }
-    Ok(())
-}
-
-/// Postgres: the project's `search_vector` matches ranked by `ts_rank_cd`.
-async fn postgres_tsvector_candidates(
-    pool: &sqlx::PgPool,
-    project_id: &str,
-    terms: &QueryTerms,
-    mode: MatchMode,
-    found: &mut Candidates,
-) -> Result<(), StoreError> {
-    let texts = terms.texts();
-    if texts.is_empty() {
-        return Ok(());
-    }
-    // Each term goes through plainto_tsquery, which treats it as plain text.
-    let joiner = match mode {
-        MatchMode::Any => " || ",
-        MatchMode::All => " && ",
-    };
-    let prefixes = match mode {
-        MatchMode::Any => terms.search_prefixes(),
-        MatchMode::All => Vec::new(),
-    };
-    let mut query_sql: Vec<String> = (0..texts.len())
-        .map(|i| format!("plainto_tsquery('simple', ${})", i + 3))
-        .collect();
-    // Inflections through prefix queries; a prefix is lower-case ASCII letters only.
-    query_sql.extend(
-        (0..prefixes.len()).map(|i| format!("to_tsquery('simple', ${})", texts.len() + i + 3)),
-    );
-    let sql = format!(
-        "SELECT id, ts_rank_cd(search_vector, q)::DOUBLE PRECISION AS relevance \
-         FROM experience_record, (SELECT {}) AS tsq(q) \
-         WHERE project_id = $1 AND search_vector @@ q ORDER BY relevance DESC LIMIT $2",
-        query_sql.join(joiner)
-    );
-    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id)
-        .bind(CANDIDATES);
-    for text in &texts {
-        query = query.bind(*text);
-    }
-    for prefix in &prefixes {
-        query = query.bind(format!("{prefix}:*"));
-    }
-    found.keep(query.fetch_all(pool).await?, 1.0);
-    Ok(())
-}
-
-/// Postgres: CJK terms and prompt bigrams (which the 'simple' parser cannot split) as
-/// substrings, through the trigram index.
-async fn postgres_substring_candidates(
-    pool: &sqlx::PgPool,
-    project_id: &str,
-    terms: &QueryTerms,
-    mode: MatchMode,
-    bigrams: &[String],
-    found: &mut Candidates,
-) -> Result<(), StoreError> {
-    if terms.texts().is_empty() {
-        return Ok(());
-    }
-    let patterns: Vec<String> = terms
-        .terms
-        .iter()
-        .filter(|t| t.cjk)
-        .map(|t| t.text.as_str())
-        .chain(bigrams.iter().map(String::as_str))
-        .map(|text| {
-            format!(
-                "%{}%",
-                text.replace('\\', "\\\\")
-                    .replace('%', "\\%")
-                    .replace('_', "\\_")
-            )
-        })
-        .collect();
-    if patterns.is_empty() {
-        return Ok(());
-    }
-    let conditions: Vec<String> = (0..patterns.len())
-        .map(|i| {
-            format!(
-                "(coalesce(title, '') || ' ' || coalesce(summary, '') || ' ' || \
-                 coalesce(resolution, '') || ' ' || keywords) ILIKE ${}",
-                i + 3
-            )
-        })
-        .collect();
-    let joined = conditions.join(match mode {
-        MatchMode::Any => " OR ",
-        MatchMode::All => " AND ",
-    });
-    let sql = format!(
-        "SELECT id, 1.0::DOUBLE PRECISION AS relevance FROM experience_record \
-         WHERE project_id = $1 AND ({joined}) LIMIT $2"
-    );
-    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-        .bind(project_id)
-        .bind(CANDIDATES);
-    for pattern in &patterns {
-        query = query.bind(pattern.as_str());
-    }
-    found.keep(query.fetch_all(pool).await?, 0.7);
-    Ok(())
 }
 
 pub(crate) fn final_score(relevance: f64, candidate: &CandidateRow, now: i64) -> f64 {
@@ -580,23 +359,10 @@ async fn live_candidates(
     db: &Db,
     candidates: &TextCandidates,
 ) -> Result<Vec<(CandidateRow, f64)>, StoreError> {
-    // Rows are looked up by id or document number and the project is checked by the caller:
-    // with `project_id = $1` in the query, SQLite's planner chose the project index and read
-    // every record of the project.
     match candidates {
         TextCandidates::Stored(found) => {
-            let sql = format!(
-                "SELECT {} FROM experience_record WHERE id IN ({}) AND {LIVE}",
-                candidate_columns(),
-                placeholders(found.len())
-            );
-            let rows: Vec<CandidateRow> = crate::on_db!(db, |pool| {
-                let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
-                for (id, _) in found {
-                    query = query.bind(id.as_str());
-                }
-                query.fetch_all(pool).await
-            })?;
+            let ids = found.iter().map(|(id, _)| id.as_str());
+            let rows = store::live_candidates_by_id(db, ids).await?;
             let relevance: HashMap<&str, f64> =
                 found.iter().map(|(id, r)| (id.as_str(), *r)).collect();
             Ok(rows
@@ -611,7 +377,8 @@ async fn live_candidates(
                 .collect())
         }
         TextCandidates::Indexed(found) => {
-            let rows = numbered_candidates(db, found).await?;
+            let nums = found.iter().map(|(num, _)| *num);
+            let rows = store::live_candidates_by_number(db, nums).await?;
             let relevance: HashMap<i64, f64> = found.iter().copied().collect();
             Ok(rows
                 .into_iter()
@@ -622,49 +389,6 @@ async fn live_candidates(
                 .collect())
         }
     }
-}
-
-/// The live records of recall-index document numbers `found`, with their numbers.
-async fn numbered_candidates(
-    db: &Db,
-    found: &[(i64, f64)],
-) -> Result<Vec<NumberedCandidate>, StoreError> {
-    // The derived table names no column of `experience_record`, so the record's columns stay
-    // unqualified; each candidate costs one document and one record lookup.
-    let sql = format!(
-        "SELECT {}, d.recall_num AS recall_num \
-         FROM (SELECT num AS recall_num, experience_id AS doc_experience FROM recall_doc WHERE num IN ({})) d \
-         JOIN experience_record ON experience_record.id = d.doc_experience \
-         WHERE {LIVE}",
-        candidate_columns(),
-        placeholders(found.len())
-    );
-    Ok(crate::on_db!(db, |pool| {
-        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
-        for (num, _) in found {
-            query = query.bind(*num);
-        }
-        query.fetch_all(pool).await
-    })?)
-}
-
-/// What a candidate must be to be recalled: active, with its source unchanged.
-const LIVE: &str = crate::learning::experience::store::live_experience!();
-
-/// A candidate read by its recall-index document number.
-#[derive(sqlx::FromRow)]
-struct NumberedCandidate {
-    #[sqlx(flatten)]
-    candidate: CandidateRow,
-    recall_num: i64,
-}
-
-/// `$1, $2, …, $n`.
-fn placeholders(n: usize) -> String {
-    (1..=n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Automatic recall (a prompt, with its relevance `floor`; not an explicit search) leaves out
@@ -870,13 +594,7 @@ pub async fn assemble(
     now: i64,
 ) -> Result<Option<PromptContext>, StoreError> {
     let started = std::time::Instant::now();
-    let project_id: Option<String> = crate::on_db!(db, |pool| sqlx::query_scalar(
-        "SELECT project_id FROM session WHERE id = $1"
-    )
-    .bind(session_id)
-    .fetch_optional(pool)
-    .await)?;
-    let Some(project_id) = project_id else {
+    let Some(project_id) = store::session_project(db, session_id).await? else {
         return Ok(None);
     };
     let session_policy = policy::effective(db, session_id, &config.learning, now).await?;
@@ -1041,53 +759,25 @@ async fn write_receipt_in(
     snapshot: &serde_json::Value,
     now: i64,
 ) -> Result<(), StoreError> {
-    let sql = "INSERT INTO prompt_receipt (id, session_id, project_id, sections, memory_revisions, experience_ids, retrieval, created_at) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-    crate::db::execute_in(
-        tx,
-        sql,
-        &[
-            (&context.receipt_id).into(),
-            (&context.session_id).into(),
-            (&context.project_id).into(),
-            (&serde_json::to_string(&context.sections).unwrap_or_default()).into(),
-            (&serde_json::Value::Object(memory_revisions).to_string()).into(),
-            (&serde_json::to_string(&context.experience_ids).unwrap_or_default()).into(),
-            (&snapshot.to_string()).into(),
-            now.into(),
-        ],
-    )
-    .await?;
-    let ids = &context.experience_ids;
-    if !ids.is_empty() {
-        // One statement for all of them: on SQLite each statement is a round trip to the
-        // connection's thread while the write lock is held.
-        let sql = format!(
-            "UPDATE experience_record SET use_count = use_count + 1, last_used_at = $1 WHERE id IN ({})",
-            (2..ids.len() + 2)
-                .map(|i| format!("${i}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        crate::on_tx!(tx, |conn| {
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).bind(now);
-            for id in ids {
-                query = query.bind(id.as_str());
-            }
-            query.execute(conn).await.map(|done| done.rows_affected())
-        })?;
-    }
+    let receipt = store::ReceiptRow {
+        id: context.receipt_id.clone(),
+        session_id: Some(context.session_id.clone()),
+        project_id: context.project_id.clone(),
+        sections: serde_json::to_string(&context.sections).unwrap_or_default(),
+        memory_revisions: serde_json::Value::Object(memory_revisions).to_string(),
+        experience_ids: serde_json::to_string(&context.experience_ids).unwrap_or_default(),
+        retrieval: snapshot.to_string(),
+        created_at: now,
+    };
+    store::insert_receipt_in(tx, &receipt).await?;
+    store::count_uses_in(tx, &context.experience_ids, now).await?;
     let scope = events::EventScope {
         project_id: Some(&context.project_id),
         session_id: Some(&context.session_id),
         ..Default::default()
     };
     if let Some(skip) = &mut context.skipped {
-        let earlier: i64 = crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT COUNT(*) FROM learning_event WHERE session_id = $1 AND kind = 'learning.retrieval_skipped'")
-            .bind(&context.session_id).fetch_one(conn).await
-        })?;
+        let earlier = store::skip_notices_in(tx, &context.session_id).await?;
         skip.first_in_session = earlier == 0;
         if skip.first_in_session {
             let detail = serde_json::json!({
@@ -1125,11 +815,7 @@ async fn apply_feedback_loop_in(
         signals::Strength::Weak => ranking::REINFORCE,
         signals::Strength::Medium => return Ok(()),
     };
-    let previous: Option<String> = crate::on_tx!(tx, |conn| {
-        sqlx::query_scalar(
-            "SELECT experience_ids FROM prompt_receipt WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1")
-        .bind(session_id).fetch_optional(conn).await
-    })?;
+    let previous = store::latest_receipt_experiences_in(tx, session_id).await?;
     let ids: Vec<String> = previous
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or_default();
@@ -1141,40 +827,30 @@ async fn apply_feedback_loop_in(
 
 /// Reinforces (delta > 0) or violates (delta < 0) one experience.
 pub async fn adjust_in(tx: &mut Tx, experience_id: &str, delta: f64) -> Result<(), StoreError> {
-    let (reinforce, violate) = if delta > 0.0 { (1, 0) } else { (0, 1) };
-    crate::db::execute_in(
-        tx,
-        "UPDATE experience_record SET feedback_score = CASE WHEN feedback_score + $2 > 1.0 THEN 1.0 \
-                 WHEN feedback_score + $2 < -1.0 THEN -1.0 ELSE feedback_score + $2 END, \
-               reinforcements = reinforcements + $3, violations = violations + $4 WHERE id = $1",
-        &[experience_id.into(), delta.into(), (reinforce as i64).into(), (violate as i64).into()],
-    )
-    .await?;
-    Ok(())
+    let (reinforcements, violations) = if delta > 0.0 { (1, 0) } else { (0, 1) };
+    let feedback = store::Feedback {
+        delta,
+        reinforcements,
+        violations,
+    };
+    store::add_feedback_in(tx, experience_id, feedback).await
 }
-
-type ReceiptRow = (
-    String,
-    Option<String>,
-    String,
-    String,
-    String,
-    String,
-    String,
-    i64,
-);
 
 /// Replays a receipt: its exact sections, without consulting the index.
 pub async fn receipt(db: &Db, id: &str) -> Result<Option<Receipt>, StoreError> {
-    let sql = "SELECT id, session_id, project_id, sections, memory_revisions, experience_ids, retrieval, created_at FROM prompt_receipt WHERE id = $1";
-    let row: Option<ReceiptRow> = crate::on_db!(db, |pool| sqlx::query_as(sql)
-        .bind(id)
-        .fetch_optional(pool)
-        .await)?;
-    let Some(row) = row else {
+    let Some(row) = store::receipt(db, id).await? else {
         return Ok(None);
     };
-    let (id, session_id, project_id, sections, revisions, experiences, retrieval, created_at) = row;
+    let store::ReceiptRow {
+        id,
+        session_id,
+        project_id,
+        sections,
+        memory_revisions: revisions,
+        experience_ids: experiences,
+        retrieval,
+        created_at,
+    } = row;
     let corrupt = |what: &str| StoreError::Corrupt(format!("prompt_receipt {id}: {what}"));
     Ok(Some(Receipt {
         sections: serde_json::from_str(&sections).map_err(|_| corrupt("sections"))?,

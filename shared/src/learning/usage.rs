@@ -10,8 +10,12 @@
 
 use serde::Serialize;
 
+mod store;
+
+pub use store::{automatic_budget, automatic_budget_in, day_totals, health, set_health_in};
+
 use crate::config::ExecutionConfig;
-use crate::db::{Backend, Db, StoreError, Tx};
+use crate::db::{Db, StoreError, Tx};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -44,25 +48,7 @@ pub struct UsageRecord<'a> {
 }
 
 pub async fn record_in(tx: &mut Tx, usage: &UsageRecord<'_>, now: i64) -> Result<(), StoreError> {
-    let sql = "INSERT INTO provider_usage (id, job_id, project_id, provider, model, automatic, day, input_tokens, output_tokens, at) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-    crate::db::execute_in(
-        tx,
-        sql,
-        &[
-            (&crate::ids::new_id("use")).into(),
-            usage.job_id.into(),
-            usage.project_id.into(),
-            usage.provider.into(),
-            usage.model.into(),
-            usage.automatic.into(),
-            (day_of(now)).into(),
-            (i64::try_from(usage.input_tokens).unwrap_or(i64::MAX)).into(),
-            (i64::try_from(usage.output_tokens).unwrap_or(i64::MAX)).into(),
-            now.into(),
-        ],
-    )
-    .await?;
+    store::insert_usage_in(tx, usage, now).await?;
     report_tokens(usage);
     Ok(())
 }
@@ -166,47 +152,6 @@ impl AutomaticBudget {
     }
 }
 
-/// A reservation counts while its attempt runs and its call has not recorded: a rescued,
-/// retried or settled attempt frees it without any clean-up.
-const BUDGET_SQL: &str = "SELECT \
-    (SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) FROM provider_usage \
-       WHERE day = $1 AND automatic = TRUE), \
-    (SELECT CAST(COALESCE(SUM(r.tokens), 0) AS BIGINT) FROM provider_token_reservation r \
-       JOIN learning_job j ON j.id = r.job_id \
-       WHERE r.day = $1 AND r.released = FALSE AND j.state = 'running' AND j.attempts = r.attempt), \
-    (SELECT CAST(COUNT(*) AS BIGINT) FROM provider_usage WHERE day = $1 AND automatic = TRUE), \
-    (SELECT CAST(COUNT(*) AS BIGINT) FROM provider_token_reservation r \
-       JOIN learning_job j ON j.id = r.job_id \
-       WHERE r.day = $1 AND r.released = FALSE AND j.state = 'running' AND j.attempts = r.attempt)";
-
-type BudgetRow = (i64, i64, i64, i64);
-
-fn budget_of((spent, reserved, calls_spent, calls_reserved): BudgetRow) -> AutomaticBudget {
-    AutomaticBudget {
-        spent,
-        reserved,
-        calls_spent,
-        calls_reserved,
-    }
-}
-
-/// Today's automatic spend and live reservations, read in one statement.
-pub async fn automatic_budget_in(tx: &mut Tx, day: i64) -> Result<AutomaticBudget, StoreError> {
-    let row: BudgetRow = crate::on_tx!(tx, |conn| sqlx::query_as(BUDGET_SQL)
-        .bind(day)
-        .fetch_one(conn)
-        .await)?;
-    Ok(budget_of(row))
-}
-
-pub async fn automatic_budget(db: &Db, day: i64) -> Result<AutomaticBudget, StoreError> {
-    let row: BudgetRow = crate::on_db!(db, |pool| sqlx::query_as(BUDGET_SQL)
-        .bind(day)
-        .fetch_one(pool)
-        .await)?;
-    Ok(budget_of(row))
-}
-
 /// What [`reserve_in`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reservation {
@@ -232,26 +177,11 @@ pub async fn reserve_in(
     caps: DailyCaps,
     now: i64,
 ) -> Result<Reservation, StoreError> {
-    let held: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT attempt FROM provider_token_reservation WHERE job_id = $1 AND attempt = $2"
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .fetch_optional(conn)
-    .await)?;
-    if held.is_some() {
+    let attempt = store::Attempt { job_id, attempt };
+    if store::reservation_held_in(tx, attempt).await? {
         return Ok(Reservation::Held);
     }
-    if tx.backend() == Backend::Postgres {
-        // Taken by every reserver and held to commit: the next reserver's reads start after
-        // this claim's reservation is visible.
-        crate::db::execute_in(
-            tx,
-            "SELECT pg_advisory_xact_lock($1)",
-            &[RESERVATION_LOCK.into()],
-        )
-        .await?;
-    }
+    store::serialize_reservations_in(tx).await?;
     let day = day_of(now);
     let budget = automatic_budget_in(tx, day).await?;
     if !budget.admits(ceiling, caps) {
@@ -261,41 +191,14 @@ pub async fn reserve_in(
             Reservation::Exhausted { budget }
         });
     }
-    crate::db::execute_in(
-        tx,
-        "INSERT INTO provider_token_reservation (job_id, attempt, day, tokens, created_at) \
-             VALUES ($1, $2, $3, $4, $5)",
-        &[
-            job_id.into(),
-            attempt.into(),
-            day.into(),
-            (i64::try_from(ceiling).unwrap_or(i64::MAX)).into(),
-            now.into(),
-        ],
-    )
-    .await?;
-    // Past days' rows can no longer count; dropping them here keeps the table to one day.
-    crate::db::execute_in(
-        tx,
-        "DELETE FROM provider_token_reservation WHERE day < $1",
-        &[day.into()],
-    )
-    .await?;
+    let reservation = store::NewReservation {
+        attempt,
+        day,
+        tokens: ceiling,
+        now,
+    };
+    store::insert_reservation_in(tx, &reservation).await?;
     Ok(Reservation::Held)
-}
-
-/// The advisory lock key that serializes reservations on Postgres.
-const RESERVATION_LOCK: i64 = 0x007a_756e_6f63_6170;
-
-/// Releases the reservation of one attempt: its call's actual spend is recorded now.
-async fn release_in(tx: &mut Tx, job_id: &str, attempt: i64) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $1 AND attempt = $2",
-        &[job_id.into(), attempt.into()],
-    )
-    .await?;
-    Ok(())
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -306,31 +209,8 @@ pub struct TokenTotals {
     pub requests: i64,
 }
 
-async fn totals(
-    db: &Db,
-    clause: &str,
-    key: &str,
-    day: Option<i64>,
-) -> Result<TokenTotals, StoreError> {
-    let sql = format!(
-        "SELECT CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), COUNT(*) \
-         FROM provider_usage WHERE {clause} = $1 AND ($2 IS NULL OR day = $2)"
-    );
-    let (input_tokens, output_tokens, requests): (i64, i64, i64) =
-        crate::on_db!(db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(key)
-            .bind(day)
-            .fetch_one(pool)
-            .await)?;
-    Ok(TokenTotals {
-        input_tokens,
-        output_tokens,
-        requests,
-    })
-}
-
 pub async fn job_totals(db: &Db, job_id: &str) -> Result<TokenTotals, StoreError> {
-    totals(db, "job_id", job_id, None).await
+    store::totals(db, store::TotalsOf::Job(job_id)).await
 }
 
 pub async fn project_totals(
@@ -338,27 +218,14 @@ pub async fn project_totals(
     project_id: &str,
     day: Option<i64>,
 ) -> Result<TokenTotals, StoreError> {
-    totals(db, "project_id", project_id, day).await
-}
-
-/// All usage on one day, automatic and manual.
-pub async fn day_totals(db: &Db, day: i64) -> Result<(TokenTotals, i64), StoreError> {
-    let sql = "SELECT CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), COUNT(*), \
-                 CAST(COALESCE(SUM(CASE WHEN automatic THEN input_tokens + output_tokens ELSE 0 END), 0) AS BIGINT) \
-               FROM provider_usage WHERE day = $1";
-    let (input_tokens, output_tokens, requests, automatic): (i64, i64, i64, i64) =
-        crate::on_db!(db, |pool| sqlx::query_as(sql)
-            .bind(day)
-            .fetch_one(pool)
-            .await)?;
-    Ok((
-        TokenTotals {
-            input_tokens,
-            output_tokens,
-            requests,
+    store::totals(
+        db,
+        store::TotalsOf::Project {
+            id: project_id,
+            day,
         },
-        automatic,
-    ))
+    )
+    .await
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -376,48 +243,6 @@ pub struct ProviderHealth {
 
 /// How long a provider's unchanged health stands before a call confirms it again.
 pub const HEALTH_CONFIRM_MS: i64 = 60_000;
-
-/// Records a provider's health. Every model call of every worker reports it, so an unchanged
-/// state is written at most once per [`HEALTH_CONFIRM_MS`]: the guarded update neither writes
-/// nor locks the row otherwise, and the one row does not serialise a fleet's settlements. A
-/// change of state is always written.
-pub async fn set_health_in(tx: &mut Tx, health: &ProviderHealth) -> Result<(), StoreError> {
-    let args = [
-        (&health.provider).into(),
-        health.healthy.into(),
-        health.status.into(),
-        (&health.code).into(),
-        (&health.detail).into(),
-        health.updated_at.into(),
-        HEALTH_CONFIRM_MS.into(),
-    ];
-    let update = "UPDATE provider_health SET healthy = $2, status = $3, code = $4, detail = $5, updated_at = $6 \
-                  WHERE provider = $1 AND (healthy <> $2 OR status IS DISTINCT FROM $3 \
-                    OR code IS DISTINCT FROM $4 OR detail IS DISTINCT FROM $5 OR updated_at <= $6 - $7)";
-    if crate::db::execute_in(tx, update, &args).await? == 0 {
-        let insert = "INSERT INTO provider_health (provider, healthy, status, code, detail, updated_at) \
-                      VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (provider) DO NOTHING";
-        crate::db::execute_in(tx, insert, &args[..6]).await?;
-    }
-    Ok(())
-}
-
-/// Records one model call of a learning job: the tokens in `provider_usage` (so job, project and
-/// day totals, the daily budget and
-/// status include them) and the provider's health — any answer marks it healthy, a credential
-/// or unknown-model failure unhealthy, transient failures say nothing.
-async fn record_call_in(
-    tx: &mut Tx,
-    usage: &UsageRecord<'_>,
-    failure: Option<&crate::provider::ProviderError>,
-    now: i64,
-) -> Result<(), StoreError> {
-    record_in(tx, usage, now).await?;
-    if let Some(health) = health_after(usage.provider, failure, now) {
-        set_health_in(tx, &health).await?;
-    }
-    Ok(())
-}
 
 /// What a call's outcome says of its provider's health: any answer marks it healthy, a
 /// credential or unknown-model failure unhealthy, transient failures say nothing.
@@ -456,11 +281,11 @@ fn health_after(
     }
 }
 
-/// A job attempt's model call, recorded as [`record_call_in`] records it, with the release of
-/// the attempt's token reservation ([`release_in`]), committed on its own. On Postgres it is
-/// one statement (the usage insert, the release and the health check as data-modifying
-/// `WITH` parts) instead of a transaction of five: every attempt that asks the model records
-/// one call, so this is on the job path.
+/// Records one model call of a learning job, committed on its own: the tokens in
+/// `provider_usage` (so job, project and day totals, the daily budget and status include them),
+/// the provider's health ([`health_after`]) and the release of the attempt's token
+/// reservation. On Postgres it is one statement instead of a transaction of five: every attempt
+/// that asks the model records one call, so this is on the job path.
 pub async fn record_job_call(
     db: &Db,
     usage: &UsageRecord<'_>,
@@ -468,74 +293,26 @@ pub async fn record_job_call(
     failure: Option<&crate::provider::ProviderError>,
     now: i64,
 ) -> Result<(), StoreError> {
-    let job_id = usage.job_id.unwrap_or_default();
-    let Some(pool) = db.as_postgres() else {
-        let mut tx = db.begin().await?;
-        record_call_in(&mut tx, usage, failure, now).await?;
-        release_in(&mut tx, job_id, attempt).await?;
-        return tx.commit().await;
-    };
     let health = health_after(usage.provider, failure, now);
-    let (sql, health) = match &health {
-        Some(health) => (RECORD_CALL_WITH_HEALTH_SQL, Some(health)),
-        None => (RECORD_CALL_SQL, None),
-    };
-    let id = crate::ids::new_id("use");
-    let mut query = sqlx::query(sql)
-        .bind(&id)
-        .bind(usage.job_id)
-        .bind(usage.project_id)
-        .bind(usage.provider)
-        .bind(usage.model)
-        .bind(usage.automatic)
-        .bind(day_of(now))
-        .bind(i64::try_from(usage.input_tokens).unwrap_or(i64::MAX))
-        .bind(i64::try_from(usage.output_tokens).unwrap_or(i64::MAX))
-        .bind(now)
-        .bind(job_id)
-        .bind(attempt);
-    if let Some(health) = health {
-        query = query
-            .bind(health.healthy)
-            .bind(health.status)
-            .bind(&health.code)
-            .bind(&health.detail)
-            .bind(HEALTH_CONFIRM_MS);
+    if let Some(pool) = db.as_postgres() {
+        let call = store::JobCall {
+            usage,
+            attempt,
+            health: health.as_ref(),
+            now,
+        };
+        store::record_job_call_at_once(pool, &call).await?;
+        report_tokens(usage);
+        return Ok(());
     }
-    query.execute(pool).await?;
-    report_tokens(usage);
-    Ok(())
-}
-
-/// [`record_job_call`]'s statement when the outcome says nothing of health: `$1`–`$10` the
-/// usage row, `$11`/`$12` the reservation's job and attempt.
-const RECORD_CALL_SQL: &str = "WITH released AS (\
-       UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $11 AND attempt = $12) \
-     INSERT INTO provider_usage (id, job_id, project_id, provider, model, automatic, day, input_tokens, output_tokens, at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-
-/// The same with the provider's health (`$13`–`$16`, confirmed after `$17` ms), as
-/// [`set_health_in`] writes it: the guarded update, else an insert for a missing row. Neither
-/// locks the row when the state is fresh and unchanged.
-const RECORD_CALL_WITH_HEALTH_SQL: &str = "WITH released AS (\
-       UPDATE provider_token_reservation SET released = TRUE WHERE job_id = $11 AND attempt = $12), \
-     used AS (\
-       INSERT INTO provider_usage (id, job_id, project_id, provider, model, automatic, day, input_tokens, output_tokens, at) \
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)), \
-     confirmed AS (\
-       UPDATE provider_health SET healthy = $13, status = $14, code = $15, detail = $16, updated_at = $10 \
-       WHERE provider = $4 AND (healthy <> $13 OR status IS DISTINCT FROM $14 \
-         OR code IS DISTINCT FROM $15 OR detail IS DISTINCT FROM $16 OR updated_at <= $10 - $17) \
-       RETURNING 1) \
-     INSERT INTO provider_health (provider, healthy, status, code, detail, updated_at) \
-     SELECT $4, $13, $14, $15, $16, $10 WHERE NOT EXISTS (SELECT 1 FROM confirmed) \
-     ON CONFLICT (provider) DO NOTHING";
-
-pub async fn health(db: &Db) -> Result<Vec<ProviderHealth>, StoreError> {
-    let sql = "SELECT provider, healthy, status, code, detail, updated_at FROM provider_health ORDER BY provider";
-    Ok(crate::on_db!(db, |pool| sqlx::query_as(sql)
-        .fetch_all(pool)
-        .await)?)
+    let mut tx = db.begin().await?;
+    record_in(&mut tx, usage, now).await?;
+    if let Some(health) = &health {
+        set_health_in(&mut tx, health).await?;
+    }
+    let job_id = usage.job_id.unwrap_or_default();
+    store::release_in(&mut tx, store::Attempt { job_id, attempt }).await?;
+    tx.commit().await
 }
 
 #[cfg(test)]

@@ -7,12 +7,7 @@ use crate::paths::Paths;
 /// The canonical memory path a project's maintenance jobs are bound to (their claim scope): the
 /// projection path when the project has a worktree, else a stable project key.
 pub async fn memory_scope_in(tx: &mut Tx, project_id: &str) -> Result<String, StoreError> {
-    let worktree: Option<Option<String>> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT worktree FROM project WHERE id = $1"
-    )
-    .bind(project_id)
-    .fetch_optional(conn)
-    .await)?;
+    let worktree = super::store::project_worktree_in(tx, project_id).await?;
     Ok(
         match worktree
             .flatten()

@@ -10,6 +10,18 @@ use super::consolidate::{Consolidation, EntryValue};
 use crate::db::{Db, StoreError, Tx};
 use crate::text::sha256;
 
+/// Store functions whose whole work is one statement in the caller's transaction, their
+/// arguments bound to `$1`, `$2`, … in the order they are declared.
+macro_rules! statement_in {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),* $(,)?) => $sql:expr;)*) => {$(
+        $(#[$doc])*
+        pub async fn $name(tx: &mut Tx, $($arg: $ty),*) -> Result<(), StoreError> {
+            crate::db::execute_in(tx, $sql, &[$($arg.into()),*]).await?;
+            Ok(())
+        }
+    )*};
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
@@ -567,11 +579,7 @@ pub async fn supported_entries(
             continue;
         };
         for entry in view.entries {
-            let experience_ids: Vec<String> = crate::on_tx!(&mut tx, |conn| {
-                sqlx::query_scalar(
-                    "SELECT experience_id FROM memory_provenance WHERE entry_id = $1 ORDER BY experience_id")
-                .bind(&entry.id).fetch_all(conn).await
-            })?;
+            let experience_ids = entry_support_in(&mut tx, &entry.id).await?;
             found.push(SupportedEntry {
                 scope,
                 entry,
@@ -587,6 +595,16 @@ pub async fn supported_entries(
 // Projection records and start-up reconciliation (the memory service's file ↔ database sync)
 // ---------------------------------------------------------------------------------------------
 
+/// The experiences an entry rests on (its provenance), by id.
+pub async fn entry_support_in(tx: &mut Tx, entry_id: &str) -> Result<Vec<String>, StoreError> {
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT experience_id FROM memory_provenance WHERE entry_id = $1 ORDER BY experience_id"
+    )
+    .bind(entry_id)
+    .fetch_all(conn)
+    .await)?)
+}
+
 /// A project's recorded worktree: `None` for an unknown project, `Some(None)` for a project
 /// without one.
 pub async fn project_worktree(
@@ -594,7 +612,35 @@ pub async fn project_worktree(
     project_id: &str,
 ) -> Result<Option<Option<String>>, StoreError> {
     Ok(crate::on_db!(db, |pool| sqlx::query_scalar(
-        "SELECT worktree FROM project WHERE id = $1"
+        PROJECT_WORKTREE
+    )
+    .bind(project_id)
+    .fetch_optional(pool)
+    .await)?)
+}
+
+/// [`project_worktree`] in the caller's transaction.
+pub async fn project_worktree_in(
+    tx: &mut Tx,
+    project_id: &str,
+) -> Result<Option<Option<String>>, StoreError> {
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        PROJECT_WORKTREE
+    )
+    .bind(project_id)
+    .fetch_optional(conn)
+    .await)?)
+}
+
+const PROJECT_WORKTREE: &str = "SELECT worktree FROM project WHERE id = $1";
+
+/// The id of a project's Memory document when it holds at least one revision.
+pub async fn written_project_document(
+    db: &Db,
+    project_id: &str,
+) -> Result<Option<String>, StoreError> {
+    Ok(crate::on_db!(db, |pool| sqlx::query_scalar(
+        "SELECT id FROM memory_document WHERE project_id = $1 AND revision > 0"
     )
     .bind(project_id)
     .fetch_optional(pool)
@@ -665,21 +711,11 @@ pub async fn record_projection_in(
     Ok(())
 }
 
-/// Gives the entries a revision created to `owner` (`imported` for an adopted file, `user` for
-/// an accepted edit).
-pub async fn set_owner_in(
-    tx: &mut Tx,
-    document_id: &str,
-    revision: i64,
-    owner: &str,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_entry SET owner = $3 WHERE document_id = $1 AND created_revision = $2",
-        &[document_id.into(), revision.into(), owner.into()],
-    )
-    .await?;
-    Ok(())
+statement_in! {
+    /// Gives the entries a revision created to `owner` (`imported` for an adopted file, `user` for
+    /// an accepted edit).
+    set_owner_in(document_id: &str, revision: i64, owner: &str)
+        => "UPDATE memory_entry SET owner = $3 WHERE document_id = $1 AND created_revision = $2";
 }
 
 /// The recorded projection state and detail of a scope's document.
@@ -753,19 +789,10 @@ pub async fn insert_import_candidate_in(
     Ok(())
 }
 
-/// Marks a candidate applied as `revision`.
-pub async fn mark_applied_in(
-    tx: &mut Tx,
-    candidate_id: &str,
-    revision: i64,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_candidate SET state = 'applied', applied_revision = $2 WHERE id = $1",
-        &[candidate_id.into(), revision.into()],
-    )
-    .await?;
-    Ok(())
+statement_in! {
+    /// Marks a candidate applied as `revision`.
+    mark_applied_in(candidate_id: &str, revision: i64)
+        => "UPDATE memory_candidate SET state = 'applied', applied_revision = $2 WHERE id = $1";
 }
 
 /// Candidates a crash left `applying` or `undoing`.
@@ -1031,29 +1058,13 @@ pub async fn insert_entry_in(
     Ok(())
 }
 
-pub async fn set_position_in(tx: &mut Tx, entry_id: &str, position: i64) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_entry SET position = $2 WHERE id = $1",
-        &[entry_id.into(), position.into()],
-    )
-    .await?;
-    Ok(())
-}
+statement_in! {
+    set_position_in(entry_id: &str, position: i64)
+        => "UPDATE memory_entry SET position = $2 WHERE id = $1";
 
-/// Retracts an entry as of `revision` (it stays in history).
-pub async fn retract_entry_in(
-    tx: &mut Tx,
-    entry_id: &str,
-    revision: i64,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1",
-        &[entry_id.into(), revision.into()],
-    )
-    .await?;
-    Ok(())
+    /// Retracts an entry as of `revision` (it stays in history).
+    retract_entry_in(entry_id: &str, revision: i64)
+        => "UPDATE memory_entry SET retracted_revision = $2 WHERE id = $1";
 }
 
 /// The most recent entry, current or retracted, that held `content` in the document: its id,
@@ -1070,17 +1081,13 @@ pub async fn latest_entry_with_in(
     })?)
 }
 
-/// Copies the supporting experiences of entry `from` onto entry `to`.
-pub async fn copy_support_in(tx: &mut Tx, from: &str, to: &str) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
-             SELECT $2, experience_id, experience_kind FROM memory_provenance WHERE entry_id = $1 \
-             ON CONFLICT DO NOTHING",
-        &[from.into(), to.into()],
-    )
-    .await?;
-    Ok(())
+statement_in! {
+    /// Copies the supporting experiences of entry `from` onto entry `to`.
+    copy_support_in(from: &str, to: &str)
+        => "INSERT INTO memory_provenance (entry_id, experience_id, experience_kind) \
+           SELECT $2, experience_id, experience_kind FROM memory_provenance \
+           WHERE entry_id = $1 \
+           ON CONFLICT DO NOTHING";
 }
 
 /// Records `evidence` as support of `entry_id`.
@@ -1133,55 +1140,30 @@ pub async fn is_forgotten_in(
     Ok(forgotten.is_some())
 }
 
-/// Settles a candidate as applied at `revision` with its consolidation (JSON).
-pub async fn record_applied_in(
-    tx: &mut Tx,
-    candidate_id: &str,
-    revision: i64,
-    consolidation: Option<&str>,
-    now: i64,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, consolidation = $3, updated_at = $4 WHERE id = $1",
-        &[candidate_id.into(), revision.into(), consolidation.into(), now.into()],
-    )
-    .await?;
-    Ok(())
-}
+statement_in! {
+    /// Settles a candidate as applied at `revision` with its consolidation (JSON).
+    record_applied_in(candidate_id: &str, revision: i64, consolidation: Option<&str>, now: i64)
+        => "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, \
+           consolidation = $3, updated_at = $4 \
+           WHERE id = $1";
 
-/// Settles a candidate whose write changed nothing as applied at the unchanged `revision`,
-/// saying why in `detail`.
-pub async fn record_unchanged_in(
-    tx: &mut Tx,
-    candidate_id: &str,
-    revision: i64,
-    detail: &str,
-    consolidation: Option<&str>,
-    now: i64,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, detail = $3, consolidation = $4, updated_at = $5 WHERE id = $1",
-        &[candidate_id.into(), revision.into(), detail.into(), consolidation.into(), now.into()],
+    /// Settles a candidate whose write changed nothing as applied at the unchanged `revision`,
+    /// saying why in `detail`.
+    record_unchanged_in(
+        candidate_id: &str,
+        revision: i64,
+        detail: &str,
+        consolidation: Option<&str>,
+        now: i64,
     )
-    .await?;
-    Ok(())
-}
+        => "UPDATE memory_candidate SET state = 'applied', applied_revision = $2, \
+           detail = $3, \
+           consolidation = $4, updated_at = $5 \
+           WHERE id = $1";
 
-pub async fn record_undone_in(
-    tx: &mut Tx,
-    candidate_id: &str,
-    revision: i64,
-    now: i64,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_candidate SET state = 'undone', undone_revision = $2, updated_at = $3 WHERE id = $1",
-        &[candidate_id.into(), revision.into(), now.into()],
-    )
-    .await?;
-    Ok(())
+    record_undone_in(candidate_id: &str, revision: i64, now: i64)
+        => "UPDATE memory_candidate SET state = 'undone', undone_revision = $2, updated_at = $3 \
+           WHERE id = $1";
 }
 
 /// A proposed change as journaled: `pending` until the promotion policy or a review applies it.
@@ -1262,64 +1244,23 @@ pub async fn candidate_evidence_in(
     .await)?)
 }
 
-/// Marks a candidate `stale`: the document moved past the revision it was planned against.
-pub async fn mark_stale_in(
-    tx: &mut Tx,
-    candidate_id: &str,
-    detail: &str,
-    now: i64,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1",
-        &[candidate_id.into(), detail.into(), now.into()],
-    )
-    .await?;
-    Ok(())
-}
+statement_in! {
+    /// Marks a candidate `stale`: the document moved past the revision it was planned against.
+    mark_stale_in(candidate_id: &str, detail: &str, now: i64)
+        => "UPDATE memory_candidate SET state = 'stale', \
+           detail = $2, updated_at = $3 \
+           WHERE id = $1";
 
-/// Records the content a reviewer edited on approval.
-pub async fn record_edit_in(
-    tx: &mut Tx,
-    candidate_id: &str,
-    content: Option<&str>,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_candidate SET content = $2, detail = 'edited on approval' WHERE id = $1",
-        &[candidate_id.into(), content.into()],
-    )
-    .await?;
-    Ok(())
-}
+    /// Records the content a reviewer edited on approval.
+    record_edit_in(candidate_id: &str, content: Option<&str>)
+        => "UPDATE memory_candidate SET content = $2, detail = 'edited on approval' WHERE id = $1";
 
-/// Replaces a candidate's planned `after` entries (JSON array), re-planned at approval.
-pub async fn set_after_entries_in(
-    tx: &mut Tx,
-    candidate_id: &str,
-    after: &str,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_candidate SET after_entries = $2 WHERE id = $1",
-        &[candidate_id.into(), after.into()],
-    )
-    .await?;
-    Ok(())
-}
+    /// Replaces a candidate's planned `after` entries (JSON array), re-planned at approval.
+    set_after_entries_in(candidate_id: &str, after: &str)
+        => "UPDATE memory_candidate SET after_entries = $2 WHERE id = $1";
 
-pub async fn record_rejected_in(
-    tx: &mut Tx,
-    candidate_id: &str,
-    now: i64,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_candidate SET state = 'rejected', updated_at = $2 WHERE id = $1",
-        &[candidate_id.into(), now.into()],
-    )
-    .await?;
-    Ok(())
+    record_rejected_in(candidate_id: &str, now: i64)
+        => "UPDATE memory_candidate SET state = 'rejected', updated_at = $2 WHERE id = $1";
 }
 
 // Maintenance reads and writes: the maintenance job's watermark and its stale-plan check.
@@ -1551,16 +1492,7 @@ pub async fn stale_mark_in(
     .transpose()
 }
 
-pub async fn record_stale_restored_in(
-    tx: &mut Tx,
-    candidate_id: &str,
-    restored_by: &str,
-) -> Result<(), StoreError> {
-    crate::db::execute_in(
-        tx,
-        "UPDATE memory_stale_entry SET restored_candidate_id = $2 WHERE candidate_id = $1",
-        &[candidate_id.into(), restored_by.into()],
-    )
-    .await?;
-    Ok(())
+statement_in! {
+    record_stale_restored_in(candidate_id: &str, restored_by: &str)
+        => "UPDATE memory_stale_entry SET restored_candidate_id = $2 WHERE candidate_id = $1";
 }

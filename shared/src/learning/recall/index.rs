@@ -31,7 +31,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::search_terms::{self, MAX_TERM_CHARS, Piece, QueryTerms};
-use crate::db::{Backend, Db, StoreError, Tx};
+use super::store::index::{self as store, DocumentRow, IndexRow, ListKey, StoredLists};
+use crate::db::{Db, StoreError, Tx};
 use crate::text::stem::stem;
 
 /// Column weights (ADR 0005): title, summary, resolution, keywords.
@@ -44,8 +45,6 @@ const AVERAGE_LENGTH: f64 = 50.0;
 pub const MAX_PENDING_SCORED: usize = 64;
 /// At most this many keys reach a query (16 terms, CJK terms as bigrams, prompt bigrams).
 pub const MAX_QUERY_KEYS: usize = 48;
-/// Bind parameters per statement when a list of keys or ids is sent.
-const CHUNK: usize = 400;
 
 /// The searchable text of one experience.
 #[derive(Debug, Clone, Copy)]
@@ -228,20 +227,7 @@ impl Hasher for NumHasher {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct PendingRow {
-    num: i64,
-    /// The project whose lists hold the document (NULL until indexed).
-    indexed_project: Option<String>,
-    /// The record's project (NULL when the record was deleted).
-    project_id: Option<String>,
-    title: Option<String>,
-    summary: Option<String>,
-    resolution: Option<String>,
-    keywords: Option<String>,
-}
-
-impl PendingRow {
+impl DocumentRow {
     fn text(&self) -> DocText<'_> {
         DocText {
             title: self.title.as_deref().unwrap_or(""),
@@ -250,14 +236,6 @@ impl PendingRow {
             keywords: self.keywords.as_deref().unwrap_or(""),
         }
     }
-}
-
-/// `$first, $first+1, …` for `n` parameters.
-fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The best `limit` experiences of `project_id` for `keys` as `(experience id, score)`, best
@@ -286,79 +264,13 @@ pub async fn top_documents(
     if keys.is_empty() || limit == 0 {
         return Ok(Some(Vec::new()));
     }
-    let pending = pending_of(db, project_id).await?;
+    let pending = store::pending_of(db, project_id, MAX_PENDING_SCORED as i64 + 1).await?;
     if pending.len() > MAX_PENDING_SCORED {
         return Ok(None);
     }
-    let (indexed_docs, stored) = read_lists(db, project_id, keys).await?;
+    let (indexed_docs, stored) = store::read_lists(db, project_id, keys).await?;
     let (lists, docs) = merge_pending(project_id, keys, indexed_docs, &stored, &pending)?;
     Ok(Some(rank(&lists, docs, limit)))
-}
-
-/// Up to [`MAX_PENDING_SCORED`] + 1 pending records that are, or were indexed, in the project.
-async fn pending_of(db: &Db, project_id: &str) -> Result<Vec<PendingRow>, StoreError> {
-    // Pending rows are few; the join must start from them (SQLite: `CROSS JOIN` fixes the order;
-    // Postgres: a materialised CTE), or it reads every document of the index.
-    let sql = match db.backend() {
-        Backend::Sqlite => {
-            "SELECT d.num AS num, d.project_id AS indexed_project, e.project_id AS project_id, \
-                    e.title AS title, e.summary AS summary, e.resolution AS resolution, e.keywords AS keywords \
-             FROM recall_pending p CROSS JOIN recall_doc d \
-             LEFT JOIN experience_record e ON e.id = p.experience_id \
-             WHERE d.experience_id = p.experience_id AND (d.project_id = $1 OR e.project_id = $1) LIMIT $2"
-        }
-        Backend::Postgres => {
-            "WITH waiting AS MATERIALIZED (SELECT experience_id FROM recall_pending) \
-             SELECT d.num AS num, d.project_id AS indexed_project, e.project_id AS project_id, \
-                    e.title AS title, e.summary AS summary, e.resolution AS resolution, e.keywords AS keywords \
-             FROM waiting p JOIN recall_doc d ON d.experience_id = p.experience_id \
-             LEFT JOIN experience_record e ON e.id = p.experience_id \
-             WHERE d.project_id = $1 OR e.project_id = $1 LIMIT $2"
-        }
-    };
-    Ok(crate::on_db!(db, |pool| sqlx::query_as(sql)
-        .bind(project_id)
-        .bind(MAX_PENDING_SCORED as i64 + 1)
-        .fetch_all(pool)
-        .await)?)
-}
-
-/// The project's indexed document count and the stored posting lists of `keys` (keys without
-/// a list are absent), in one statement: the count rides along as a row with a NULL list.
-async fn read_lists(
-    db: &Db,
-    project_id: &str,
-    keys: &[String],
-) -> Result<(usize, HashMap<String, Vec<u8>>), StoreError> {
-    let mut docs = 0usize;
-    let mut stored: HashMap<String, Vec<u8>> = HashMap::with_capacity(keys.len());
-    for (at, chunk) in keys.chunks(CHUNK).enumerate() {
-        let count = if at == 0 {
-            "SELECT '' AS key, NULL AS postings, docs FROM recall_project WHERE project_id = $1 UNION ALL "
-        } else {
-            ""
-        };
-        let sql = format!(
-            "{count}SELECT key, postings, 0 AS docs FROM recall_list WHERE project_id = $1 AND key IN ({})",
-            placeholders(2, chunk.len())
-        );
-        let rows: Vec<(String, Option<Vec<u8>>, i64)> = crate::on_db!(db, |pool| {
-            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project_id);
-            for key in chunk {
-                query = query.bind(key.as_str());
-            }
-            query.fetch_all(pool).await
-        })?;
-        for (key, postings, count) in rows {
-            match postings {
-                Some(postings) => {
-                    stored.insert(key, postings);
-                }
-                None => docs = count.max(0) as usize,
-            }
-        }
-    }
-    Ok((docs, stored))
 }
 
 /// One key's postings: (document number, impact).
@@ -371,8 +283,8 @@ fn merge_pending(
     project_id: &str,
     keys: &[String],
     indexed_docs: usize,
-    stored: &HashMap<String, Vec<u8>>,
-    pending: &[PendingRow],
+    stored: &StoredLists,
+    pending: &[DocumentRow],
 ) -> Result<(Vec<PostingList>, usize), StoreError> {
     let stale: HashSet<i64> = pending
         .iter()
@@ -412,35 +324,12 @@ async fn experience_ids(
     if ranked.is_empty() {
         return Ok(Vec::new());
     }
-    let mut ids: HashMap<i64, String> = HashMap::new();
-    for chunk in ranked.chunks(CHUNK) {
-        let sql = format!(
-            "SELECT num, experience_id FROM recall_doc WHERE num IN ({})",
-            placeholders(1, chunk.len())
-        );
-        let rows: Vec<(i64, String)> = crate::on_db!(db, |pool| {
-            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
-            for (num, _) in chunk {
-                query = query.bind(*num);
-            }
-            query.fetch_all(pool).await
-        })?;
-        ids.extend(rows);
-    }
+    let nums: Vec<i64> = ranked.iter().map(|(num, _)| *num).collect();
+    let mut ids = store::experience_ids(db, &nums).await?;
     Ok(ranked
         .into_iter()
         .filter_map(|(num, score)| ids.remove(&num).map(|id| (id, score)))
         .collect())
-}
-
-#[derive(sqlx::FromRow)]
-struct RecordRow {
-    num: i64,
-    id: String,
-    title: String,
-    summary: String,
-    resolution: Option<String>,
-    keywords: String,
 }
 
 /// The reference ranking: every record of the project scored from its stored text with the
@@ -452,13 +341,7 @@ pub async fn exact_top(
     keys: &[String],
     limit: usize,
 ) -> Result<Vec<(String, f64)>, StoreError> {
-    let rows: Vec<RecordRow> = crate::on_db!(db, |pool| {
-        sqlx::query_as(
-            "SELECT d.num AS num, e.id AS id, e.title AS title, e.summary AS summary, \
-                    e.resolution AS resolution, e.keywords AS keywords \
-             FROM experience_record e JOIN recall_doc d ON d.experience_id = e.id WHERE e.project_id = $1")
-        .bind(project_id).fetch_all(pool).await
-    })?;
+    let rows = store::project_records(db, project_id).await?;
     let mut lists: Vec<Vec<(i64, f32)>> = vec![Vec::new(); keys.len()];
     let position: HashMap<&str, usize> = keys
         .iter()
@@ -485,18 +368,6 @@ pub async fn exact_top(
         .collect())
 }
 
-#[derive(sqlx::FromRow)]
-struct IndexRow {
-    num: i64,
-    indexed_project: Option<String>,
-    indexed_keys: Option<String>,
-    project_id: Option<String>,
-    title: Option<String>,
-    summary: Option<String>,
-    resolution: Option<String>,
-    keywords: Option<String>,
-}
-
 /// What indexing a batch changes in one list.
 #[derive(Default)]
 struct ListChange {
@@ -507,13 +378,13 @@ struct ListChange {
 /// Indexes up to `limit` pending records in the caller's transaction; returns how many were
 /// taken. Idempotent: a record indexed twice ends in the same lists.
 pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
-    let claimed = claim_pending(tx, limit).await?;
+    let claimed = store::claim_pending_in(tx, limit).await?;
     if claimed.is_empty() {
         return Ok(0);
     }
-    let rows = claimed_records(tx, &claimed).await?;
+    let rows = store::claimed_records_in(tx, &claimed).await?;
     let (changes, docs) = plan_changes(&rows);
-    let live_projects = lock_projects(tx, changes.keys()).await?;
+    let live_projects = store::lock_projects_in(tx, changes.keys()).await?;
     for (project, lists) in &changes {
         if live_projects.contains(project) {
             apply_changes(tx, project, lists).await?;
@@ -521,73 +392,9 @@ pub async fn catch_up_in(tx: &mut Tx, limit: i64) -> Result<usize, StoreError> {
     }
     record_documents(tx, &docs, &live_projects).await?;
     for project in &live_projects {
-        crate::db::execute_in(
-            tx,
-            "UPDATE recall_project SET docs = (SELECT COUNT(*) FROM recall_doc \
-                   WHERE project_id = $1 AND indexed_keys IS NOT NULL) WHERE project_id = $1",
-            &[project.into()],
-        )
-        .await?;
+        store::recount_documents_in(tx, project).await?;
     }
     Ok(claimed.len())
-}
-
-/// Takes (deletes) up to `limit` pending marks; on Postgres marks another indexer holds are
-/// skipped, not waited for.
-async fn claim_pending(tx: &mut Tx, limit: i64) -> Result<Vec<String>, StoreError> {
-    let claim = match tx.backend() {
-        Backend::Sqlite => {
-            "DELETE FROM recall_pending WHERE experience_id IN \
-               (SELECT experience_id FROM recall_pending ORDER BY experience_id LIMIT $1) \
-             RETURNING experience_id"
-        }
-        Backend::Postgres => {
-            "DELETE FROM recall_pending WHERE experience_id IN \
-               (SELECT experience_id FROM recall_pending ORDER BY experience_id LIMIT $1 FOR UPDATE SKIP LOCKED) \
-             RETURNING experience_id"
-        }
-    };
-    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(claim)
-        .bind(limit)
-        .fetch_all(conn)
-        .await)?)
-}
-
-/// The claimed records' document numbers, what they were indexed under, and their current
-/// text (NULL columns for a deleted record).
-async fn claimed_records(tx: &mut Tx, claimed: &[String]) -> Result<Vec<IndexRow>, StoreError> {
-    let mut rows: Vec<IndexRow> = Vec::with_capacity(claimed.len());
-    for chunk in claimed.chunks(CHUNK) {
-        let marks = placeholders(1, chunk.len());
-        // A record stored before its trigger existed still gets a number.
-        let sql = format!(
-            "INSERT INTO recall_doc (experience_id) SELECT id FROM experience_record WHERE id IN ({marks}) \
-             ON CONFLICT (experience_id) DO NOTHING"
-        );
-        crate::on_tx!(tx, |conn| {
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
-            for id in chunk {
-                query = query.bind(id.as_str());
-            }
-            query.execute(conn).await.map(|done| done.rows_affected())
-        })?;
-        let sql = format!(
-            "SELECT d.num AS num, d.project_id AS indexed_project, d.indexed_keys AS indexed_keys, \
-                    e.project_id AS project_id, e.title AS title, e.summary AS summary, \
-                    e.resolution AS resolution, e.keywords AS keywords \
-             FROM recall_doc d LEFT JOIN experience_record e ON e.id = d.experience_id \
-             WHERE d.experience_id IN ({marks})"
-        );
-        let found: Vec<IndexRow> = crate::on_tx!(tx, |conn| {
-            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
-            for id in chunk {
-                query = query.bind(id.as_str());
-            }
-            query.fetch_all(conn).await
-        })?;
-        rows.extend(found);
-    }
-    Ok(rows)
 }
 
 /// Project → key → change. The BTreeMaps keep projects and keys in one order, which is also the
@@ -601,8 +408,12 @@ type Documents = Vec<(i64, Option<(String, String)>)>;
 fn plan_changes(rows: &[IndexRow]) -> (Changes, Documents) {
     let mut changes = Changes::new();
     let mut docs: Documents = Vec::with_capacity(rows.len());
-    for row in rows {
-        if let (Some(project), Some(keys)) = (&row.indexed_project, &row.indexed_keys) {
+    for IndexRow {
+        document: row,
+        indexed_keys,
+    } in rows
+    {
+        if let (Some(project), Some(keys)) = (&row.indexed_project, indexed_keys) {
             let lists = changes.entry(project.clone()).or_default();
             for key in keys.split('\n').filter(|k| !k.is_empty()) {
                 lists
@@ -616,13 +427,7 @@ fn plan_changes(rows: &[IndexRow]) -> (Changes, Documents) {
             docs.push((row.num, None));
             continue;
         };
-        let text = DocText {
-            title: row.title.as_deref().unwrap_or(""),
-            summary: row.summary.as_deref().unwrap_or(""),
-            resolution: row.resolution.as_deref(),
-            keywords: row.keywords.as_deref().unwrap_or(""),
-        };
-        let keys = document_keys(text);
+        let keys = document_keys(row.text());
         let lists = changes.entry(project.clone()).or_default();
         for (key, impact) in &keys {
             lists
@@ -637,36 +442,6 @@ fn plan_changes(rows: &[IndexRow]) -> (Changes, Documents) {
     (changes, docs)
 }
 
-/// Locks the row of each project (creating it), in order; returns the projects that still
-/// exist. The row serialises indexers of one project (their lists are read, changed and
-/// written whole); a deleted project's lists went with it.
-async fn lock_projects(
-    tx: &mut Tx,
-    projects: impl Iterator<Item = &String>,
-) -> Result<BTreeSet<String>, StoreError> {
-    let mut live = BTreeSet::new();
-    for project in projects {
-        crate::db::execute_in(
-            tx,
-            "INSERT INTO recall_project (project_id) SELECT id FROM project WHERE id = $1 ON CONFLICT (project_id) DO NOTHING",
-            &[project.into()],
-        )
-        .await?;
-        let lock = match tx.backend() {
-            Backend::Sqlite => "SELECT docs FROM recall_project WHERE project_id = $1",
-            Backend::Postgres => "SELECT docs FROM recall_project WHERE project_id = $1 FOR UPDATE",
-        };
-        let exists: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(lock)
-            .bind(project)
-            .fetch_optional(conn)
-            .await)?;
-        if exists.is_some() {
-            live.insert(project.clone());
-        }
-    }
-    Ok(live)
-}
-
 /// Rewrites the project's changed lists: each read whole, its changed documents replaced.
 async fn apply_changes(
     tx: &mut Tx,
@@ -674,21 +449,7 @@ async fn apply_changes(
     lists: &BTreeMap<String, ListChange>,
 ) -> Result<(), StoreError> {
     let keys: Vec<&String> = lists.keys().collect();
-    let mut stored: HashMap<String, Vec<u8>> = HashMap::new();
-    for chunk in keys.chunks(CHUNK) {
-        let sql = format!(
-            "SELECT key, postings FROM recall_list WHERE project_id = $1 AND key IN ({})",
-            placeholders(2, chunk.len())
-        );
-        let found: Vec<(String, Vec<u8>)> = crate::on_tx!(tx, |conn| {
-            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).bind(project);
-            for key in chunk {
-                query = query.bind(key.as_str());
-            }
-            query.fetch_all(conn).await
-        })?;
-        stored.extend(found);
-    }
+    let stored = store::lists_in(tx, project, &keys).await?;
     for (key, change) in lists {
         let mut postings = match stored.get(key) {
             Some(bytes) => decode(bytes)?,
@@ -703,22 +464,9 @@ async fn apply_changes(
         postings.retain(|(num, _)| !touched.contains(num));
         postings.extend(change.insert.iter().copied());
         postings.sort_by_key(|(num, _)| *num);
-        if postings.is_empty() {
-            crate::db::execute_in(
-                tx,
-                "DELETE FROM recall_list WHERE project_id = $1 AND key = $2",
-                &[project.into(), key.into()],
-            )
-            .await?;
-        } else {
-            crate::db::execute_in(
-                tx,
-                "INSERT INTO recall_list (project_id, key, postings) VALUES ($1, $2, $3) \
-                     ON CONFLICT (project_id, key) DO UPDATE SET postings = excluded.postings",
-                &[project.into(), key.into(), (&encode(&postings)).into()],
-            )
-            .await?;
-        }
+        let encoded = (!postings.is_empty()).then(|| encode(&postings));
+        let list = ListKey { project, key };
+        store::put_list_in(tx, list, encoded.as_deref()).await?;
     }
     Ok(())
 }
@@ -731,20 +479,11 @@ async fn record_documents(
     live_projects: &BTreeSet<String>,
 ) -> Result<(), StoreError> {
     for (num, indexed) in docs {
-        match indexed {
-            Some((project, keys)) if live_projects.contains(project) => {
-                crate::db::execute_in(
-                    tx,
-                    "UPDATE recall_doc SET project_id = $2, indexed_keys = $3 WHERE num = $1",
-                    &[num.into(), project.into(), keys.into()],
-                )
-                .await?;
-            }
-            _ => {
-                crate::db::execute_in(tx, "DELETE FROM recall_doc WHERE num = $1", &[num.into()])
-                    .await?;
-            }
-        }
+        let indexed = indexed
+            .as_ref()
+            .filter(|(project, _)| live_projects.contains(project))
+            .map(|(project, keys)| store::Indexed { project, keys });
+        store::set_document_in(tx, *num, indexed).await?;
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod index;
 pub mod render;
 pub mod search_terms;
 pub mod semantic;
+pub mod store;
 pub mod token_count;
 
 /// A seeded generator for the recall fuzz tests (SplitMix64): every run tries the same inputs, and

@@ -475,7 +475,9 @@ fn is_combining_mark(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use sqlx::{Connection, SqliteConnection};
+    use sqlx::SqliteConnection;
+
+    use super::super::store::fts5_fixture::{fixture, like, trigram, unicode};
 
     use super::*;
 
@@ -668,88 +670,6 @@ mod tests {
     }
 
     // ---- real FTS5 -------------------------------------------------------------------------
-
-    const ROWS: &[(i64, &str, &str, &str)] = &[
-        (
-            1,
-            "SQLite migration preserved messages",
-            "The v2 migration kept every message row; run cargo sqlx migrate run first.",
-            "Use ALTER TABLE instead of recreating the messages table.",
-        ),
-        (
-            2,
-            "用pnpm安装依赖",
-            "数据库迁移时丢失消息，需要先备份。",
-            "运行 pnpm install --frozen-lockfile",
-        ),
-        (
-            3,
-            "Punctuation: foo.bar(), snake_case & kebab-case",
-            "See a/b/c.rs at v1.2.3; C++ and node:fs both work. \"quoted\" NEAR(x y) *star* ^caret",
-            "title: secret is not a column filter",
-        ),
-        (
-            4,
-            "secret rotation",
-            "Rotate the API key monthly.",
-            "nothing else here",
-        ),
-    ];
-
-    async fn fixture() -> SqliteConnection {
-        let mut conn = SqliteConnection::connect("sqlite::memory:")
-            .await
-            .expect("in-memory sqlite");
-        for ddl in [
-            "CREATE VIRTUAL TABLE u USING fts5(title, summary, resolution, tokenize = 'unicode61 remove_diacritics 2')",
-            "CREATE VIRTUAL TABLE t USING fts5(title, summary, resolution, tokenize = 'trigram')",
-        ] {
-            sqlx::query(ddl)
-                .execute(&mut conn)
-                .await
-                .expect("create fts5 table");
-        }
-        for &(id, title, summary, resolution) in ROWS {
-            for insert in [
-                "INSERT INTO u (rowid, title, summary, resolution) VALUES (?, ?, ?, ?)",
-                "INSERT INTO t (rowid, title, summary, resolution) VALUES (?, ?, ?, ?)",
-            ] {
-                sqlx::query(insert)
-                    .bind(id)
-                    .bind(title)
-                    .bind(summary)
-                    .bind(resolution)
-                    .execute(&mut conn)
-                    .await
-                    .expect("insert row");
-            }
-        }
-        conn
-    }
-
-    async fn unicode(conn: &mut SqliteConnection, expr: &str) -> Result<Vec<i64>, sqlx::Error> {
-        sqlx::query_scalar("SELECT rowid FROM u WHERE u MATCH ? ORDER BY rowid")
-            .bind(expr)
-            .fetch_all(conn)
-            .await
-    }
-
-    async fn trigram(conn: &mut SqliteConnection, expr: &str) -> Result<Vec<i64>, sqlx::Error> {
-        sqlx::query_scalar("SELECT rowid FROM t WHERE t MATCH ? ORDER BY rowid")
-            .bind(expr)
-            .fetch_all(conn)
-            .await
-    }
-
-    async fn like(conn: &mut SqliteConnection, pattern: &str) -> Result<Vec<i64>, sqlx::Error> {
-        sqlx::query_scalar(
-            "SELECT rowid FROM t WHERE title LIKE ?1 ESCAPE '\\' OR summary LIKE ?1 ESCAPE '\\' \
-             OR resolution LIKE ?1 ESCAPE '\\' ORDER BY rowid",
-        )
-        .bind(pattern)
-        .fetch_all(conn)
-        .await
-    }
 
     async fn unicode_rows(conn: &mut SqliteConnection, query: &str, mode: MatchMode) -> Vec<i64> {
         let expr = parse(query).fts5_unicode(mode).expect("terms");

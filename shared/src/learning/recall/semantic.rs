@@ -21,11 +21,13 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::fusion::{self, FusedEntry};
+use super::store::vectors::{self, NewVector, UnembeddedPage};
 use crate::config::{Config, EmbeddingsConfig};
 use crate::db::{Db, StoreError, Tx};
 use crate::learning::experience::ExperienceRow;
 use crate::learning::retrieval::{
-    CandidateRow, EvidenceRows, SearchHit, candidate_columns, experiences, final_score, ranking,
+    CandidateRow, EvidenceRows, SearchHit, experiences, final_score, ranking,
+    store as retrieval_store,
 };
 use crate::ledger::{Admission, JobIdentity, JobOrigin, Ledger, LedgerError, NewJob};
 use crate::provider::EmbeddingClient;
@@ -169,29 +171,27 @@ pub async fn backfill(
     };
     let mut after: (i64, String) = (i64::MIN, String::new());
     loop {
-        let rows: Vec<(String, String, i64)> = crate::on_db!(db, |pool| sqlx::query_as(concat!(
-            "SELECT r.id, r.project_id, r.created_at FROM experience_record r WHERE ",
-            crate::learning::experience::store::live_experience!("r"),
-            " AND (r.created_at > $2 OR (r.created_at = $2 AND r.id > $3)) \
-                   AND ($5 = '' OR r.project_id = $5) \
-                   AND NOT EXISTS (SELECT 1 FROM experience_embedding e \
-                                   WHERE e.experience_id = r.id AND e.model = $1) \
-                 ORDER BY r.created_at, r.id LIMIT $4"
-        ))
-        .bind(&embeddings.model)
-        .bind(after.0)
-        .bind(&after.1)
-        .bind(BACKFILL_PAGE)
-        .bind(project_id.unwrap_or(""))
-        .fetch_all(pool)
-        .await)?;
+        let page = UnembeddedPage {
+            model: &embeddings.model,
+            project_id,
+            after: (after.0, &after.1),
+            limit: BACKFILL_PAGE,
+        };
+        let rows = vectors::unembedded(db, &page).await?;
         let Some(last) = rows.last() else {
             return Ok(report);
         };
-        after = (last.2, last.0.clone());
+        after = (last.created_at, last.id.clone());
         let jobs = rows
             .iter()
-            .map(|(id, project, _)| new_job(project, id, &embeddings.model, JobOrigin::Legacy))
+            .map(|row| {
+                new_job(
+                    &row.project_id,
+                    &row.id,
+                    &embeddings.model,
+                    JobOrigin::Legacy,
+                )
+            })
             .collect();
         for admission in ledger.admit_batch(jobs).await? {
             report.missing += 1;
@@ -215,27 +215,16 @@ pub async fn store_in(
     now: i64,
 ) -> Result<(), StoreError> {
     let unit = normalized(vector);
-    let sql = "INSERT INTO experience_embedding \
-                 (experience_id, model, project_id, dims, vector, content_digest, created_at) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7) \
-               ON CONFLICT (experience_id, model) DO UPDATE SET project_id = excluded.project_id, \
-                 dims = excluded.dims, vector = excluded.vector, \
-                 content_digest = excluded.content_digest, created_at = excluded.created_at";
-    crate::db::execute_in(
-        tx,
-        sql,
-        &[
-            experience_id.into(),
-            model.into(),
-            project_id.into(),
-            (unit.len() as i64).into(),
-            (&encode(&unit)).into(),
-            content_digest.into(),
-            now.into(),
-        ],
-    )
-    .await?;
-    Ok(())
+    let stored = NewVector {
+        experience_id,
+        project_id,
+        model,
+        dims: unit.len(),
+        encoded: &encode(&unit),
+        content_digest,
+        now,
+    };
+    vectors::upsert_in(tx, &stored).await
 }
 
 /// The digest of the text an experience's stored vector was computed from, if it has one.
@@ -244,13 +233,7 @@ pub async fn stored_digest_in(
     experience_id: &str,
     model: &str,
 ) -> Result<Option<String>, StoreError> {
-    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT content_digest FROM experience_embedding WHERE experience_id = $1 AND model = $2"
-    )
-    .bind(experience_id)
-    .bind(model)
-    .fetch_optional(conn)
-    .await)?)
+    vectors::stored_digest_in(tx, experience_id, model).await
 }
 
 /// The `limit` most similar of a project's newest `max_scan` vectors of `model`, most similar
@@ -264,18 +247,10 @@ pub async fn nearest(
     limit: usize,
 ) -> Result<Vec<(String, f64)>, StoreError> {
     let unit = normalized(query);
-    let rows: Vec<(String, Vec<u8>)> = crate::on_db!(db, |pool| sqlx::query_as(
-        "SELECT experience_id, vector FROM experience_embedding \
-             WHERE project_id = $1 AND model = $2 ORDER BY created_at DESC LIMIT $3"
-    )
-    .bind(project_id)
-    .bind(model)
-    .bind(i64::from(max_scan))
-    .fetch_all(pool)
-    .await)?;
+    let rows = vectors::newest(db, project_id, model, max_scan).await?;
     let mut scored: Vec<(String, f64)> = rows
         .into_iter()
-        .filter_map(|(id, bytes)| Some((id, dot_with_encoded(&unit, &bytes)?)))
+        .filter_map(|row| Some((row.experience_id, dot_with_encoded(&unit, &row.vector)?)))
         .collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     scored.truncate(limit);
@@ -293,21 +268,8 @@ async fn vector_hits(
     if nearest.is_empty() {
         return Ok(Vec::new());
     }
-    let placeholders: Vec<String> = (1..=nearest.len()).map(|i| format!("${i}")).collect();
-    let sql = format!(
-        "SELECT {} FROM experience_record \
-         WHERE id IN ({}) AND {}",
-        candidate_columns(),
-        placeholders.join(", "),
-        crate::learning::experience::store::live_experience!()
-    );
-    let rows: Vec<CandidateRow> = crate::on_db!(db, |pool| {
-        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()));
-        for (id, _) in nearest {
-            query = query.bind(id.as_str());
-        }
-        query.fetch_all(pool).await
-    })?;
+    let ids = nearest.iter().map(|(id, _)| id.as_str());
+    let rows = retrieval_store::live_candidates_by_id(db, ids).await?;
     let similarity: HashMap<&str, f64> = nearest.iter().map(|(id, s)| (id.as_str(), *s)).collect();
     let mut scored: Vec<(CandidateRow, f64, f64)> = rows
         .into_iter()

@@ -197,12 +197,7 @@ impl MemoryService {
         &self,
         project_id: &str,
     ) -> Result<Option<String>, StoreError> {
-        Ok(crate::on_db!(self.db, |pool| sqlx::query_scalar(
-            "SELECT id FROM memory_document WHERE project_id = $1 AND revision > 0"
-        )
-        .bind(project_id)
-        .fetch_optional(pool)
-        .await)?)
+        store::written_project_document(&self.db, project_id).await
     }
 
     /// The projection path of a document: `$CONFIG/memory/MEMORY.md` or
