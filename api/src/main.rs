@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    zuno_api::cli::main()
+    zuno_cli::main(std::sync::Arc::new(zuno_api::Api))
 }

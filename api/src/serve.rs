@@ -1,7 +1,7 @@
 //! `zuno serve`: the HTTP API, and with `--all-in-one` every worker stage in the same process on
 //! the same database handle (in-process wake-ups, the embedded default a new user runs).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,26 +13,11 @@ use zuno_shared::runtime::process::{
 };
 use zuno_shared::runtime::{JobHandler, Runner, RunnerConfig};
 
-use crate::cli::{CliError, GlobalArgs};
-use crate::http::{AppState, router};
+use zuno_cli::{CliError, ServeArgs};
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
-    /// Also run every worker stage in this process.
-    #[arg(long)]
-    pub all_in_one: bool,
-    /// Address to listen on (default: server.bind, overridden by ZUNO_BIND).
-    #[arg(long)]
-    pub bind: Option<String>,
-    /// Jobs each in-process worker runs at once (all-in-one mode).
-    #[arg(long, default_value_t = 4)]
-    pub worker_concurrency: usize,
-    /// Serve without any token (loopback addresses only): every local process and every web page
-    /// the user visits can then use the API. The `Host`, `Origin` and JSON content-type checks
-    /// still apply.
-    #[arg(long)]
-    pub insecure_no_auth: bool,
-}
+use crate::http::guard::is_loopback;
+use crate::http::router::router;
+use crate::http::state::AppState;
 
 /// How the server authenticates, decided at start.
 enum ServerToken {
@@ -65,19 +50,7 @@ pub fn operator_token() -> Result<Option<String>, CliError> {
     }
 }
 
-/// True for loopback addresses and `localhost`.
-pub fn is_loopback(bind: &str) -> bool {
-    if let Ok(addr) = bind.parse::<SocketAddr>() {
-        return addr.ip().is_loopback();
-    }
-    if let Ok(ip) = bind.parse::<IpAddr>() {
-        return ip.is_loopback();
-    }
-    bind.rsplit_once(':').map_or(bind, |(host, _)| host) == "localhost"
-}
-
-pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> Result<(), CliError> {
-    let mut settings = global.settings()?;
+pub async fn serve(mut settings: Settings, args: ServeArgs) -> Result<(), CliError> {
     let bind = args
         .bind
         .clone()
@@ -354,19 +327,4 @@ fn all_in_one_runners(
         runners.push(runner);
     }
     Ok(runners)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_loopback;
-
-    #[test]
-    fn loopback_detection() {
-        assert!(is_loopback("127.0.0.1:7878"));
-        assert!(is_loopback("[::1]:7878"));
-        assert!(is_loopback("localhost:7878"));
-        assert!(!is_loopback("0.0.0.0:7878"));
-        assert!(!is_loopback("10.0.0.5:80"));
-        assert!(!is_loopback("example.com:80"));
-    }
 }

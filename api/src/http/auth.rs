@@ -14,14 +14,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, header};
-use axum::middleware::Next;
-use axum::response::Response;
 use sha2::{Digest, Sha256};
 use zuno_shared::tokens::{GlobalAccess, Grant};
 
-use super::AppState;
 use super::error::ApiError;
 
 /// Who is calling, and what they may reach.
@@ -121,7 +116,7 @@ impl Caller {
 /// Authentication settings: the digest of the server's own token, when authentication is on.
 #[derive(Clone)]
 pub struct Auth {
-    server_digest: Option<[u8; 32]>,
+    pub(super) server_digest: Option<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -151,7 +146,7 @@ pub fn digest(token: &str) -> [u8; 32] {
 }
 
 /// Compares digests in constant time.
-fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+pub fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -160,55 +155,6 @@ pub fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim().split_once([' ', '\t'])?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-/// The caller a request authenticates as.
-pub async fn caller_of(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    let Some(server) = &state.auth.server_digest else {
-        return Ok(Caller::local());
-    };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(bearer)
-        .map(digest)
-        .ok_or(ApiError::Unauthorized)?;
-    if same(&presented, server) {
-        return Ok(Caller::local());
-    }
-    let grant = state
-        .tokens
-        .grant_for(&hex::encode(presented))
-        .await?
-        .ok_or(ApiError::Unauthorized)?;
-    Ok(Caller::scoped(grant))
-}
-
-pub async fn authenticate(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let caller = caller_of(&state, request.headers()).await?;
-    request.extensions_mut().insert(caller);
-    Ok(next.run(request).await)
-}
-
-/// `/metrics` with `server.metrics_auth`: only the server's own token may read it.
-pub async fn metrics_gate(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    if state.metrics_auth {
-        let caller = caller_of(&state, request.headers()).await?;
-        if !caller.is_unscoped() {
-            return Err(ApiError::Forbidden(String::from(
-                "metrics are readable with the server's own token only",
-            )));
-        }
-    }
-    Ok(next.run(request).await)
 }
 
 #[cfg(test)]

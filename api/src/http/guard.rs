@@ -19,12 +19,11 @@ use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
 use super::error::ApiError;
 
 /// The most header bytes (names and values) a request may carry.
@@ -115,7 +114,7 @@ fn has_body(headers: &HeaderMap) -> bool {
             .is_some_and(|length| length > 0)
 }
 
-fn check(policy: &HostPolicy, request: &Request) -> Result<(), ApiError> {
+pub fn check(policy: &HostPolicy, request: &Request) -> Result<(), ApiError> {
     let headers = request.headers();
     let header_bytes: usize = headers
         .iter()
@@ -193,14 +192,6 @@ fn check(policy: &HostPolicy, request: &Request) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Refuses foreign hosts, cross-origin requests, non-JSON bodies and oversized heads.
-pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match check(&state.hosts, &request) {
-        Ok(()) => next.run(request).await,
-        Err(error) => error.into_response(),
-    }
-}
-
 /// Turns every error response that is not already a problem document into one, keeping its
 /// status and headers (`Allow` on a 405, for example) and using its text as the detail.
 pub async fn problem_errors(request: Request, next: Next) -> Response {
@@ -247,9 +238,30 @@ pub async fn problem_errors(request: Request, next: Next) -> Response {
     Response::from_parts(parts, Body::new(problem_body))
 }
 
+/// True for loopback addresses and `localhost`.
+pub fn is_loopback(bind: &str) -> bool {
+    if let Ok(addr) = bind.parse::<SocketAddr>() {
+        return addr.ip().is_loopback();
+    }
+    if let Ok(ip) = bind.parse::<IpAddr>() {
+        return ip.is_loopback();
+    }
+    bind.rsplit_once(':').map_or(bind, |(host, _)| host) == "localhost"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_detection() {
+        assert!(is_loopback("127.0.0.1:7878"));
+        assert!(is_loopback("[::1]:7878"));
+        assert!(is_loopback("localhost:7878"));
+        assert!(!is_loopback("0.0.0.0:7878"));
+        assert!(!is_loopback("10.0.0.5:80"));
+        assert!(!is_loopback("example.com:80"));
+    }
 
     #[test]
     fn hosts_are_the_bound_address_loopback_names_and_the_allowed_list() {

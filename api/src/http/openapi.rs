@@ -6,8 +6,8 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::routes::{guards, jobs, learning, live, memory, projects, sessions, skills};
+use super::state::AppState;
 
 #[derive(OpenApi)]
 #[openapi(

@@ -83,7 +83,7 @@ fn calls_of_parts(source: &str, parts: &[Part], worktree: Option<&Path>, out: &m
 /// worktree.
 fn host_calls(host: Host, path: &Path) -> Vec<Call> {
     let mut out = Vec::new();
-    let Ok(parsed) = zuno_api::cli::import::parse_file(host, path, Position::default()) else {
+    let Ok(parsed) = zuno_cli::import::parse_file(host, path, Position::default()) else {
         return out;
     };
     for session in &parsed.sessions {

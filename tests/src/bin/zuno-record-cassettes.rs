@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use zuno_api::eval::{CassetteMode, EvalOptions, StoreChoice};
+use zuno_cli::eval::{CassetteMode, EvalOptions, StoreChoice};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -33,9 +33,10 @@ async fn main() -> anyhow::Result<()> {
         store: StoreChoice::Sqlite,
         config: zuno_tests::fake_provider::learning_config(&oracle.base_url(), 30_000),
         cassettes: Some(CassetteMode::Record(dir.clone())),
+        server: std::sync::Arc::new(zuno_api::Api),
     };
-    let report = zuno_api::eval::run(&options).await?;
-    print!("{}", zuno_api::eval::print_text(&report));
+    let report = zuno_cli::eval::run(&options).await?;
+    print!("{}", zuno_cli::eval::print_text(&report));
     eprintln!(
         "recorded {} answers in {}",
         std::fs::read_dir(&dir)?.count(),

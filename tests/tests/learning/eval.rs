@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use zuno_api::eval::{CassetteMode, EvalOptions, Report, StoreChoice};
+use zuno_cli::eval::{CassetteMode, EvalOptions, Report, StoreChoice};
 use zuno_shared::config::Config;
 
 /// The figures `docs/benchmarks.md` reports for `rules-2` (the lower of the two backends, which
@@ -51,8 +51,9 @@ async fn run(store: StoreChoice) -> Report {
         store,
         config: Config::default(),
         cassettes: None,
+        server: std::sync::Arc::new(zuno_api::Api),
     };
-    zuno_api::eval::run(&options)
+    zuno_cli::eval::run(&options)
         .await
         .expect("the harness runs")
 }
@@ -135,8 +136,9 @@ async fn replay(store: StoreChoice, set: &str) -> Report {
         cassettes: Some(CassetteMode::Replay(
             repository().join("tests/learning-eval/cassettes").join(set),
         )),
+        server: std::sync::Arc::new(zuno_api::Api),
     };
-    zuno_api::eval::run(&options)
+    zuno_cli::eval::run(&options)
         .await
         .expect("the harness runs")
 }
@@ -146,7 +148,7 @@ fn assert_figures(report: &Report) {
 }
 
 fn assert_floors(report: &Report, floors: &Floors) {
-    let text = zuno_api::eval::print_text(report);
+    let text = zuno_cli::eval::print_text(report);
     let total = &report.total;
     for file in &report.files {
         assert!(
@@ -168,7 +170,7 @@ fn assert_floors(report: &Report, floors: &Floors) {
                 "{}: {count} {job} jobs (a request without a recording? re-record with \
                  zuno-record-cassettes)\n{}",
                 file.report.labels,
-                zuno_api::eval::print_text(report)
+                zuno_cli::eval::print_text(report)
             );
         }
     }

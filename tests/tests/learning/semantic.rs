@@ -476,9 +476,9 @@ async fn the_embedding_client_speaks_the_openai_wire_format() {
     assert!(!wrong.to_string().contains("sk-test"));
 }
 
-fn eval_options(config: Config, store: zuno_api::eval::StoreChoice) -> zuno_api::eval::EvalOptions {
+fn eval_options(config: Config, store: zuno_cli::eval::StoreChoice) -> zuno_cli::eval::EvalOptions {
     let repository = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    zuno_api::eval::EvalOptions {
+    zuno_cli::eval::EvalOptions {
         labels: vec![
             repository.join("tests/learning-eval/dev/synthetic-en-imperatives.labels.json"),
         ],
@@ -487,6 +487,7 @@ fn eval_options(config: Config, store: zuno_api::eval::StoreChoice) -> zuno_api:
         store,
         config,
         cassettes: None,
+        server: std::sync::Arc::new(zuno_api::Api),
     }
 }
 
@@ -495,21 +496,21 @@ fn eval_options(config: Config, store: zuno_api::eval::StoreChoice) -> zuno_api:
 /// figure without it is what a run with no layer measures.
 async fn the_eval_reports_recall_at_5_with_and_without_the_layer(db: TestDb) {
     let store = match db.backend {
-        zuno_shared::db::Backend::Sqlite => zuno_api::eval::StoreChoice::Sqlite,
-        zuno_shared::db::Backend::Postgres => zuno_api::eval::StoreChoice::Postgres {
+        zuno_shared::db::Backend::Sqlite => zuno_cli::eval::StoreChoice::Sqlite,
+        zuno_shared::db::Backend::Postgres => zuno_cli::eval::StoreChoice::Postgres {
             admin_url: zuno_tests::postgres_admin_url(),
         },
     };
     drop(db);
-    let lexical = zuno_api::eval::run(&eval_options(Config::default(), store.clone()))
+    let lexical = zuno_cli::eval::run(&eval_options(Config::default(), store.clone()))
         .await
         .unwrap();
     assert_eq!(lexical.total.recall_at_5_without_semantic, None);
-    let text = zuno_api::eval::print_text(&lexical);
+    let text = zuno_cli::eval::print_text(&lexical);
     assert!(!text.contains("without the semantic layer"), "{text}");
 
     let fake = FakeEmbeddings::start().await;
-    let semantic = zuno_api::eval::run(&eval_options(embeddings_config(&fake), store))
+    let semantic = zuno_cli::eval::run(&eval_options(embeddings_config(&fake), store))
         .await
         .unwrap();
     let total = &semantic.total;
@@ -529,7 +530,7 @@ async fn the_eval_reports_recall_at_5_with_and_without_the_layer(db: TestDb) {
         Some(total.counts.experiences as i64),
         "{jobs:?}"
     );
-    let text = zuno_api::eval::print_text(&semantic);
+    let text = zuno_cli::eval::print_text(&semantic);
     assert!(
         text.contains("recall@5 without the semantic layer"),
         "{text}"

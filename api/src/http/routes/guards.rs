@@ -9,10 +9,11 @@ use zuno_shared::config::GuardDecision;
 use zuno_shared::guards::{self, Decision, GuardError, call, matcher::ToolCall, store::Guard};
 use zuno_shared::tokens::GlobalAccess;
 
-use crate::http::AppState;
+use super::visible::visible_project;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Problem};
 use crate::http::json::ApiJson;
+use crate::http::state::AppState;
 
 impl From<GuardError> for ApiError {
     fn from(error: GuardError) -> ApiError {
@@ -41,8 +42,7 @@ pub async fn list(
     Path(project_id): Path<String>,
     Query(params): Query<ListParams>,
 ) -> ApiResult<Json<Vec<Guard>>> {
-    caller.require(&project_id, "project", &project_id)?;
-    state.transcripts.project(&project_id).await?;
+    visible_project(&state, &caller, &project_id).await?;
     let mut found = guards::store::list(&state.db, &project_id, params.state.as_deref()).await?;
     if !caller.can_read_global() {
         found.retain(|guard| guard.project_id.is_some());
@@ -165,8 +165,7 @@ pub async fn test(
     Path(project_id): Path<String>,
     ApiJson(request): ApiJson<TestRequest>,
 ) -> ApiResult<Json<Vec<TestMatch>>> {
-    caller.require(&project_id, "project", &project_id)?;
-    state.transcripts.project(&project_id).await?;
+    visible_project(&state, &caller, &project_id).await?;
     let call = match (request.command, request.path) {
         (Some(command), None) => ToolCall::Shell(command),
         (None, Some(path)) => ToolCall::Edit(vec![path]),

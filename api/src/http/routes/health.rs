@@ -8,8 +8,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use serde_json::json;
 
-use crate::http::AppState;
 use crate::http::error::ApiError;
+use crate::http::state::AppState;
 
 pub fn router(state: AppState) -> Router<AppState> {
     Router::new()
@@ -19,7 +19,7 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/metrics",
             get(metrics).route_layer(axum::middleware::from_fn_with_state(
                 state,
-                crate::http::auth::metrics_gate,
+                crate::http::middleware::metrics_gate,
             )),
         )
 }

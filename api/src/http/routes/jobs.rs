@@ -7,9 +7,9 @@ use utoipa::{IntoParams, ToSchema};
 use zuno_shared::learning::SourceSnapshot;
 use zuno_shared::ledger::{Job, JobEvent, JobFilter, JobKind, JobState, QueueCount};
 
-use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Problem};
+use crate::http::state::AppState;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]

@@ -13,11 +13,11 @@ use zuno_shared::learning::projection::{self, ProjectStatus, SessionLearning};
 use zuno_shared::learning::{ManualError, ReflectOutcome, ReflectScope, RepairReport, TurnOutcome};
 use zuno_shared::ledger::Admission;
 
-use super::sessions::visible_session;
-use crate::http::AppState;
+use super::visible::{visible_project, visible_session};
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Problem};
 use crate::http::json::ApiJson;
+use crate::http::state::AppState;
 use zuno_shared::tokens::GlobalAccess;
 
 impl From<PolicyError> for ApiError {
@@ -56,12 +56,6 @@ impl From<ManualError> for ApiError {
             }
         }
     }
-}
-
-async fn visible_project(state: &AppState, caller: &Caller, project_id: &str) -> ApiResult<()> {
-    caller.require(project_id, "project", project_id)?;
-    state.transcripts.project(project_id).await?;
-    Ok(())
 }
 
 async fn visible_experience(state: &AppState, caller: &Caller, id: &str) -> ApiResult<Experience> {

@@ -16,11 +16,11 @@ use zuno_shared::memory::store::{self, Candidate, DocumentView, Revision, Scope}
 use zuno_shared::memory::write_check::WriteRefusal;
 use zuno_shared::tokens::GlobalAccess;
 
-use super::sessions::visible_session;
-use crate::http::AppState;
+use super::visible::{visible_project, visible_session};
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Problem};
 use crate::http::json::ApiJson;
+use crate::http::state::AppState;
 
 impl From<MemoryError> for ApiError {
     fn from(error: MemoryError) -> ApiError {
@@ -48,12 +48,6 @@ impl From<MemoryError> for ApiError {
             MemoryError::Store(store) => store.into(),
         }
     }
-}
-
-async fn visible_project(state: &AppState, caller: &Caller, project_id: &str) -> ApiResult<()> {
-    caller.require(project_id, "project", project_id)?;
-    state.transcripts.project(project_id).await?;
-    Ok(())
 }
 
 /// Global Memory is reachable only with a global scope: `read` to see it (its entries, candidates,

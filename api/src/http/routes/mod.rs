@@ -8,3 +8,4 @@ pub mod projects;
 pub mod sessions;
 pub mod skills;
 pub mod ui;
+mod visible;

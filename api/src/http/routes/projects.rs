@@ -8,10 +8,10 @@ use utoipa::ToSchema;
 use zuno_shared::learning::ProjectDeletion;
 use zuno_shared::transcript::{NewProject, NewSession, Project, Session};
 
-use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Problem};
 use crate::http::json::ApiJson;
+use crate::http::state::AppState;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -11,10 +11,11 @@ use zuno_shared::transcript::{
     Message, MessageStatus, NewMessage, Part, Role, Session, TranscriptError, TranscriptStore,
 };
 
-use crate::http::AppState;
+use super::visible::visible_session;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Problem};
 use crate::http::json::ApiJson;
+use crate::http::state::AppState;
 use zuno_shared::tokens::GlobalAccess;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -60,17 +61,6 @@ pub struct MessagePage {
 
 fn default_page() -> i64 {
     100
-}
-
-/// Loads a session the caller may see (404 otherwise).
-pub async fn visible_session(
-    state: &AppState,
-    caller: &Caller,
-    session_id: &str,
-) -> ApiResult<Session> {
-    let session = state.transcripts.session(session_id).await?;
-    caller.require(&session.project_id, "session", session_id)?;
-    Ok(session)
 }
 
 async fn visible_message(

@@ -13,10 +13,11 @@ use zuno_shared::skills::evaluation::{ReviewStarted, Run};
 use zuno_shared::skills::pattern::{Pattern, Promoted};
 use zuno_shared::skills::{SkillError, SkillService};
 
-use crate::http::AppState;
+use super::visible::visible_project;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Problem};
 use crate::http::json::ApiJson;
+use crate::http::state::AppState;
 
 impl From<SkillError> for ApiError {
     fn from(error: SkillError) -> ApiError {
@@ -35,12 +36,6 @@ impl From<SkillError> for ApiError {
 
 fn service(state: &AppState) -> SkillService {
     SkillService::new(state.ledger.clone(), state.config.clone())
-}
-
-async fn visible_project(state: &AppState, caller: &Caller, project_id: &str) -> ApiResult<()> {
-    caller.require(project_id, "project", project_id)?;
-    state.transcripts.project(project_id).await?;
-    Ok(())
 }
 
 /// A candidate the caller may see (another project's answers 404).

@@ -7,6 +7,9 @@ mod agent_file;
 pub mod claude_memory;
 pub mod client;
 mod debug;
+pub mod error;
+pub mod eval;
+pub mod global;
 mod guards;
 pub mod hook;
 pub mod import;
@@ -14,15 +17,20 @@ pub mod install;
 mod jobs;
 mod json_text;
 pub mod learn;
+mod local_project;
 pub mod mcp;
 mod projects;
+pub mod server;
 mod tokens;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use zuno_shared::runtime::process::Settings;
+
+pub use error::CliError;
+pub use global::GlobalArgs;
+pub use server::{ServeArgs, Server};
 
 /// Durable learning memory for coding agents.
 #[derive(Debug, Parser)]
@@ -34,23 +42,10 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct GlobalArgs {
-    /// Directory holding the database and configuration (default: platform directories).
-    #[arg(long, global = true, env = "ZUNO_HOME")]
-    pub home: Option<PathBuf>,
-    /// Configuration file (default: config.json in the configuration directory).
-    #[arg(long, global = true, env = "ZUNO_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Database URL (overrides ZUNO_DATABASE_URL, DATABASE_URL and the configuration file).
-    #[arg(long, global = true)]
-    pub database_url: Option<String>,
-}
-
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP API (with --all-in-one, also every worker, in this process).
-    Serve(crate::serve::ServeArgs),
+    Serve(server::ServeArgs),
     /// Apply pending database migrations (or, with --check, only verify).
     Migrate {
         #[arg(long)]
@@ -116,96 +111,9 @@ pub enum Command {
     },
 }
 
-/// A failure with the exit code that classifies it.
-#[derive(Debug)]
-pub struct CliError {
-    pub code: u8,
-    pub message: String,
-}
-
-impl CliError {
-    pub const FAILURE: u8 = 1;
-    pub const BAD_INPUT: u8 = 2;
-    pub const NOT_FOUND: u8 = 3;
-    pub const CONFLICT: u8 = 4;
-    pub const UNAVAILABLE: u8 = 5;
-
-    pub fn new(code: u8, message: impl Into<String>) -> CliError {
-        CliError {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<anyhow::Error> for CliError {
-    fn from(error: anyhow::Error) -> CliError {
-        if let Some(config) = error.downcast_ref::<zuno_shared::config::ConfigError>() {
-            return CliError::new(CliError::BAD_INPUT, config.to_string());
-        }
-        if let Some(untrusted) = error.downcast_ref::<zuno_shared::ownership::Untrusted>() {
-            return CliError::new(CliError::BAD_INPUT, untrusted.to_string());
-        }
-        if let Some(migration) = error.downcast_ref::<zuno_shared::db::MigrationError>() {
-            let code = match migration {
-                zuno_shared::db::MigrationError::Store(store) if store.is_connection() => {
-                    CliError::UNAVAILABLE
-                }
-                _ => CliError::FAILURE,
-            };
-            return CliError::new(code, migration.to_string());
-        }
-        CliError::new(CliError::FAILURE, format!("{error:#}"))
-    }
-}
-
-impl From<zuno_shared::ledger::LedgerError> for CliError {
-    fn from(error: zuno_shared::ledger::LedgerError) -> CliError {
-        use zuno_shared::ledger::LedgerError;
-        let code = match &error {
-            LedgerError::NotFound(_) => CliError::NOT_FOUND,
-            LedgerError::Invalid(_) => CliError::BAD_INPUT,
-            LedgerError::LeaseLost { .. } => CliError::CONFLICT,
-            LedgerError::Store(store) if store.is_connection() => CliError::UNAVAILABLE,
-            LedgerError::Store(_) => CliError::FAILURE,
-        };
-        CliError::new(code, error.to_string())
-    }
-}
-
-impl From<zuno_shared::db::StoreError> for CliError {
-    fn from(error: zuno_shared::db::StoreError) -> CliError {
-        let code = if error.is_connection() {
-            CliError::UNAVAILABLE
-        } else {
-            CliError::FAILURE
-        };
-        CliError::new(code, error.to_string())
-    }
-}
-
-impl GlobalArgs {
-    pub fn settings(&self) -> Result<Settings, CliError> {
-        let mut settings = Settings::load(self.home.as_deref(), self.config.as_deref())?;
-        if let Some(url) = &self.database_url {
-            settings.config.database.url = Some(url.clone());
-        }
-        Ok(settings)
-    }
-}
-
-/// Opens the configured database for a one-shot command (migrating it, like start-up).
-pub async fn open_local(settings: &Settings) -> Result<zuno_shared::db::Db, CliError> {
-    zuno_shared::runtime::process::open_database(
-        &settings.connect_options(),
-        std::time::Duration::from_secs(5),
-    )
-    .await
-    .map_err(CliError::from)
-}
-
-pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+/// Runs the command line with `server` as the in-process API; the process's exit code.
+pub fn main(server: Arc<dyn Server>) -> ExitCode {
+    let mut cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
             let code = if error.use_stderr() {
@@ -217,6 +125,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    cli.global.server = Some(server);
     // Everything Zuno keeps is private to its user; `install` writes the user's agent settings
     // and repository files, which keep the user's own umask.
     if !matches!(cli.command, Command::Install { .. }) {
@@ -243,7 +152,10 @@ pub fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
-        Command::Serve(args) => crate::serve::serve(&cli.global, args).await,
+        Command::Serve(args) => {
+            let settings = cli.global.settings()?;
+            cli.global.server()?.serve(settings, args).await
+        }
         Command::Migrate { check } => migrate(&cli.global, check).await,
         Command::Debug { command } => debug::run(&cli.global, command).await,
         Command::Jobs { command } => jobs::run(&cli.global, command).await,

@@ -3,9 +3,10 @@
 
 use serde_json::json;
 
-use super::client::{ApiClient, encode};
-use super::learn::{Common, print, project};
-use super::{CliError, GlobalArgs};
+use crate::client::{ApiClient, encode};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
+use crate::learn::{Common, print, project};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum GuardsAction {

@@ -7,8 +7,9 @@
 use clap::{Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, ServerArgs, encode};
-use super::{CliError, GlobalArgs};
+use crate::client::{ApiClient, ServerArgs, encode};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Common {
@@ -229,7 +230,7 @@ pub(super) fn project(common: &Common) -> Result<String, CliError> {
         None => {
             let cwd = std::env::current_dir()
                 .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
-            Ok(super::import::local_project(&cwd.to_string_lossy()).id)
+            Ok(crate::local_project::local_project(&cwd.to_string_lossy()).id)
         }
     }
 }
@@ -598,6 +599,7 @@ async fn eval(global: &GlobalArgs, common: &Common, args: EvalArgs) -> Result<()
             (None, Some(dir)) => Some(crate::eval::CassetteMode::Replay(dir)),
             (None, None) => None,
         },
+        server: global.server()?,
     };
     let report = crate::eval::run(&options)
         .await

@@ -6,7 +6,9 @@
 //! what was stored and recalled with what a careful reader labelled.
 
 mod cassette;
+mod error;
 pub mod labels;
+mod probe;
 mod report;
 mod score;
 mod transcript;
@@ -15,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use zuno_shared::clock::system_clock;
@@ -29,11 +30,12 @@ use zuno_shared::runtime::process::{Settings, WorkerEnv, source_gate};
 use zuno_shared::runtime::{JobHandler, RunReport, Runner, RunnerConfig};
 
 pub use cassette::{CassetteMode, RECORDED_MODEL, RECORDED_PROVIDER};
+pub use error::EvalError;
 pub use report::{Report, print_text};
 pub use score::{Figures, FileReport};
 
-use crate::cli::CliError;
-use crate::cli::client::{ApiClient, encode};
+use crate::client::ApiClient;
+use crate::server::Server;
 use labels::LabelFile;
 
 /// Where each transcript's fresh store lives.
@@ -58,52 +60,8 @@ pub struct EvalOptions {
     pub config: Config,
     /// Record the provider's answers, or replay recorded ones (`None`: call the provider).
     pub cassettes: Option<CassetteMode>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum EvalError {
-    #[error("cannot read `{path}`: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("`{path}` is not a valid labels file: {detail}")]
-    Labels { path: PathBuf, detail: String },
-    #[error("{path}:{line}: {detail}")]
-    Transcript {
-        path: PathBuf,
-        line: u64,
-        detail: String,
-    },
-    #[error("{0}")]
-    Store(String),
-    #[error("{message}")]
-    Cli { code: u8, message: String },
-}
-
-impl EvalError {
-    fn cli(error: CliError) -> EvalError {
-        EvalError::Cli {
-            code: error.code,
-            message: error.message,
-        }
-    }
-
-    fn store(error: impl std::fmt::Display) -> EvalError {
-        EvalError::Store(error.to_string())
-    }
-
-    /// The CLI exit code: bad labels or transcripts are bad input.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            EvalError::Read { .. } | EvalError::Labels { .. } | EvalError::Transcript { .. } => {
-                CliError::BAD_INPUT
-            }
-            EvalError::Store(_) => CliError::UNAVAILABLE,
-            EvalError::Cli { code, .. } => *code,
-        }
-    }
+    /// The API each fresh store is served by, in this process.
+    pub server: Arc<dyn Server>,
 }
 
 /// Runs the harness over every labels file, in order.
@@ -154,15 +112,11 @@ async fn evaluate(
     // data directory is a sensitive directory it refuses to bind.
     let paths = Paths::resolve(Some(&home.join("zuno")));
     let clock = system_clock();
-    let state = crate::http::AppState::new(
+    let client = ApiClient::in_process(options.server.local_router(
         config.clone(),
         store.db.clone(),
-        clock.clone(),
         paths.clone(),
-        None,
-        None,
-    );
-    let client = ApiClient::in_process(crate::http::router(state));
+    ));
 
     let project = labels.project.clone();
     let other = format!("{project}-other");
@@ -185,7 +139,7 @@ async fn evaluate(
     let memory = zuno_shared::memory::store::supported_entries(&store.db, &project)
         .await
         .map_err(EvalError::store)?;
-    let lexical_only = lexical_only_client(&config, store, home);
+    let lexical_only = lexical_only_client(options.server.as_ref(), &config, store, home);
     let probes =
         score::Probes::ask(&client, lexical_only.as_ref(), labels, &project, &other).await?;
     let mut report = score::score(labels, &loaded, &experiences, &memory, &probes, &project);
@@ -301,19 +255,20 @@ async fn job_counts(ledger: &Ledger) -> Result<std::collections::BTreeMap<String
 /// With the semantic layer configured, the follow-ups are also asked without it (same store,
 /// same experiences, embeddings off) so the report can put recall@5 with and without side by
 /// side.
-fn lexical_only_client(config: &Config, store: &FreshStore, home: &Path) -> Option<ApiClient> {
+fn lexical_only_client(
+    server: &dyn Server,
+    config: &Config,
+    store: &FreshStore,
+    home: &Path,
+) -> Option<ApiClient> {
     config.embeddings.as_ref().map(|_| {
         let mut lexical = config.clone();
         lexical.embeddings = None;
-        let state = crate::http::AppState::new(
+        ApiClient::in_process(server.local_router(
             Arc::new(lexical),
             store.db.clone(),
-            system_clock(),
             Paths::resolve(Some(&home.join("zuno"))),
-            None,
-            None,
-        );
-        ApiClient::in_process(crate::http::router(state))
+        ))
     })
 }
 
@@ -401,71 +356,4 @@ impl FreshStore {
             tracing::warn!(%error, database = %name, "could not drop the evaluation database");
         }
     }
-}
-
-/// One `context` answer, reduced to what scoring needs.
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct Recalled {
-    pub experience_ids: Vec<String>,
-    /// Names of the memory sections present (`memory.global`, `memory.project`).
-    pub memory_sections: Vec<String>,
-}
-
-/// Asks `context` for `prompt` in `session`.
-pub(crate) async fn ask(
-    client: &ApiClient,
-    session: &str,
-    prompt: &str,
-) -> Result<Recalled, EvalError> {
-    let answer = client
-        .post(
-            &format!("/api/session/{}/context", encode(session)),
-            &json!({ "prompt": prompt }),
-        )
-        .await
-        .map_err(|e| EvalError::cli(e.into()))?;
-    let strings = |key: &str| -> Vec<String> {
-        answer
-            .get(key)
-            .and_then(|v| v.as_array())
-            .map(|items| {
-                items
-                    .iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let memory_sections = answer
-        .get("sections")
-        .and_then(|v| v.as_array())
-        .map(|sections| {
-            sections
-                .iter()
-                .filter_map(|s| s.get("name").and_then(|n| n.as_str()))
-                .filter(|name| name.starts_with("memory."))
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(Recalled {
-        experience_ids: strings("experienceIds"),
-        memory_sections,
-    })
-}
-
-/// Creates a session in `project` and returns its id.
-pub(crate) async fn new_session(client: &ApiClient, project: &str) -> Result<String, EvalError> {
-    let created = client
-        .post(
-            &format!("/api/projects/{}/sessions", encode(project)),
-            &json!({}),
-        )
-        .await
-        .map_err(|e| EvalError::cli(e.into()))?;
-    created
-        .get("id")
-        .and_then(|v| v.as_str())
-        .map(str::to_owned)
-        .ok_or_else(|| EvalError::Store(String::from("the session route answered without an id")))
 }

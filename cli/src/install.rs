@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use clap::ValueEnum;
 use serde_json::{Map, Value, json};
 
-use super::{CliError, GlobalArgs, agent_file};
+use crate::agent_file;
+use crate::error::CliError;
+use crate::global::GlobalArgs;
 
 /// Hook events Zuno handles, with the timeout (seconds) written for each and the tools a
 /// matcher limits it to (`PreToolUse`: the tools guards check, so reads and searches start no
@@ -292,8 +294,8 @@ async fn offer_memory_import(
 ) -> Result<(), CliError> {
     let project_dir = std::path::absolute(project_dir)
         .map_err(|error| CliError::new(CliError::BAD_INPUT, error.to_string()))?;
-    let home = super::claude_memory::claude_home(args.claude_home.as_deref());
-    let (files, notes) = super::claude_memory::collect(&project_dir, home.as_deref(), true);
+    let home = crate::claude_memory::claude_home(args.claude_home.as_deref());
+    let (files, notes) = crate::claude_memory::collect(&project_dir, home.as_deref(), true);
     if notes.is_empty() {
         return Ok(());
     }
@@ -307,13 +309,13 @@ async fn offer_memory_import(
         );
         return Ok(());
     }
-    let server = super::client::ServerArgs {
+    let server = crate::client::ServerArgs {
         server: args.common.server.clone(),
         token: None,
     };
-    let client = super::client::ApiClient::connect(global, &server).await?;
+    let client = crate::client::ApiClient::connect(global, &server).await?;
     let report =
-        super::claude_memory::import(&client, &project_dir, None, files, notes, false).await?;
+        crate::claude_memory::import(&client, &project_dir, None, files, notes, false).await?;
     println!(
         "Claude Code memory imported into project `{}`: {} added, {} already in Memory, {} skipped",
         report.project, report.added, report.present, report.skipped
@@ -542,8 +544,8 @@ fn token_note(global: &GlobalArgs, common: &CommonArgs) -> Result<(), CliError> 
     let server = common
         .server
         .as_deref()
-        .unwrap_or(super::hook::DEFAULT_SERVER);
-    if super::client::is_loopback_url(server) {
+        .unwrap_or(crate::hook::DEFAULT_SERVER);
+    if crate::client::is_loopback_url(server) {
         let settings = global.settings()?;
         println!(
             "the hooks and the MCP server authenticate with the local token in {} (created by the server's first start)",
@@ -558,7 +560,7 @@ fn token_note(global: &GlobalArgs, common: &CommonArgs) -> Result<(), CliError> 
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>, CliError> {
-    super::agent_file::read_optional(path).map_err(|error| {
+    crate::agent_file::read_optional(path).map_err(|error| {
         CliError::new(
             CliError::FAILURE,
             format!("cannot read `{}`: {error}", path.display()),
@@ -567,7 +569,7 @@ fn read_optional(path: &Path) -> Result<Option<String>, CliError> {
 }
 
 /// Plans an edit of a JSON object file. The user's text is edited in place (see
-/// [`super::json_text`]): what the change doesn't touch keeps its bytes, so an unchanged document
+/// [`crate::json_text`]): what the change doesn't touch keeps its bytes, so an unchanged document
 /// is byte for byte the same and `--uninstall` gives back what was there before. A file left
 /// holding an empty object by `--uninstall` is removed (a symlinked one is kept, emptied).
 fn json_edit(path: &Path, update: impl FnOnce(&mut Value)) -> Result<Edit, CliError> {
@@ -598,7 +600,7 @@ fn json_edit(path: &Path, update: impl FnOnce(&mut Value)) -> Result<Edit, CliEr
         None
     } else {
         Some(match before.as_deref() {
-            Some(text) if !text.trim().is_empty() => super::json_text::edit(text, &value, &updated),
+            Some(text) if !text.trim().is_empty() => crate::json_text::edit(text, &value, &updated),
             _ => pretty(&updated),
         })
     };

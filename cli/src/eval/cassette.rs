@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use zuno_shared::config::ProviderConfig;
 
-use super::EvalError;
+use super::error::EvalError;
 
 /// What the proxy does with a request.
 #[derive(Debug, Clone)]

@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 use zuno_shared::transcript::Role;
 use zuno_shared::transcript::import::{Host, Position};
 
-use super::EvalError;
+use super::error::EvalError;
 use super::labels::Format;
-use crate::cli::client::{ApiClient, encode};
-use crate::cli::import::{Importer, parse_file};
+use crate::client::{ApiClient, encode};
+use crate::import::{Importer, parse_file};
 
 /// A stored message and the transcript line it came from.
 #[derive(Debug, Clone)]

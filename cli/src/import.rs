@@ -12,11 +12,13 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use serde_json::{Value, json};
 use zuno_shared::transcript::import::{
-    self, Host, ImportedSession, LineIssue, Parsed, Position, aider, project_for_cwd,
+    self, Host, ImportedSession, LineIssue, Parsed, Position, aider,
 };
 
-use super::client::{ApiClient, ClientError, ServerArgs};
-use super::{CliError, GlobalArgs};
+use crate::client::{ApiClient, ClientError, ServerArgs};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
+use crate::local_project::local_project;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum HostArg {
@@ -60,7 +62,7 @@ pub enum ImportCommand {
     Aider(ImportArgs),
     /// Claude Code's own memory (CLAUDE.md files, `.claude/rules`, auto memory) into resident
     /// Memory as the user's entries, without duplicating rules Memory already states.
-    ClaudeCodeMemory(super::claude_memory::ClaudeMemoryArgs),
+    ClaudeCodeMemory(crate::claude_memory::ClaudeMemoryArgs),
 }
 
 /// What an import did.
@@ -90,7 +92,7 @@ pub async fn run(global: &GlobalArgs, command: ImportCommand) -> Result<(), CliE
         ImportCommand::Codex(args) => (Host::Codex, args),
         ImportCommand::Aider(args) => (Host::Aider, args),
         ImportCommand::ClaudeCodeMemory(args) => {
-            return super::claude_memory::run(global, args).await;
+            return crate::claude_memory::run(global, args).await;
         }
     };
     let files = discover(host, &args.path)?;
@@ -343,7 +345,7 @@ impl Importer {
         let cwd = session.cwd.as_deref().unwrap_or("unknown");
         let local = local_project(cwd);
         if self.projects.insert(local.id.clone()) {
-            super::client::ensure_project(
+            crate::client::ensure_project(
                 &self.client,
                 &local.id,
                 &local.name,
@@ -371,7 +373,7 @@ impl Importer {
             if let Some(parent) = session.parent_session_id() {
                 body["parentId"] = Value::String(parent);
             }
-            let path = format!("/api/projects/{}/sessions", super::client::encode(&project));
+            let path = format!("/api/projects/{}/sessions", crate::client::encode(&project));
             let created = match self.client.post(&path, &body).await {
                 Ok(_) => true,
                 Err(error) if error.status() == Some(409) => false,
@@ -389,7 +391,7 @@ impl Importer {
         }
         let path = format!(
             "/api/session/{}/messages",
-            super::client::encode(&session_id)
+            crate::client::encode(&session_id)
         );
         for message in &session.messages {
             let body = json!({
@@ -438,119 +440,11 @@ impl Importer {
 
 /// The project a working directory belongs to, as every local client derives it (hooks,
 /// imports, `zuno learn`, the MCP server), and the worktree a hook may bind for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalProject {
-    pub id: String,
-    pub name: String,
-    /// The repository root, when the working directory lies in one on this machine.
-    pub worktree: Option<String>,
-}
-
-/// A working directory inside a repository belongs to the repository's project: the nearest
-/// ancestor holding `.git` (a directory, or a file in a linked worktree or submodule) is both
-/// the project's identity and the worktree its hook binds. A directory in no repository is a
-/// project of its own, bound to no worktree, so a session in a parent directory such as
-/// `~/src` never claims the repositories below it. A repository at the home directory or at
-/// `/` (a dotfiles repository) counts as none. A path from an imported file that does not
-/// exist here, or climbs with `..`, never makes Zuno write anywhere.
-pub fn local_project(cwd: &str) -> LocalProject {
-    let home = directories::BaseDirs::new().map(|dirs| dirs.home_dir().to_path_buf());
-    match repository_root(cwd, home.as_deref()) {
-        Some(root) => {
-            let (id, name) = project_for_cwd(&root);
-            LocalProject {
-                id,
-                name,
-                worktree: Some(root),
-            }
-        }
-        None => {
-            let (id, name) = project_for_cwd(cwd);
-            LocalProject {
-                id,
-                name,
-                worktree: None,
-            }
-        }
-    }
-}
-
-/// The nearest ancestor of `cwd` (itself included) holding `.git`, by name (no links
-/// resolved, so a repository opened at its own path keeps the project id it always had).
-pub fn repository_root(cwd: &str, home: Option<&Path>) -> Option<String> {
-    let path = Path::new(cwd.trim_end_matches('/'));
-    let path = if path.as_os_str().is_empty() {
-        Path::new("/")
-    } else {
-        path
-    };
-    if !path.is_absolute() || !path.is_dir() || cwd.contains("..") {
-        return None;
-    }
-    let root = path
-        .ancestors()
-        .find(|dir| std::fs::symlink_metadata(dir.join(".git")).is_ok())?;
-    let unsuitable = root.parent().is_none() || home.is_some_and(|home| root == home);
-    if unsuitable {
-        return None;
-    }
-    root.to_str().map(str::to_owned)
-}
-
 /// `Ok(true)` when created, `Ok(false)` when it already existed (409).
 fn tolerate_conflict(result: Result<Value, ClientError>) -> Result<bool, CliError> {
     match result {
         Ok(_) => Ok(true),
         Err(error) if error.status() == Some(409) => Ok(false),
         Err(error) => Err(error.into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_working_directory_binds_its_repository_root_and_never_a_parent_of_repositories() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        let src = home.join("src");
-        let repo = src.join("app");
-        std::fs::create_dir_all(repo.join(".git")).unwrap();
-        std::fs::create_dir_all(repo.join("crates/core")).unwrap();
-        // A linked worktree or submodule has a `.git` file.
-        let linked = src.join("linked");
-        std::fs::create_dir_all(&linked).unwrap();
-        std::fs::write(
-            linked.join(".git"),
-            "gitdir: ../app/.git/worktrees/linked\n",
-        )
-        .unwrap();
-        let text = |path: &Path| path.to_str().unwrap().to_owned();
-        let root = |path: &Path| repository_root(&text(path), Some(&home));
-
-        assert_eq!(root(&src), None, "a parent of repositories is no root");
-        assert_eq!(root(&repo), Some(text(&repo)));
-        assert_eq!(root(&repo.join("crates/core")), Some(text(&repo)));
-        assert_eq!(root(&linked), Some(text(&linked)));
-        // Paths that do not exist here, relative ones and climbing ones bind nothing.
-        assert_eq!(repository_root("/definitely/not/here", Some(&home)), None);
-        assert_eq!(repository_root("relative/app", Some(&home)), None);
-        let climbing = format!("{}/crates/..", text(&repo));
-        assert_eq!(repository_root(&climbing, Some(&home)), None);
-
-        // The project of a subdirectory is the repository's, under the id the repository's own
-        // sessions always had.
-        let inside = local_project(&text(&repo.join("crates/core")));
-        assert_eq!(inside.worktree, Some(text(&repo)));
-        assert_eq!(inside.id, project_for_cwd(&text(&repo)).0);
-        assert_eq!(inside.name, "app");
-        let outside = local_project(&text(&src));
-        assert_eq!(outside.worktree, None);
-        assert_eq!(outside.id, project_for_cwd(&text(&src)).0);
-        // A dotfiles repository at the home directory is no project root.
-        std::fs::create_dir_all(home.join(".git")).unwrap();
-        assert_eq!(root(&src), None);
-        assert_eq!(root(&repo), Some(text(&repo)));
     }
 }

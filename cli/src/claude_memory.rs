@@ -28,9 +28,10 @@ use serde_json::{Value, json};
 use zuno_shared::memory::dedupe::same_rule;
 use zuno_shared::memory::markdown;
 
-use super::client::{ApiClient, ClientError, ServerArgs, encode};
-use super::import::local_project;
-use super::{CliError, GlobalArgs};
+use crate::client::{ApiClient, ClientError, ServerArgs, encode};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
+use crate::local_project::local_project;
 
 /// Lines of `MEMORY.md` Claude Code loads at the start of a session.
 const INDEX_LINES: usize = 200;
@@ -94,6 +95,22 @@ pub struct MemoryImportReport {
     pub present: usize,
     pub skipped: usize,
     pub notes: Vec<NoteOutcome>,
+}
+
+impl MemoryImportReport {
+    /// Records what became of `note` and counts it: `new` (a dry run's) counts as added.
+    fn record(&mut self, note: Note, outcome: &'static str, detail: Option<String>) {
+        match outcome {
+            "present" => self.present += 1,
+            "added" | "new" => self.added += 1,
+            _ => self.skipped += 1,
+        }
+        self.notes.push(NoteOutcome {
+            note,
+            outcome,
+            detail,
+        });
+    }
 }
 
 /// Claude Code's configuration directory: `--claude-home`, `$CLAUDE_CONFIG_DIR`, `~/.claude`.
@@ -368,22 +385,12 @@ pub async fn import(
             .iter()
             .any(|(target, content)| *target == note.target && same_rule(content, &note.content));
         if present {
-            report.present += 1;
-            report.notes.push(NoteOutcome {
-                note,
-                outcome: "present",
-                detail: None,
-            });
+            report.record(note, "present", None);
             continue;
         }
         if dry_run {
             known.push((note.target, note.content.clone()));
-            report.added += 1;
-            report.notes.push(NoteOutcome {
-                note,
-                outcome: "new",
-                detail: None,
-            });
+            report.record(note, "new", None);
             continue;
         }
         add_note(client, &memory_path, note, &mut known, &mut report).await?;
@@ -400,12 +407,12 @@ async fn ensure_import_project(
     let cwd = dir.to_string_lossy();
     Ok(match project {
         Some(project) => {
-            super::client::ensure_project(client, project, project, None).await?;
+            crate::client::ensure_project(client, project, project, None).await?;
             project.to_owned()
         }
         None => {
             let local = local_project(&cwd);
-            super::client::ensure_project(
+            crate::client::ensure_project(
                 client,
                 &local.id,
                 &local.name,
@@ -463,16 +470,8 @@ async fn add_note(
         Ok(outcome) => {
             known.push((note.target, note.content.clone()));
             let applied = outcome["applied"].as_bool() == Some(true);
-            if applied {
-                report.added += 1;
-            } else {
-                report.skipped += 1;
-            }
-            report.notes.push(NoteOutcome {
-                note,
-                outcome: if applied { "added" } else { "skipped" },
-                detail: (!applied).then(|| String::from("left pending for review")),
-            });
+            let detail = (!applied).then(|| String::from("left pending for review"));
+            report.record(note, if applied { "added" } else { "skipped" }, detail);
         }
         Err(ClientError::Problem { status: 403, .. }) => {
             return Err(CliError::new(
@@ -492,12 +491,7 @@ async fn add_note(
                 .get("field")
                 .and_then(Value::as_str)
                 .unwrap_or("content");
-            report.skipped += 1;
-            report.notes.push(NoteOutcome {
-                note,
-                outcome: "skipped",
-                detail: Some(format!("{detail} ({field})")),
-            });
+            report.record(note, "skipped", Some(format!("{detail} ({field})")));
         }
         Err(error) => return Err(error.into()),
     }

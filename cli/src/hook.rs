@@ -27,9 +27,11 @@ use sha2::{Digest, Sha256};
 use zuno_shared::transcript::import::{Host, ImportedSession, Parsed, Position, session_id_for};
 use zuno_shared::transcript::{MessageStatus, Role};
 
-use super::client::{ApiClient, ClientError, encode};
-use super::import::{Importer, local_project, parse_file, parse_file_with_session};
-use super::{CliError, GlobalArgs};
+use crate::client::{ApiClient, ClientError, encode};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
+use crate::import::{Importer, parse_file, parse_file_with_session};
+use crate::local_project::local_project;
 
 /// The server the hook talks to when none is configured.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
@@ -142,7 +144,7 @@ async fn handle(
     let input: HookInput =
         serde_json::from_slice(input).map_err(|error| HookError::Input(error.to_string()))?;
     let server = args.server.as_deref().unwrap_or(DEFAULT_SERVER);
-    let token = super::client::token_for(global, server, args.token.as_deref())?;
+    let token = crate::client::token_for(global, server, args.token.as_deref())?;
     let client = ApiClient::remote(server, token, budget)?;
     match args.event.as_str() {
         "SessionStart" => {
@@ -190,7 +192,7 @@ async fn ensure_session(
     let local = local_project(cwd);
     let project = local.id;
     let session = session_id_for(host, &input.session_id);
-    super::client::ensure_project(client, &project, &local.name, local.worktree.as_deref()).await?;
+    crate::client::ensure_project(client, &project, &local.name, local.worktree.as_deref()).await?;
     let body = json!({ "id": session, "externalRef": input.session_id });
     tolerate_conflict(
         client

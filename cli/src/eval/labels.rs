@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::EvalError;
+use super::error::EvalError;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

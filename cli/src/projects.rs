@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, ServerArgs, encode};
-use super::{CliError, GlobalArgs};
+use crate::client::{ApiClient, ServerArgs, encode};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct ProjectsArgs {
@@ -90,7 +91,7 @@ pub async fn run(global: &GlobalArgs, args: ProjectsArgs) -> Result<(), CliError
             client.delete(&path(&project)).await?
         }
     };
-    super::learn::print(&answer, args.json);
+    crate::learn::print(&answer, args.json);
     Ok(())
 }
 

@@ -8,7 +8,11 @@ use axum::body::Body;
 use serde_json::Value;
 use tower::ServiceExt;
 
-use super::{CliError, GlobalArgs, open_local};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
+use crate::global::open_local;
+#[cfg(doc)]
+use crate::server::Server;
 
 /// Where the API lives.
 #[derive(Debug, Clone, clap::Args)]
@@ -167,23 +171,16 @@ impl ApiClient {
         })
     }
 
-    /// The router over the local database, in this process. It is the local user's own
-    /// process, so it runs without a token (the `Host`, `Origin` and content-type rules still
-    /// apply, and its requests satisfy them).
+    /// The router over the local database, in this process (see [`Server::local_router`]).
     pub async fn local(global: &GlobalArgs) -> Result<ApiClient, CliError> {
         let settings = global.settings()?;
         let db = open_local(&settings).await?;
-        let state = crate::http::AppState::new(
+        let router = global.server()?.local_router(
             std::sync::Arc::new(settings.config.clone()),
             db,
-            zuno_shared::clock::system_clock(),
             settings.paths.clone(),
-            None,
-            None,
         );
-        Ok(ApiClient {
-            transport: Transport::Local(crate::http::router(state)),
-        })
+        Ok(ApiClient::in_process(router))
     }
 
     pub fn is_remote(&self) -> bool {

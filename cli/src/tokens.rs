@@ -9,7 +9,9 @@ use zuno_shared::db::Db;
 use zuno_shared::tokens::{GlobalAccess, NewToken, TokenStore};
 use zuno_shared::transcript::{TranscriptError, TranscriptStore};
 
-use super::{CliError, GlobalArgs, open_local};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
+use crate::global::open_local;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum GlobalArg {

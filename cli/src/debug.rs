@@ -1,6 +1,7 @@
 use clap::Subcommand;
 
-use super::{CliError, GlobalArgs};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
 
 #[derive(Debug, Subcommand)]
 pub enum DebugCommand {

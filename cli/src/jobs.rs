@@ -2,7 +2,9 @@ use clap::Subcommand;
 use zuno_shared::clock::system_clock;
 use zuno_shared::ledger::{JobFilter, JobKind, JobState, Ledger};
 
-use super::{CliError, GlobalArgs, open_local};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
+use crate::global::open_local;
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {

@@ -23,8 +23,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, ServerArgs, encode};
-use super::{CliError, GlobalArgs};
+use crate::client::{ApiClient, ServerArgs, encode};
+use crate::error::CliError;
+use crate::global::GlobalArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {
@@ -201,7 +202,7 @@ pub struct ZunoTools {
 
 /// The answer of one API call as a tool result: the JSON on success, an `isError` result
 /// with the problem's detail otherwise.
-fn result(answer: Result<Value, super::client::ClientError>) -> CallToolResult {
+fn result(answer: Result<Value, crate::client::ClientError>) -> CallToolResult {
     match answer {
         Ok(value) => {
             let text = serde_json::to_string_pretty(&value).unwrap_or_default();
@@ -340,7 +341,7 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<(), CliError> {
         None => {
             let cwd = std::env::current_dir()
                 .map_err(|error| CliError::new(CliError::FAILURE, error.to_string()))?;
-            super::import::local_project(&cwd.to_string_lossy()).id
+            crate::local_project::local_project(&cwd.to_string_lossy()).id
         }
     };
     let service = ZunoTools::new(client, project, args.read_only)

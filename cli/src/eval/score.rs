@@ -12,10 +12,11 @@ use zuno_shared::learning::signals::is_host_generated;
 use zuno_shared::memory::store::{Scope as MemoryScope, SupportedEntry};
 use zuno_shared::transcript::Role;
 
+use super::error::EvalError;
 use super::labels::{Label, LabelFile, Scope, Source};
+use super::probe::{Recalled, ask, new_session};
 use super::transcript::Loaded;
-use super::{EvalError, Recalled, ask, new_session};
-use crate::cli::client::ApiClient;
+use crate::client::ApiClient;
 
 /// The figures of one file, or of all files together.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
