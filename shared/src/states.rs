@@ -68,9 +68,13 @@ pub(crate) use stored_states;
 
 #[cfg(test)]
 mod tests {
+    use crate::guards::store::GuardState;
     use crate::memory::store::MemoryCandidateState;
-    use crate::skills::candidate::{EvaluationState, SkillCandidateState};
-    use crate::skills::evaluation::RunState;
+    use crate::skills::apply::{OperationKind, OperationState};
+    use crate::skills::candidate::{
+        CandidateOperation, EvaluationState, SkillCandidateState, SourceKind,
+    };
+    use crate::skills::evaluation::{AttemptVariant, CaseKind, RunState};
     use crate::skills::pattern::{PatternOrigin, PatternScope, PatternState};
 
     fn round_trips<T>(all: &[T], as_str: fn(T) -> &'static str, parse: fn(&str) -> Option<T>)
@@ -116,6 +120,29 @@ mod tests {
             EvaluationState::parse,
         );
         round_trips(RunState::ALL, RunState::as_str, RunState::parse);
+        round_trips(
+            CandidateOperation::ALL,
+            CandidateOperation::as_str,
+            CandidateOperation::parse,
+        );
+        round_trips(SourceKind::ALL, SourceKind::as_str, SourceKind::parse);
+        round_trips(
+            OperationKind::ALL,
+            OperationKind::as_str,
+            OperationKind::parse,
+        );
+        round_trips(
+            OperationState::ALL,
+            OperationState::as_str,
+            OperationState::parse,
+        );
+        round_trips(CaseKind::ALL, CaseKind::as_str, CaseKind::parse);
+        round_trips(
+            AttemptVariant::ALL,
+            AttemptVariant::as_str,
+            AttemptVariant::parse,
+        );
+        round_trips(GuardState::ALL, GuardState::as_str, GuardState::parse);
     }
 
     #[test]

@@ -21,8 +21,8 @@ use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 use zuno_shared::skills::SkillService;
 use zuno_shared::skills::candidate::{Candidate, candidate_in};
 use zuno_shared::skills::evaluation::{
-    AttemptRecord, Case, CaseOutcome, CassetteDispatcher, Dispatch, Grade, Run, RunEnding,
-    RunState, baseline_skill, cases_in, decide, end_run_in, run_in, settle_verdict_in,
+    AttemptRecord, AttemptVariant, Case, CaseOutcome, CassetteDispatcher, Dispatch, Grade, Run,
+    RunEnding, RunState, baseline_skill, cases_in, decide, end_run_in, run_in, settle_verdict_in,
 };
 
 pub struct EvaluateHandler {
@@ -233,21 +233,21 @@ impl EvaluateHandler {
                 )
                 .await?;
             outcomes.push(CaseOutcome {
-                kind: case.kind.clone(),
+                kind: case.kind,
                 weight: case.weight,
                 baseline: base_grade.clone(),
                 candidate: cand_grade.clone(),
             });
             records.push(AttemptRecord {
                 case_ordinal: case.ordinal,
-                variant: "baseline",
+                variant: AttemptVariant::Baseline,
                 answer: base_answer,
                 trace: base_trace,
                 grade: base_grade,
             });
             records.push(AttemptRecord {
                 case_ordinal: case.ordinal,
-                variant: "candidate",
+                variant: AttemptVariant::Candidate,
                 answer: cand_answer,
                 trace: cand_trace,
                 grade: cand_grade,

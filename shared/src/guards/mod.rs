@@ -23,7 +23,10 @@ use crate::db::{StoreError, Tx};
 use crate::memory::store::{self as memory_store, Scope};
 use crate::transcript::{Message, Part, Role};
 use matcher::ToolCall;
-use store::{Guard, NewGuard};
+use store::{Guard, GuardState, NewGuard};
+
+/// The states in which a guard still stands for its lesson.
+const LIVE: &[GuardState] = &[GuardState::Pending, GuardState::Active];
 
 /// What compiling a project's Memory changed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -65,8 +68,8 @@ pub async fn compile_memory_in(
                     evidence: &evidence,
                     origin: "rules",
                     state: match config.promotion {
-                        GuardPromotion::Review => "pending",
-                        GuardPromotion::Automatic => "active",
+                        GuardPromotion::Review => GuardState::Pending,
+                        GuardPromotion::Automatic => GuardState::Active,
                     },
                     decision: config.decision.as_str(),
                 };
@@ -78,14 +81,12 @@ pub async fn compile_memory_in(
     }
     for guard in store::of_project_in(tx, project_id).await? {
         let orphaned = guard.origin != "user"
-            && matches!(guard.state.as_str(), "pending" | "active")
+            && guard.state.is_live()
             && guard
                 .source_entry_id
                 .as_ref()
                 .is_some_and(|entry| !sources.contains(entry));
-        if orphaned
-            && store::transition_in(tx, &guard.id, &["pending", "active"], "retired", now).await?
-        {
+        if orphaned && store::transition_in(tx, &guard.id, LIVE, GuardState::Retired, now).await? {
             store::event_in(
                 tx,
                 &guard.id,
@@ -124,7 +125,7 @@ async fn propose_in(
         now,
     )
     .await?;
-    if new.state == "active" {
+    if new.state == GuardState::Active {
         store::event_in(
             tx,
             &id,
@@ -227,9 +228,7 @@ pub async fn record_violations_in(
     let guards: Vec<Guard> = store::of_project_in(tx, &project_id)
         .await?
         .into_iter()
-        .filter(|g| {
-            matches!(g.state.as_str(), "pending" | "active") && g.created_at <= message.created_at
-        })
+        .filter(|g| g.state.is_live() && g.created_at <= message.created_at)
         .collect();
     if guards.is_empty() {
         return Ok(0);
@@ -275,7 +274,7 @@ pub enum GuardError {
     #[error("guard `{id}` is `{state}`; {action} needs it {from}")]
     Conflict {
         id: String,
-        state: String,
+        state: GuardState,
         action: &'static str,
         from: &'static str,
     },
@@ -297,24 +296,22 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The states it moves a guard from, the state it moves it to, the audit event, and the
+    /// precondition as an error message says it.
     fn transition(
         self,
     ) -> (
-        &'static [&'static str],
-        &'static str,
+        &'static [GuardState],
+        GuardState,
         &'static str,
         &'static str,
     ) {
+        use GuardState::{Active, Disabled, Pending, Rejected};
         match self {
-            Decision::Approve => (&["pending"], "active", "approved", "pending"),
-            Decision::Reject => (&["pending"], "rejected", "rejected", "pending"),
-            Decision::Disable => (
-                &["pending", "active"],
-                "disabled",
-                "disabled",
-                "pending or active",
-            ),
-            Decision::Enable => (&["disabled"], "active", "enabled", "disabled"),
+            Decision::Approve => (&[Pending], Active, "approved", "pending"),
+            Decision::Reject => (&[Pending], Rejected, "rejected", "pending"),
+            Decision::Disable => (LIVE, Disabled, "disabled", "pending or active"),
+            Decision::Enable => (&[Disabled], Active, "enabled", "disabled"),
         }
     }
 
@@ -386,7 +383,8 @@ pub struct RuleUse {
     pub rule: String,
     /// What the guard matches, as a person reads it.
     pub guards: String,
-    pub state: String,
+    #[schema(value_type = String)]
+    pub state: GuardState,
     /// Times the lesson's experiences were selected into a prompt or reinforced.
     pub recalled: i64,
     pub blocked: i64,
@@ -398,7 +396,7 @@ pub async fn rule_uses(db: &crate::db::Db, project_id: &str) -> Result<Vec<RuleU
     let guards: Vec<Guard> = store::list(db, project_id, None)
         .await?
         .into_iter()
-        .filter(|g| matches!(g.state.as_str(), "pending" | "active" | "disabled"))
+        .filter(|g| g.state.is_live() || g.state == GuardState::Disabled)
         .collect();
     let mut uses = Vec::new();
     for guard in guards {

@@ -24,7 +24,8 @@ pub struct Guard {
     /// `rules`, `model` or `user`.
     pub origin: String,
     /// `pending`, `active`, `disabled`, `rejected` or `retired` (its lesson left Memory).
-    pub state: String,
+    #[schema(value_type = String)]
+    pub state: GuardState,
     /// `ask` or `deny`.
     pub decision: String,
     /// Calls it stopped through a hook.
@@ -33,6 +34,25 @@ pub struct Guard {
     pub violations: i64,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+crate::states::stored_states! {
+    /// Where a guard is: proposed, enforced, switched off by a person, refused by a person, or
+    /// retired because its lesson left Memory.
+    pub enum GuardState in "guard"."state" {
+        Pending = "pending",
+        Active = "active",
+        Disabled = "disabled",
+        Rejected = "rejected",
+        Retired = "retired",
+    }
+}
+
+impl GuardState {
+    /// Whether the guard still stands for its lesson (proposed or enforced).
+    pub fn is_live(self) -> bool {
+        matches!(self, GuardState::Pending | GuardState::Active)
+    }
 }
 
 type Row = (
@@ -69,7 +89,7 @@ fn guard_of(row: Row) -> Result<Guard, StoreError> {
         source_entry_id,
         evidence: serde_json::from_str(&evidence).unwrap_or_default(),
         origin,
-        state,
+        state: GuardState::try_from(state).map_err(|e| StoreError::Corrupt(e.to_string()))?,
         decision: row.9,
         blocks: row.10,
         violations: row.11,
@@ -87,7 +107,7 @@ pub struct NewGuard<'a> {
     pub source_entry_id: Option<&'a str>,
     pub evidence: &'a [String],
     pub origin: &'a str,
-    pub state: &'a str,
+    pub state: GuardState,
     pub decision: &'a str,
 }
 
@@ -118,7 +138,7 @@ pub async fn insert_in(
             guard.source_entry_id.into(),
             (&evidence).into(),
             guard.origin.into(),
-            guard.state.into(),
+            guard.state.as_str().into(),
             guard.decision.into(),
             now.into(),
         ],
@@ -155,7 +175,7 @@ pub async fn event_in(
 pub async fn list(
     db: &Db,
     project_id: &str,
-    state: Option<&str>,
+    state: Option<GuardState>,
 ) -> Result<Vec<Guard>, StoreError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM guard WHERE (project_id = $1 OR project_id IS NULL) \
@@ -164,7 +184,7 @@ pub async fn list(
     let rows: Vec<Row> =
         crate::on_db!(db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
             .bind(project_id)
-            .bind(state)
+            .bind(state.map(GuardState::as_str))
             .fetch_all(pool)
             .await)?;
     rows.into_iter().map(guard_of).collect()
@@ -172,7 +192,7 @@ pub async fn list(
 
 /// The guards in force for `project_id`: its own and the global ones that are `active`.
 pub async fn enforced(db: &Db, project_id: &str) -> Result<Vec<Guard>, StoreError> {
-    list(db, project_id, Some("active")).await
+    list(db, project_id, Some(GuardState::Active)).await
 }
 
 /// The current guards of `project_id` and the global ones, in the caller's transaction.
@@ -202,8 +222,8 @@ pub async fn get_in(tx: &mut Tx, id: &str) -> Result<Option<Guard>, StoreError> 
 pub async fn transition_in(
     tx: &mut Tx,
     id: &str,
-    from: &[&str],
-    to: &str,
+    from: &[GuardState],
+    to: GuardState,
     now: i64,
 ) -> Result<bool, StoreError> {
     let placeholders: Vec<String> = (0..from.len()).map(|i| format!("${}", i + 4)).collect();
@@ -211,8 +231,11 @@ pub async fn transition_in(
         "UPDATE guard SET state = $2, updated_at = $3 WHERE id = $1 AND state IN ({})",
         placeholders.join(", ")
     );
-    let mut args: Vec<crate::db::Arg<'_>> = vec![id.into(), to.into(), now.into()];
-    args.extend(from.iter().map(|state| crate::db::Arg::from(*state)));
+    let mut args: Vec<crate::db::Arg<'_>> = vec![id.into(), to.as_str().into(), now.into()];
+    args.extend(
+        from.iter()
+            .map(|state| crate::db::Arg::from(state.as_str())),
+    );
     Ok(crate::db::execute_in(tx, sqlx::AssertSqlSafe(sql), &args).await? == 1)
 }
 

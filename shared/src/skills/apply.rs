@@ -21,9 +21,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::candidate::{
-    Candidate, SkillCandidateState, SkillFile, candidate_in, check_managed_dirs, read_skill,
-    worktree_in,
+    Candidate, CandidateOperation, SkillCandidateState, SkillFile, candidate_in,
+    check_managed_dirs, read_skill, worktree_in,
 };
+use super::store::candidate::{self as candidate_store, Noted};
+use super::store::operation as store;
 use super::{SkillError, SkillService, is_managed_path};
 use crate::db::Tx;
 use crate::managed_file::{self, ManagedFileError, Publish};
@@ -35,13 +37,32 @@ pub struct Operation {
     pub id: String,
     pub candidate_id: String,
     /// `apply` or `undo`.
-    pub kind: String,
+    #[schema(value_type = String)]
+    pub kind: OperationKind,
     pub path: String,
     pub worktree: String,
     /// Exact bytes before the effect; `None` = absent.
     pub before: Option<String>,
     /// Exact bytes after the effect; `None` = absent.
     pub after: Option<String>,
+}
+
+crate::states::stored_states! {
+    /// What an operation does to a Skill file: apply a candidate, or undo an applied one.
+    pub enum OperationKind in "skill_operation"."kind" {
+        Apply = "apply",
+        Undo = "undo",
+    }
+}
+
+crate::states::stored_states! {
+    /// Where an operation is: prepared (snapshots persisted, effect pending) or settled.
+    pub enum OperationState in "skill_operation"."state" {
+        Prepared = "prepared",
+        Applied = "applied",
+        NotApplied = "not_applied",
+        Uncertain = "uncertain",
+    }
 }
 
 /// What one effect did.
@@ -62,17 +83,6 @@ pub struct SkillReconcileReport {
     /// Candidates whose path lock was held by a live writer: left for a later pass.
     pub busy: Vec<String>,
 }
-
-/// An interrupted operation: id, candidate, kind, path, before, after, project.
-type InterruptedRow = (
-    String,
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    String,
-);
 
 fn digest(content: Option<&str>) -> Option<String> {
     content.map(|c| managed_file::digest(c.as_bytes()))
@@ -160,11 +170,11 @@ struct Transition {
 async fn transition_in(
     tx: &mut Tx,
     candidate: &Candidate,
-    kind: &str,
+    kind: OperationKind,
 ) -> Result<Transition, SkillError> {
     let id = &candidate.id;
-    match kind {
-        "apply" if candidate.operation == "apply" => {
+    match (kind, candidate.operation) {
+        (OperationKind::Apply, CandidateOperation::Apply) => {
             if candidate.state != SkillCandidateState::Approved {
                 return Err(SkillError::Conflict(format!(
                     "skill candidate `{id}` is `{}`; apply needs a review that passed evaluation (`approved`)",
@@ -178,7 +188,7 @@ async fn transition_in(
                 after: candidate.content.clone(),
             })
         }
-        "apply" => {
+        (OperationKind::Apply, CandidateOperation::Revoke) => {
             if candidate.state != SkillCandidateState::Pending {
                 return Err(SkillError::Conflict(format!(
                     "revocation `{id}` is `{}`, not pending",
@@ -192,7 +202,7 @@ async fn transition_in(
                 after: revoked_before_in(tx, candidate).await?,
             })
         }
-        "undo" => {
+        (OperationKind::Undo, _) => {
             if candidate.state != SkillCandidateState::Applied {
                 return Err(SkillError::Conflict(format!(
                     "skill candidate `{id}` is `{}`; only applied candidates can be undone",
@@ -207,10 +217,6 @@ async fn transition_in(
                 after: restored,
             })
         }
-        other => Err(SkillError::Invalid {
-            field: "operation",
-            reason: format!("`{other}` is not apply or undo"),
-        }),
     }
 }
 
@@ -223,15 +229,12 @@ async fn revoked_before_in(
         Some(r) => candidate_in(tx, r).await?,
         None => None,
     };
-    Ok(match revoked.and_then(|r| r.operation_id) {
-        Some(op) => crate::on_tx!(tx, |conn| sqlx::query_scalar(
-            "SELECT before_content FROM skill_operation WHERE id = $1 AND kind = 'apply'"
-        )
-        .bind(op)
-        .fetch_optional(conn)
-        .await)?
-        .flatten(),
-        None => None,
+    let Some(operation_id) = revoked.and_then(|r| r.operation_id) else {
+        return Ok(None);
+    };
+    Ok(match store::snapshots_in(tx, &operation_id).await? {
+        Some((OperationKind::Apply, before, _)) => before,
+        _ => None,
     })
 }
 
@@ -240,19 +243,15 @@ async fn undo_contents_in(
     tx: &mut Tx,
     candidate: &Candidate,
 ) -> Result<(Option<String>, Option<String>), SkillError> {
-    let last: Option<(String, Option<String>, Option<String>)> = crate::on_tx!(tx, |conn| {
-        sqlx::query_as(
-            "SELECT kind, before_content, after_content FROM skill_operation WHERE id = $1",
-        )
-        .bind(&candidate.operation_id)
-        .fetch_optional(conn)
-        .await
-    })?;
+    let last = match &candidate.operation_id {
+        Some(operation_id) => store::snapshots_in(tx, operation_id).await?,
+        None => None,
+    };
     let (last_kind, before, after) =
         last.ok_or_else(|| SkillError::Conflict(String::from("the applied operation is missing")))?;
     // After an undo that did not happen, the last operation is that undo: its `before` is the
     // applied file and its `after` what undo restores.
-    Ok(if last_kind == "apply" {
+    Ok(if last_kind == OperationKind::Apply {
         (after, before)
     } else {
         (before, after)
@@ -267,21 +266,22 @@ fn apply_drift(
     source_now: Option<&SkillFile>,
 ) -> Option<String> {
     let current_digest = current.map(|f| &f.digest);
-    let drift = match candidate.operation.as_str() {
-        "revoke" => (current_digest != candidate.source_digest.as_ref())
+    let source_digest = candidate.source_digest.as_ref();
+    let drift = match candidate.operation {
+        CandidateOperation::Revoke => (current_digest != source_digest)
             .then_some("the applied Skill file changed since the revocation was proposed"),
-        "apply" if !candidate.companion => (current_digest != candidate.source_digest.as_ref())
+        CandidateOperation::Apply if !candidate.companion => (current_digest != source_digest)
             .then_some("the Skill file changed since the candidate was proposed (source drift)"),
-        "apply" if source_now.map(|f| &f.digest) != candidate.source_digest.as_ref() => {
+        CandidateOperation::Apply if source_now.map(|f| &f.digest) != source_digest => {
             Some("the read-only source Skill changed since the candidate was proposed")
         }
-        "apply" if current.is_some_and(|f| f.read_only) => {
+        CandidateOperation::Apply if current.is_some_and(|f| f.read_only) => {
             Some("a read-only companion already exists at the destination")
         }
-        "apply" if current.is_some() => {
+        CandidateOperation::Apply if current.is_some() => {
             Some("the companion destination already exists and was not written by this candidate")
         }
-        _ => None,
+        CandidateOperation::Apply => None,
     };
     drift.map(String::from)
 }
@@ -295,27 +295,17 @@ async fn record_operation_in(
     to: SkillCandidateState,
     now: i64,
 ) -> Result<(), SkillError> {
-    let (id, kind) = (&operation.candidate_id, &operation.kind);
-    let moved = crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE skill_candidate SET state = $3, operation_id = $4, updated_at = $5 WHERE id = $1 AND state = $2")
-        .bind(id).bind(from.as_str()).bind(to.as_str()).bind(&operation.id).bind(now)
-        .execute(conn).await.map(|d| d.rows_affected())
-    })?;
-    if moved != 1 {
+    let (id, kind) = (&operation.candidate_id, operation.kind);
+    let noted = Noted {
+        operation_id: Some(&operation.id),
+        detail: None,
+    };
+    if !candidate_store::compare_and_set_in(tx, id, from, to, noted, now).await? {
         return Err(SkillError::Conflict(format!(
             "skill candidate `{id}` changed state concurrently; another {kind} is in progress or done"
         )));
     }
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO skill_operation (id, candidate_id, kind, path, before_content, before_digest, after_content, after_digest, \
-               state, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'prepared', $9)")
-        .bind(&operation.id).bind(id).bind(kind).bind(&operation.path)
-        .bind(&operation.before).bind(digest(operation.before.as_deref()))
-        .bind(&operation.after).bind(digest(operation.after.as_deref())).bind(now)
-        .execute(conn).await.map(|d| d.rows_affected())
-    })?;
+    store::insert_in(tx, operation, now).await?;
     Ok(())
 }
 
@@ -330,13 +320,15 @@ impl SkillService {
         from_state: SkillCandidateState,
         detail: &str,
     ) -> Result<(), SkillError> {
-        let moved = crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "UPDATE skill_candidate SET state = 'stale', detail = $2, updated_at = $3 WHERE id = $1 AND state = $4")
-            .bind(id).bind(detail).bind(self.now()).bind(from_state.as_str()).execute(conn)
-            .await.map(|d| d.rows_affected())
-        })?;
-        if moved != 1 {
+        let noted = Noted {
+            operation_id: None,
+            detail: Some(detail),
+        };
+        let stale = SkillCandidateState::Stale;
+        let moved =
+            candidate_store::compare_and_set_in(tx, id, from_state, stale, noted, self.now())
+                .await?;
+        if !moved {
             return Err(SkillError::Conflict(format!(
                 "skill candidate `{id}` changed state concurrently; another apply is in progress or done"
             )));
@@ -347,19 +339,19 @@ impl SkillService {
     /// `skill-apply` (an approved candidate, or a pending revocation) and `skill-undo` (an
     /// applied candidate), end to end. Returns the candidate after the effect.
     pub async fn apply(&self, id: &str) -> Result<Candidate, SkillError> {
-        let operation = self.prepare(id, "apply").await?;
+        let operation = self.prepare(id, OperationKind::Apply).await?;
         let effect = self.perform(&operation).await?;
         self.finish(&operation, effect).await
     }
 
     pub async fn undo(&self, id: &str) -> Result<Candidate, SkillError> {
-        let operation = self.prepare(id, "undo").await?;
+        let operation = self.prepare(id, OperationKind::Undo).await?;
         let effect = self.perform(&operation).await?;
         self.finish(&operation, effect).await
     }
 
     /// Step 1: checks, then persists the operation and its exact snapshots (see the module docs).
-    pub async fn prepare(&self, id: &str, kind: &str) -> Result<Operation, SkillError> {
+    pub async fn prepare(&self, id: &str, kind: OperationKind) -> Result<Operation, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
         let candidate = candidate_in(&mut tx, id)
@@ -384,7 +376,7 @@ impl SkillService {
             let (w, t, s) = (worktree.clone(), target.clone(), source.clone());
             blocking(move || Ok((read_skill(&w, &t)?, read_skill(&w, &s)?))).await?
         };
-        if kind == "apply"
+        if kind == OperationKind::Apply
             && let Some(detail) = apply_drift(&candidate, current.as_ref(), source_now.as_ref())
         {
             self.mark_stale_in(&mut tx, id, transition.from, &detail)
@@ -403,7 +395,7 @@ impl SkillService {
         let operation = Operation {
             id: crate::ids::new_id("skop"),
             candidate_id: id.to_owned(),
-            kind: kind.to_owned(),
+            kind,
             path: candidate.target_path.clone(),
             worktree: worktree.display().to_string(),
             before: current_content,
@@ -432,16 +424,25 @@ impl SkillService {
     ) -> Result<Candidate, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
-        let (op_state, candidate_state, detail) = match (effect, operation.kind.as_str()) {
-            (Effect::Applied, "apply") => ("applied", SkillCandidateState::Applied, None),
-            (Effect::Applied, _) => ("applied", SkillCandidateState::Undone, None),
+        let (op_state, candidate_state, detail) = match (effect, operation.kind) {
+            (Effect::Applied, OperationKind::Apply) => {
+                (OperationState::Applied, SkillCandidateState::Applied, None)
+            }
+            (Effect::Applied, OperationKind::Undo) => {
+                (OperationState::Applied, SkillCandidateState::Undone, None)
+            }
             (Effect::Drifted, _) => (
-                "not_applied",
+                OperationState::NotApplied,
                 SkillCandidateState::Stale,
                 Some("the file changed between the check and the write; nothing was written"),
             ),
         };
-        self.settle_operation_in(&mut tx, operation, op_state, candidate_state, detail, now)
+        let settled = Settled {
+            operation: op_state,
+            candidate: candidate_state,
+            detail,
+        };
+        self.settle_operation_in(&mut tx, operation, settled, now)
             .await?;
         let candidate = candidate_in(&mut tx, &operation.candidate_id)
             .await?
@@ -459,49 +460,36 @@ impl SkillService {
         &self,
         tx: &mut Tx,
         operation: &Operation,
-        op_state: &str,
-        candidate_state: SkillCandidateState,
-        detail: Option<&str>,
+        settled: Settled<'_>,
         now: i64,
     ) -> Result<(), SkillError> {
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "UPDATE skill_operation SET state = $2, detail = $3, settled_at = $4 WHERE id = $1 AND state = 'prepared'")
-            .bind(&operation.id).bind(op_state).bind(detail).bind(now).execute(conn)
-            .await.map(|d| d.rows_affected())
-        })?;
-        crate::on_tx!(tx, |conn| sqlx::query(
-            "UPDATE skill_candidate SET state = $3, detail = $4, updated_at = $5 \
-                 WHERE id = $1 AND operation_id = $2 AND state IN ('applying', 'undoing')"
+        let Settled {
+            operation: operation_state,
+            candidate: candidate_state,
+            detail,
+        } = settled;
+        store::settle_in(tx, &operation.id, operation_state, detail, now).await?;
+        let candidate_id = &operation.candidate_id;
+        candidate_store::settle_operation_in(
+            tx,
+            candidate_id,
+            &operation.id,
+            candidate_state,
+            detail,
+            now,
         )
-        .bind(&operation.candidate_id)
-        .bind(&operation.id)
-        .bind(candidate_state.as_str())
-        .bind(detail)
-        .bind(now)
-        .execute(conn)
-        .await
-        .map(|d| d.rows_affected()))?;
-        // A completed revocation ends the revoked candidate too.
-        if candidate_state == SkillCandidateState::Applied {
-            crate::on_tx!(tx, |conn| {
-                sqlx::query(
-                    "UPDATE skill_candidate SET state = 'undone', detail = 'revoked', updated_at = $2 \
-                     WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1) AND state = 'applied'")
-                .bind(&operation.candidate_id).bind(now).execute(conn)
-                .await.map(|d| d.rows_affected())
-            })?;
-        }
-        // An undone revocation restored the Skill: the revoked candidate is applied again (its
-        // own apply operation still describes the file, so it can be undone later).
-        if candidate_state == SkillCandidateState::Undone {
-            crate::on_tx!(tx, |conn| {
-                sqlx::query(
-                    "UPDATE skill_candidate SET state = 'applied', detail = 'its revocation was undone', updated_at = $2 \
-                     WHERE id = (SELECT revokes_id FROM skill_candidate WHERE id = $1 AND operation = 'revoke') AND state = 'undone'")
-                .bind(&operation.candidate_id).bind(now).execute(conn)
-                .await.map(|d| d.rows_affected())
-            })?;
+        .await?;
+        use SkillCandidateState::{Applied, Undone};
+        // A completed revocation ends the revoked candidate too; an undone revocation restored
+        // the Skill, so the revoked candidate is applied again (its own apply operation still
+        // describes the file, so it can be undone later).
+        let revoked_moves = match candidate_state {
+            Applied => Some((Applied, Undone, "revoked")),
+            Undone => Some((Undone, Applied, "its revocation was undone")),
+            _ => None,
+        };
+        if let Some((from, to, detail)) = revoked_moves {
+            candidate_store::move_revoked_in(tx, candidate_id, from, to, detail, now).await?;
         }
         Ok(())
     }
@@ -510,30 +498,22 @@ impl SkillService {
     /// replays an effect, skips a path whose lock a live writer holds.
     pub async fn reconcile_skills(&self) -> Result<SkillReconcileReport, SkillError> {
         let mut report = SkillReconcileReport::default();
-        let rows: Vec<InterruptedRow> = crate::on_db!(self.db, |pool| {
-            sqlx::query_as(
-                "SELECT o.id, o.candidate_id, o.kind, o.path, o.before_content, o.after_content, c.project_id \
-                 FROM skill_operation o JOIN skill_candidate c ON c.operation_id = o.id \
-                 WHERE o.state = 'prepared' AND c.state IN ('applying', 'undoing')")
-            .fetch_all(pool).await
-        })?;
-        for (op_id, candidate_id, kind, path, before, after, project_id) in rows {
-            let observed = match self.observe_skill_file(&project_id, &path).await? {
+        for interrupted in store::interrupted(&self.db).await? {
+            let store::Interrupted {
+                operation,
+                project_id,
+            } = interrupted;
+            let candidate_id = operation.candidate_id.clone();
+            let observed = match self
+                .observe_skill_file(&project_id, &operation.path)
+                .await?
+            {
                 Observed::NoWorktree => continue,
                 Observed::Busy => {
                     report.busy.push(candidate_id);
                     continue;
                 }
                 Observed::Content(content) => content,
-            };
-            let operation = Operation {
-                id: op_id,
-                candidate_id: candidate_id.clone(),
-                kind,
-                path,
-                worktree: String::new(),
-                before,
-                after,
             };
             let mut tx = self.db.begin().await?;
             let verdict = self
@@ -590,48 +570,72 @@ impl SkillService {
         operation: &Operation,
         observed: Option<&str>,
     ) -> Result<Reconciled, SkillError> {
-        let now = self.now();
-        if observed == operation.after.as_deref() {
-            let state = if operation.kind == "apply" {
-                SkillCandidateState::Applied
-            } else {
-                SkillCandidateState::Undone
+        let (reconciled, operation_state, candidate_state, detail) = if observed
+            == operation.after.as_deref()
+        {
+            let state = match operation.kind {
+                OperationKind::Apply => SkillCandidateState::Applied,
+                OperationKind::Undo => SkillCandidateState::Undone,
             };
-            self.settle_operation_in(
-                tx,
-                operation,
-                "applied",
+            let detail = "reconciled: the file holds the exact after snapshot";
+            (Reconciled::Applied, OperationState::Applied, state, detail)
+        } else if observed == operation.before.as_deref() {
+            let state = match operation.kind {
+                OperationKind::Apply => self.unapplied_state_in(tx, operation).await?,
+                OperationKind::Undo => SkillCandidateState::Applied,
+            };
+            let detail =
+                "reconciled: the file holds the exact before snapshot; the effect did not happen";
+            (
+                Reconciled::NotApplied,
+                OperationState::NotApplied,
                 state,
-                Some("reconciled: the file holds the exact after snapshot"),
-                now,
+                detail,
             )
+        } else {
+            let detail = "reconciled: the file matches neither snapshot; inspect it before \
+                          deciding (never replayed)";
+            let uncertain = SkillCandidateState::Uncertain;
+            (
+                Reconciled::Uncertain,
+                OperationState::Uncertain,
+                uncertain,
+                detail,
+            )
+        };
+        let settled = Settled {
+            operation: operation_state,
+            candidate: candidate_state,
+            detail: Some(detail),
+        };
+        self.settle_operation_in(tx, operation, settled, self.now())
             .await?;
-            return Ok(Reconciled::Applied);
-        }
-        if observed == operation.before.as_deref() {
-            let state = if operation.kind == "apply" {
-                let operation_kind: String = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-                    "SELECT operation FROM skill_candidate WHERE id = $1"
-                )
-                .bind(&operation.candidate_id)
-                .fetch_one(conn)
-                .await)?;
-                if operation_kind == "revoke" {
-                    SkillCandidateState::Pending
-                } else {
-                    SkillCandidateState::Approved
-                }
-            } else {
-                SkillCandidateState::Applied
-            };
-            self.settle_operation_in(tx, operation, "not_applied", state,
-                Some("reconciled: the file holds the exact before snapshot; the effect did not happen"), now).await?;
-            return Ok(Reconciled::NotApplied);
-        }
-        self.settle_operation_in(tx, operation, "uncertain", SkillCandidateState::Uncertain,
-            Some("reconciled: the file matches neither snapshot; inspect it before deciding (never replayed)"), now).await?;
-        Ok(Reconciled::Uncertain)
+        Ok(reconciled)
     }
+
+    /// Where a candidate goes back to when its apply did not happen: a revocation is pending
+    /// again, a Skill candidate approved.
+    async fn unapplied_state_in(
+        &self,
+        tx: &mut Tx,
+        operation: &Operation,
+    ) -> Result<SkillCandidateState, SkillError> {
+        let candidate = candidate_in(tx, &operation.candidate_id)
+            .await?
+            .ok_or_else(|| SkillError::NotFound(String::from("the candidate vanished")))?;
+        Ok(match candidate.operation {
+            CandidateOperation::Revoke => SkillCandidateState::Pending,
+            CandidateOperation::Apply => SkillCandidateState::Approved,
+        })
+    }
+}
+
+/// How an operation settled: its own state, its candidate's, and why.
+#[derive(Debug, Clone, Copy)]
+struct Settled<'a> {
+    operation: OperationState,
+    candidate: SkillCandidateState,
+    detail: Option<&'a str>,
 }
 
 /// An interrupted operation's file, as reconciliation finds it.

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::pattern::{Pattern, PatternScope, parse_rules};
+use super::pattern::{Pattern, PatternScope};
+use super::store::candidate::{self as store, CandidateRecord};
 use super::{SkillError, SkillService, diff, skill_path};
 use crate::db::{StoreError, Tx};
 use crate::managed_file::{self, ManagedFileError};
@@ -21,11 +22,13 @@ pub struct Candidate {
     pub revokes_id: Option<String>,
     pub name: String,
     /// `apply` or `revoke`.
-    pub operation: String,
+    #[schema(value_type = String)]
+    pub operation: CandidateOperation,
     /// The existing Skill this candidate is based on (exact source identity).
     pub source_path: String,
     /// `absent`, `writable` or `read_only`.
-    pub source_kind: String,
+    #[schema(value_type = String)]
+    pub source_kind: SourceKind,
     /// SHA-256 of the source's exact bytes when it existed.
     pub source_digest: Option<String>,
     /// Where the file is written: the source itself, or a distinctly named companion.
@@ -77,113 +80,29 @@ crate::states::stored_states! {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct CandidateRow {
-    id: String,
-    project_id: String,
-    pattern_id: Option<String>,
-    pattern_version: Option<i64>,
-    revokes_id: Option<String>,
-    name: String,
-    operation: String,
-    source_path: String,
-    source_kind: String,
-    source_digest: Option<String>,
-    target_path: String,
-    writable: bool,
-    companion: bool,
-    content: Option<String>,
-    content_digest: Option<String>,
-    diff: String,
-    rules: String,
-    #[sqlx(try_from = "String")]
-    state: SkillCandidateState,
-    #[sqlx(try_from = "String")]
-    evaluation_state: EvaluationState,
-    operation_id: Option<String>,
-    detail: Option<String>,
-    created_at: i64,
-    updated_at: i64,
-}
-
-const CANDIDATE_COLUMNS: &str = "id, project_id, pattern_id, pattern_version, revokes_id, name, operation, source_path, \
-    source_kind, source_digest, target_path, writable, companion, content, content_digest, diff, rules, state, \
-    evaluation_state, operation_id, detail, created_at, updated_at";
-
-pub async fn candidate_in(tx: &mut Tx, id: &str) -> Result<Option<Candidate>, StoreError> {
-    let sql = format!("SELECT {CANDIDATE_COLUMNS} FROM skill_candidate WHERE id = $1");
-    let row: Option<CandidateRow> =
-        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(id)
-            .fetch_optional(conn)
-            .await)?;
-    match row {
-        Some(row) => Ok(Some(hydrate_in(tx, row).await?)),
-        None => Ok(None),
+crate::states::stored_states! {
+    /// What applying a candidate does: write its Skill, or revoke an applied one.
+    pub enum CandidateOperation in "skill_candidate"."operation" {
+        Apply = "apply",
+        Revoke = "revoke",
     }
 }
 
-async fn hydrate_in(tx: &mut Tx, row: CandidateRow) -> Result<Candidate, StoreError> {
-    let evidence: Vec<String> = crate::on_tx!(tx, |conn| {
-        sqlx::query_scalar(
-            "SELECT experience_id FROM skill_candidate_evidence WHERE candidate_id = $1 ORDER BY experience_id")
-        .bind(&row.id).fetch_all(conn).await
-    })?;
-    Ok(Candidate {
-        rules: parse_rules(&row.rules)?,
-        evidence,
-        id: row.id,
-        project_id: row.project_id,
-        pattern_id: row.pattern_id,
-        pattern_version: row.pattern_version,
-        revokes_id: row.revokes_id,
-        name: row.name,
-        operation: row.operation,
-        source_path: row.source_path,
-        source_kind: row.source_kind,
-        source_digest: row.source_digest,
-        target_path: row.target_path,
-        writable: row.writable,
-        companion: row.companion,
-        content: row.content,
-        content_digest: row.content_digest,
-        diff: row.diff,
-        state: row.state,
-        evaluation_state: row.evaluation_state,
-        operation_id: row.operation_id,
-        detail: row.detail,
-        created_at: row.created_at,
-        updated_at: row.updated_at,
-    })
-}
-
-pub async fn latest_for_pattern_in(
-    tx: &mut Tx,
-    pattern_id: &str,
-) -> Result<Option<Candidate>, StoreError> {
-    let id: Option<String> = crate::on_tx!(tx, |conn| {
-        sqlx::query_scalar(
-            "SELECT id FROM skill_candidate WHERE pattern_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1")
-        .bind(pattern_id).fetch_optional(conn).await
-    })?;
-    match id {
-        Some(id) => candidate_in(tx, &id).await,
-        None => Ok(None),
+crate::states::stored_states! {
+    /// What a candidate's source Skill file was when it was proposed.
+    pub enum SourceKind in "skill_candidate"."source_kind" {
+        Absent = "absent",
+        Writable = "writable",
+        ReadOnly = "read_only",
     }
 }
+
+pub use super::store::candidate::{get_in as candidate_in, latest_for_pattern_in};
 
 /// The project's absolute worktree, if it has one.
 pub async fn worktree_in(tx: &mut Tx, project_id: &str) -> Result<Option<PathBuf>, StoreError> {
-    let worktree: Option<Option<String>> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT worktree FROM project WHERE id = $1"
-    )
-    .bind(project_id)
-    .fetch_optional(conn)
-    .await)?;
-    Ok(worktree
-        .flatten()
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute()))
+    let worktree = super::store::aggregation::worktree_in(tx, project_id).await?;
+    Ok(worktree.map(PathBuf::from).filter(|p| p.is_absolute()))
 }
 
 /// Refuses a symbolic link (or a non-directory) at `.agents`, `.agents/skills` and
@@ -334,7 +253,8 @@ pub async fn create_for_pattern_in(
             .map_err(|e| SkillError::Conflict(e.to_string()))??
     };
     let rules = learned_rules(service, pattern)?;
-    let evidence = eligible_evidence_in(tx, &pattern.id).await?;
+    // An unresolved issue or forgotten record never supports a Skill.
+    let evidence = store::eligible_pattern_evidence_in(tx, &pattern.id).await?;
     if evidence.is_empty() {
         return Ok(None);
     }
@@ -344,34 +264,57 @@ pub async fn create_for_pattern_in(
     } else {
         target.source.as_ref().map(|s| s.content.as_str())
     };
-    let label = target
-        .target_path
-        .strip_prefix(&worktree)
-        .unwrap_or(&target.target_path)
-        .display()
-        .to_string();
-    let diff = diff::unified(&label, base, Some(&content));
+    let diff = diff::unified(
+        &worktree_label(&worktree, &target.target_path),
+        base,
+        Some(&content),
+    );
+    let is_project_pattern = pattern.scope == PatternScope::Project;
     // A new version supersedes earlier unapplied candidates of the same pattern.
-    if PatternScope::parse(&pattern.scope) == Some(PatternScope::Project) {
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "UPDATE skill_candidate SET state = 'stale', detail = 'superseded by a newer pattern version', updated_at = $2 \
-                 WHERE pattern_id = $1 AND operation = 'apply' AND state IN ('pending', 'approved')")
-            .bind(&pattern.id).bind(now).execute(conn).await.map(|d| d.rows_affected())
-        })?;
+    if is_project_pattern {
+        let detail = "superseded by a newer pattern version";
+        store::stale_unapplied_in(tx, &pattern.id, detail, now).await?;
     }
     let id = crate::ids::new_id("skc");
-    let candidate = NewCandidate {
+    let source_kind = match &target.source {
+        None => SourceKind::Absent,
+        Some(s) if s.read_only => SourceKind::ReadOnly,
+        Some(_) => SourceKind::Writable,
+    };
+    let (source_path, target_path) = (
+        target.source_path.display().to_string(),
+        target.target_path.display().to_string(),
+    );
+    let content_digest = sha(&content);
+    let record = CandidateRecord {
         id: &id,
         project_id,
-        pattern,
-        target: &target,
-        content: &content,
+        pattern_id: Some(&pattern.id),
+        pattern_version: is_project_pattern.then_some(pattern.version),
+        revokes_id: None,
+        name: &target.name,
+        operation: CandidateOperation::Apply,
+        source_path: &source_path,
+        source_kind,
+        source_digest: target.source.as_ref().map(|s| s.digest.as_str()),
+        target_path: &target_path,
+        companion: target.companion,
+        content: Some(&content),
+        content_digest: Some(&content_digest),
         diff: &diff,
         rules: &rules,
+        detail: None,
     };
-    insert_candidate_in(tx, &candidate, &evidence, now).await?;
+    store::insert_in(tx, &record, &evidence, now).await?;
     Ok(candidate_in(tx, &id).await?)
+}
+
+/// A Skill path as its diffs label it: relative to the worktree (`.agents/skills/<n>/SKILL.md`).
+fn worktree_label(worktree: &Path, path: &Path) -> String {
+    path.strip_prefix(worktree)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 /// The pattern's rules a Skill may state: each passes the Memory write check, and at most the
@@ -387,102 +330,7 @@ fn learned_rules(service: &SkillService, pattern: &Pattern) -> Result<Vec<String
     Ok(pattern.rules.iter().take(max_rules).cloned().collect())
 }
 
-/// The pattern's eligible evidence: an unresolved issue or forgotten record never supports a
-/// Skill.
-async fn eligible_evidence_in(tx: &mut Tx, pattern_id: &str) -> Result<Vec<String>, StoreError> {
-    let sql = format!(
-        "SELECT v.experience_id FROM learning_pattern_evidence v JOIN experience_record e ON e.id = v.experience_id \
-         WHERE v.pattern_id = $1 AND {} ORDER BY v.experience_id",
-        super::pattern::ELIGIBLE
-    );
-    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        sqlx::AssertSqlSafe(sql.as_str())
-    )
-    .bind(pattern_id)
-    .fetch_all(conn)
-    .await)?)
-}
-
-/// A candidate about to be written.
-struct NewCandidate<'a> {
-    id: &'a str,
-    project_id: &'a str,
-    pattern: &'a Pattern,
-    target: &'a Resolved,
-    content: &'a str,
-    diff: &'a str,
-    rules: &'a [String],
-}
-
-/// Writes a pending candidate and links the experiences it rests on.
-async fn insert_candidate_in(
-    tx: &mut Tx,
-    candidate: &NewCandidate<'_>,
-    evidence: &[String],
-    now: i64,
-) -> Result<(), StoreError> {
-    let NewCandidate {
-        id,
-        project_id,
-        pattern,
-        target,
-        content,
-        diff,
-        rules,
-    } = candidate;
-    let source_kind = match &target.source {
-        None => "absent",
-        Some(s) if s.read_only => "read_only",
-        Some(_) => "writable",
-    };
-    let pattern_version = (PatternScope::parse(&pattern.scope) == Some(PatternScope::Project))
-        .then_some(pattern.version);
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO skill_candidate (id, project_id, pattern_id, pattern_version, name, operation, source_path, source_kind, \
-               source_digest, target_path, writable, companion, content, content_digest, diff, rules, state, evaluation_state, \
-               created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, 'apply', $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 'pending', 'none', $16, $16)")
-        .bind(*id).bind(*project_id).bind(&pattern.id).bind(pattern_version).bind(&target.name)
-        .bind(target.source_path.display().to_string()).bind(source_kind)
-        .bind(target.source.as_ref().map(|s| s.digest.clone()))
-        .bind(target.target_path.display().to_string()).bind(source_kind != "read_only")
-        .bind(target.companion)
-        .bind(*content).bind(sha(content)).bind(*diff)
-        .bind(serde_json::to_string(rules).unwrap_or_default())
-        .bind(now).execute(conn).await.map(|d| d.rows_affected())
-    })?;
-    for experience_id in evidence {
-        crate::on_tx!(tx, |conn| sqlx::query(
-            "INSERT INTO skill_candidate_evidence (candidate_id, experience_id, experience_kind) \
-                 SELECT $1, id, kind FROM experience_record WHERE id = $2 ON CONFLICT DO NOTHING"
-        )
-        .bind(*id)
-        .bind(experience_id)
-        .execute(conn)
-        .await
-        .map(|d| d.rows_affected()))?;
-    }
-    Ok(())
-}
-
-/// Applied candidates of `project_id` whose evidence disappeared (no eligible experience left)
-/// and that have no open or settled revocation yet: what the next check proposes to revoke.
-pub async fn orphaned_applied_in(tx: &mut Tx, project_id: &str) -> Result<Vec<String>, StoreError> {
-    let sql = format!(
-        "SELECT c.id FROM skill_candidate c WHERE c.project_id = $1 AND c.state = 'applied' AND c.operation = 'apply' \
-           AND NOT EXISTS (SELECT 1 FROM skill_candidate_evidence v JOIN experience_record e ON e.id = v.experience_id \
-                           WHERE v.candidate_id = c.id AND {}) \
-           AND NOT EXISTS (SELECT 1 FROM skill_candidate r WHERE r.revokes_id = c.id AND r.state NOT IN ('rejected', 'stale'))",
-        super::pattern::ELIGIBLE
-    );
-    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        sqlx::AssertSqlSafe(sql.as_str())
-    )
-    .bind(project_id)
-    .fetch_all(conn)
-    .await)?)
-}
+pub use super::store::candidate::orphaned_applied_in;
 
 /// Proposes revoking applied candidates of `project_id` whose evidence disappeared (no eligible
 /// experience left). A revocation is itself a reviewed candidate; nothing is removed here.
@@ -498,31 +346,32 @@ pub async fn propose_revocations_in(
             continue;
         };
         let id = crate::ids::new_id("skc");
-        // The same worktree-relative label as the apply diff (`.agents/skills/<name>/SKILL.md`).
-        let target = PathBuf::from(&applied.target_path);
+        // The same worktree-relative label as the apply diff.
         let label = match worktree_in(tx, project_id).await? {
-            Some(worktree) => target
-                .strip_prefix(&worktree)
-                .unwrap_or(&target)
-                .display()
-                .to_string(),
+            Some(worktree) => worktree_label(&worktree, Path::new(&applied.target_path)),
             None => applied.target_path.clone(),
         };
         let diff = diff::unified(&label, applied.content.as_deref(), None);
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "INSERT INTO skill_candidate (id, project_id, pattern_id, revokes_id, name, operation, source_path, source_kind, \
-                   source_digest, target_path, writable, companion, content, content_digest, diff, rules, state, evaluation_state, \
-                   detail, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, 'revoke', $6, 'writable', $7, $6, TRUE, $8, NULL, NULL, $9, $10, 'pending', 'none', \
-                   'the evidence of the applied Skill disappeared', $11, $11)")
-            .bind(&id).bind(project_id).bind(&applied.pattern_id).bind(&applied.id)
-            .bind(&applied.name)
-            .bind(&applied.target_path).bind(&applied.content_digest).bind(applied.companion)
-            .bind(&diff)
-            .bind(serde_json::to_string(&applied.rules).unwrap_or_default()).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected())
-        })?;
+        let record = CandidateRecord {
+            id: &id,
+            project_id,
+            pattern_id: applied.pattern_id.as_deref(),
+            pattern_version: None,
+            revokes_id: Some(&applied.id),
+            name: &applied.name,
+            operation: CandidateOperation::Revoke,
+            source_path: &applied.target_path,
+            source_kind: SourceKind::Writable,
+            source_digest: applied.content_digest.as_deref(),
+            target_path: &applied.target_path,
+            companion: applied.companion,
+            content: None,
+            content_digest: None,
+            diff: &diff,
+            rules: &applied.rules,
+            detail: Some("the evidence of the applied Skill disappeared"),
+        };
+        store::insert_in(tx, &record, &[], now).await?;
         created.push(id);
     }
     Ok(created)
@@ -541,14 +390,10 @@ impl SkillService {
     pub async fn candidates(
         &self,
         project_id: &str,
-        state: Option<&str>,
+        state: Option<SkillCandidateState>,
     ) -> Result<Vec<Candidate>, SkillError> {
         let mut tx = self.db.begin_read().await?;
-        let ids: Vec<String> = crate::on_tx!(&mut tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT id FROM skill_candidate WHERE project_id = $1 AND ($2 IS NULL OR state = $2) ORDER BY created_at DESC, id DESC")
-            .bind(project_id).bind(state).fetch_all(conn).await
-        })?;
+        let ids = store::ids_of_project_in(&mut tx, project_id, state).await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(candidate) = candidate_in(&mut tx, &id).await? {
@@ -564,14 +409,8 @@ impl SkillService {
     pub async fn reject(&self, id: &str) -> Result<Candidate, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
-        let updated = crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "UPDATE skill_candidate SET state = 'rejected', review_token = NULL, \
-                   evaluation_state = CASE WHEN evaluation_state = 'running' THEN 'cancelled' ELSE evaluation_state END, \
-                   updated_at = $2 WHERE id = $1 AND state IN ('pending', 'evaluating', 'approved', 'stale')")
-            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected())
-        })?;
-        if updated == 0 {
+        let updated = store::reject_in(&mut tx, id, now).await?;
+        if !updated {
             let candidate = candidate_in(&mut tx, id).await?;
             return Err(match candidate {
                 None => SkillError::NotFound(format!("skill candidate `{id}` was not found")),
@@ -581,12 +420,8 @@ impl SkillService {
                 )),
             });
         }
-        crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "UPDATE evaluation_run SET state = 'cancelled', diagnostic = 'the candidate was rejected during evaluation', \
-                   finished_at = $2 WHERE candidate_id = $1 AND state = 'running'")
-            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected())
-        })?;
+        let diagnostic = "the candidate was rejected during evaluation";
+        super::store::evaluation::cancel_running_in(&mut tx, id, diagnostic, now).await?;
         let candidate = candidate_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
         Ok(candidate)

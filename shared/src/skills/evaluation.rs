@@ -10,9 +10,15 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::candidate::{Candidate, EvaluationState, SkillCandidateState, candidate_in};
+use super::candidate::{
+    Candidate, CandidateOperation, EvaluationState, SkillCandidateState, SourceKind, candidate_in,
+};
+use super::store::candidate::{self as candidate_store, EvaluationEnd};
+use super::store::evaluation::{self as store, CaseSource, NewRun, NewSuite, RunOutcome};
 use super::{SkillError, SkillService};
 use crate::db::{StoreError, Tx};
+
+pub use super::store::evaluation::{cases_in, run_in};
 use crate::ledger::{Admission, JobIdentity, JobOrigin, NewJob};
 
 /// The name of the read-only evidence lookup tool of observation-only suites.
@@ -32,13 +38,39 @@ pub struct RecordedCall {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Case {
     pub ordinal: i64,
-    /// `failure` (a cited failure the candidate must fix) or `protection`.
-    pub kind: String,
+    pub kind: CaseKind,
     pub weight: f64,
     pub experience_id: Option<String>,
     pub task: String,
     pub calls: Vec<RecordedCall>,
     pub expected: String,
+}
+
+crate::states::stored_states! {
+    /// What a case checks: a cited failure the candidate must fix, or other verified experience
+    /// it must not break.
+    pub enum CaseKind in "evaluation_case"."kind" {
+        Failure = "failure",
+        Protection = "protection",
+    }
+}
+
+impl CaseKind {
+    /// A case's weight in the overall metric: fixing a cited failure counts double.
+    pub fn weight(self) -> f64 {
+        match self {
+            CaseKind::Failure => 2.0,
+            CaseKind::Protection => 1.0,
+        }
+    }
+}
+
+crate::states::stored_states! {
+    /// Which Skill an attempt ran with: the baseline (the current source) or the candidate.
+    pub enum AttemptVariant in "evaluation_result"."variant" {
+        Baseline = "baseline",
+        Candidate = "candidate",
+    }
 }
 
 /// What a dispatched call returned.
@@ -91,7 +123,7 @@ pub struct Grade {
 /// Both attempts of one case, graded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CaseOutcome {
-    pub kind: String,
+    pub kind: CaseKind,
     pub weight: f64,
     pub baseline: Grade,
     pub candidate: Grade,
@@ -126,21 +158,21 @@ pub fn decide(outcomes: &[CaseOutcome]) -> Verdict {
     let unfixed: Vec<usize> = outcomes
         .iter()
         .enumerate()
-        .filter(|(_, o)| o.kind == "failure" && !o.candidate.passed)
+        .filter(|(_, o)| o.kind == CaseKind::Failure && !o.candidate.passed)
         .map(|(i, _)| i)
         .collect();
     let regressions: Vec<usize> = outcomes
         .iter()
         .enumerate()
         .filter(|(_, o)| {
-            o.kind == "protection"
+            o.kind == CaseKind::Protection
                 && o.baseline.passed
                 && !o.candidate.passed
                 && o.candidate.critical
         })
         .map(|(i, _)| i)
         .collect();
-    let has_failure_case = outcomes.iter().any(|o| o.kind == "failure");
+    let has_failure_case = outcomes.iter().any(|o| o.kind == CaseKind::Failure);
     Verdict {
         passed: has_failure_case
             && unfixed.is_empty()
@@ -223,58 +255,10 @@ pub struct Run {
     pub finished_at: Option<i64>,
 }
 
-const RUN_COLUMNS: &str = "id, suite_id, candidate_id, job_id, owner_token, state, deadline_at, baseline_score, \
-    candidate_score, diagnostic, started_at, finished_at";
-
-pub async fn run_in(tx: &mut Tx, id: &str) -> Result<Option<Run>, StoreError> {
-    let sql = format!("SELECT {RUN_COLUMNS} FROM evaluation_run WHERE id = $1");
-    Ok(crate::on_tx!(tx, |conn| sqlx::query_as(
-        sqlx::AssertSqlSafe(sql.as_str())
-    )
-    .bind(id)
-    .fetch_optional(conn)
-    .await)?)
-}
-
-/// ordinal, kind, weight, experience, task, calls (JSON), expected.
-type CaseRow = (i64, String, f64, Option<String>, String, String, String);
-
-pub async fn cases_in(tx: &mut Tx, suite_id: &str) -> Result<Vec<Case>, StoreError> {
-    let rows: Vec<CaseRow> = crate::on_tx!(tx, |conn| {
-        sqlx::query_as(
-            "SELECT ordinal, kind, weight, experience_id, task, calls, expected FROM evaluation_case WHERE suite_id = $1 ORDER BY ordinal")
-        .bind(suite_id).fetch_all(conn).await
-    })?;
-    rows.into_iter()
-        .map(
-            |(ordinal, kind, weight, experience_id, task, calls, expected)| {
-                Ok(Case {
-                    ordinal,
-                    kind,
-                    weight,
-                    experience_id,
-                    task,
-                    calls: serde_json::from_str(&calls)
-                        .map_err(|e| StoreError::Corrupt(format!("evaluation case calls: {e}")))?,
-                    expected,
-                })
-            },
-        )
-        .collect()
-}
-
-#[derive(sqlx::FromRow)]
-struct CaseSource {
-    id: String,
-    title: String,
-    summary: String,
-    resolution: Option<String>,
-}
-
 /// Only a pending (or re-reviewed) Skill candidate, not a revocation, has something to evaluate.
 fn check_reviewable(candidate: &Candidate) -> Result<(), SkillError> {
     let candidate_id = &candidate.id;
-    if candidate.operation != "apply" {
+    if candidate.operation != CandidateOperation::Apply {
         return Err(SkillError::Conflict(String::from(
             "a revocation is reviewed by applying or rejecting it; it has nothing to evaluate",
         )));
@@ -294,42 +278,31 @@ fn check_reviewable(candidate: &Candidate) -> Result<(), SkillError> {
 /// The suite's cases: one failure case per live verified evidence of the candidate, then up to
 /// [`MAX_PROTECTION_CASES`] protection cases from other verified experience of the project.
 async fn suite_cases_in(tx: &mut Tx, candidate: &Candidate) -> Result<Vec<Case>, SkillError> {
-    let candidate_id = &candidate.id;
-    let eligible = super::pattern::ELIGIBLE;
-    let sql = format!(
-        "SELECT e.id, e.title, e.summary, e.resolution FROM experience_record e JOIN skill_candidate_evidence v \
-         ON v.experience_id = e.id WHERE v.candidate_id = $1 AND {eligible} ORDER BY e.created_at, e.id"
-    );
-    let failures: Vec<CaseSource> =
-        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(candidate_id)
-            .fetch_all(conn)
-            .await)?;
+    let failures = store::failure_sources_in(tx, &candidate.id).await?;
     if failures.is_empty() {
         return Err(SkillError::Conflict(String::from(
             "the candidate has no live verified evidence left to evaluate",
         )));
     }
-    let sql = format!(
-        "SELECT e.id, e.title, e.summary, e.resolution FROM experience_record e WHERE e.project_id = $1 AND {eligible} \
-         AND e.id NOT IN (SELECT experience_id FROM skill_candidate_evidence WHERE candidate_id = $2) \
-         ORDER BY e.created_at DESC, e.id DESC LIMIT $3"
-    );
-    let protections: Vec<CaseSource> =
-        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(&candidate.project_id)
-            .bind(candidate_id)
-            .bind(MAX_PROTECTION_CASES)
-            .fetch_all(conn)
-            .await)?;
+    let protections = store::protection_sources_in(
+        tx,
+        &candidate.project_id,
+        &candidate.id,
+        MAX_PROTECTION_CASES,
+    )
+    .await?;
+    let sources = failures
+        .iter()
+        .map(|source| (source, CaseKind::Failure))
+        .chain(
+            protections
+                .iter()
+                .map(|source| (source, CaseKind::Protection)),
+        );
     let mut cases = Vec::new();
-    for source in &failures {
+    for (source, kind) in sources {
         let ordinal = cases.len() as i64;
-        cases.push(case_for_in(tx, source, ordinal, "failure", 2.0).await?);
-    }
-    for source in &protections {
-        let ordinal = cases.len() as i64;
-        cases.push(case_for_in(tx, source, ordinal, "protection", 1.0).await?);
+        cases.push(case_for_in(tx, source, ordinal, kind).await?);
     }
     Ok(cases)
 }
@@ -341,50 +314,24 @@ async fn insert_suite_in(
     cases: &[Case],
     now: i64,
 ) -> Result<(String, i64), SkillError> {
-    let candidate_id = &candidate.id;
-    let version: i64 = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT COALESCE(MAX(version), 0) + 1 FROM evaluation_suite WHERE candidate_id = $1"
-    )
-    .bind(candidate_id)
-    .fetch_one(conn)
-    .await)?;
-    let suite_id = crate::ids::new_id("esuite");
     let digest = crate::text::sha256(
         &serde_json::to_string(&(&candidate.content_digest, cases)).unwrap_or_default(),
     );
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO evaluation_suite (id, candidate_id, version, digest, created_at) VALUES ($1, $2, $3, $4, $5)")
-        .bind(&suite_id).bind(candidate_id).bind(version).bind(&digest).bind(now)
-        .execute(conn).await.map(|d| d.rows_affected())
-    })?;
-    for case in cases {
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "INSERT INTO evaluation_case (suite_id, ordinal, kind, weight, experience_id, task, calls, expected) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
-            .bind(&suite_id).bind(case.ordinal).bind(&case.kind).bind(case.weight)
-            .bind(&case.experience_id)
-            .bind(&case.task).bind(serde_json::to_string(&case.calls).unwrap_or_default())
-            .bind(&case.expected)
-            .execute(conn).await.map(|d| d.rows_affected())
-        })?;
-    }
-    Ok((suite_id, version))
+    let suite = NewSuite {
+        candidate_id: &candidate.id,
+        digest: &digest,
+        cases,
+    };
+    Ok(store::insert_suite_in(tx, &suite, now).await?)
 }
 
 async fn case_for_in(
     tx: &mut Tx,
     experience: &CaseSource,
     ordinal: i64,
-    kind: &str,
-    weight: f64,
+    kind: CaseKind,
 ) -> Result<Case, StoreError> {
-    let excerpts: Vec<String> = crate::on_tx!(tx, |conn| {
-        sqlx::query_scalar(
-            "SELECT excerpt FROM experience_evidence WHERE experience_id = $1 AND verified = TRUE ORDER BY ordinal")
-        .bind(&experience.id).fetch_all(conn).await
-    })?;
+    let excerpts = store::verified_excerpts_in(tx, &experience.id).await?;
     let recorded = if excerpts.is_empty() {
         experience.summary.clone()
     } else {
@@ -392,8 +339,8 @@ async fn case_for_in(
     };
     Ok(Case {
         ordinal,
-        kind: kind.to_owned(),
-        weight,
+        kind,
+        weight: kind.weight(),
         experience_id: Some(experience.id.clone()),
         task: format!(
             "You are working in this project again, in the situation recorded as evidence `{}` (\"{}\"). \
@@ -429,12 +376,8 @@ impl SkillService {
         let cases = suite_cases_in(&mut tx, &candidate).await?;
         let (suite_id, version) = insert_suite_in(&mut tx, &candidate, &cases, now).await?;
         // Supersede a running review.
-        crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "UPDATE evaluation_run SET state = 'cancelled', diagnostic = 'superseded by a newer review', finished_at = $2 \
-                 WHERE candidate_id = $1 AND state = 'running'")
-            .bind(candidate_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
-        })?;
+        let superseded = "superseded by a newer review";
+        store::cancel_running_in(&mut tx, candidate_id, superseded, now).await?;
         let run_id = crate::ids::new_id("erun");
         let token = crate::ids::new_lease_token();
         let deadline_at =
@@ -449,20 +392,16 @@ impl SkillService {
                     .with_trace_parent(crate::telemetry::current_traceparent()),
             )
             .await?;
-        crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "INSERT INTO evaluation_run (id, suite_id, candidate_id, job_id, owner_token, state, deadline_at, started_at) \
-                 VALUES ($1, $2, $3, $4, $5, 'running', $6, $7)")
-            .bind(&run_id).bind(&suite_id).bind(candidate_id).bind(&admission.job().id).bind(&token)
-            .bind(deadline_at).bind(now).execute(conn).await.map(|d| d.rows_affected())
-        })?;
-        crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "UPDATE skill_candidate SET state = 'evaluating', evaluation_state = 'running', review_token = $2, \
-                   detail = NULL, updated_at = $3 WHERE id = $1")
-            .bind(candidate_id).bind(&token).bind(now).execute(conn)
-            .await.map(|d| d.rows_affected())
-        })?;
+        let run = NewRun {
+            id: &run_id,
+            suite_id: &suite_id,
+            candidate_id,
+            job_id: &admission.job().id,
+            owner_token: &token,
+            deadline_at,
+        };
+        store::insert_run_in(&mut tx, &run, now).await?;
+        candidate_store::start_evaluation_in(&mut tx, candidate_id, &token, now).await?;
         tx.commit().await?;
         Ok(ReviewStarted {
             run_id,
@@ -476,15 +415,7 @@ impl SkillService {
 
     /// The runs of a candidate, newest first.
     pub async fn runs(&self, candidate_id: &str) -> Result<Vec<Run>, SkillError> {
-        let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM evaluation_run WHERE candidate_id = $1 ORDER BY started_at DESC, id DESC"
-        );
-        Ok(crate::on_db!(self.db, |pool| sqlx::query_as(
-            sqlx::AssertSqlSafe(sql.as_str())
-        )
-        .bind(candidate_id)
-        .fetch_all(pool)
-        .await)?)
+        Ok(store::runs_of_candidate(&self.db, candidate_id).await?)
     }
 
     /// Ends a run without a verdict with a terminal diagnostic, fenced by its ownership token.
@@ -504,16 +435,7 @@ impl SkillService {
     /// Start-up reconciliation of another process: only runs past their deadline are ended
     /// (`expired`); live evaluations are left alone. Returns the expired run ids.
     pub async fn reconcile_expired_evaluations(&self) -> Result<Vec<String>, SkillError> {
-        let now = self.now();
-        let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM evaluation_run WHERE state = 'running' AND deadline_at <= $1"
-        );
-        let runs: Vec<Run> = crate::on_db!(self.db, |pool| sqlx::query_as(sqlx::AssertSqlSafe(
-            sql.as_str()
-        ))
-        .bind(now)
-        .fetch_all(pool)
-        .await)?;
+        let runs = store::overdue_runs(&self.db, self.now()).await?;
         let mut expired = Vec::new();
         for run in runs {
             let diagnostic = format!(
@@ -536,36 +458,31 @@ pub async fn end_run_in(
     diagnostic: &str,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let ended = crate::on_tx!(tx, |conn| sqlx::query(
-        "UPDATE evaluation_run SET state = $3, diagnostic = $4, finished_at = $5 \
-             WHERE id = $1 AND owner_token = $2 AND state = 'running'"
-    )
-    .bind(&run.id)
-    .bind(&run.owner_token)
-    .bind(ending.run_state().as_str())
-    .bind(diagnostic)
-    .bind(now)
-    .execute(conn)
-    .await
-    .map(|d| d.rows_affected()))?;
-    if ended == 1 {
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "UPDATE skill_candidate SET state = 'pending', evaluation_state = $3, review_token = NULL, detail = $4, updated_at = $5 \
-                 WHERE id = $1 AND review_token = $2 AND state = 'evaluating'")
-            .bind(&run.candidate_id).bind(&run.owner_token).bind(ending.evaluation_state().as_str())
-            .bind(diagnostic).bind(now)
-            .execute(conn).await.map(|d| d.rows_affected())
-        })?;
+    let outcome = RunOutcome {
+        state: ending.run_state(),
+        baseline_score: None,
+        candidate_score: None,
+        diagnostic,
+        review_must_be_current: false,
+    };
+    let ended = store::finish_run_in(tx, run, &outcome, now).await?;
+    if ended {
+        let end = EvaluationEnd {
+            state: SkillCandidateState::Pending,
+            evaluation_state: ending.evaluation_state(),
+            detail: diagnostic,
+        };
+        candidate_store::end_evaluation_in(tx, &run.candidate_id, &run.owner_token, end, now)
+            .await?;
     }
-    Ok(ended == 1)
+    Ok(ended)
 }
 
 /// One graded attempt, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AttemptRecord {
     pub case_ordinal: i64,
-    pub variant: &'static str,
+    pub variant: AttemptVariant,
     pub answer: String,
     pub trace: Value,
     pub grade: Grade,
@@ -582,7 +499,13 @@ pub async fn settle_verdict_in(
     verdict: &Verdict,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let state = if verdict.passed { "passed" } else { "failed" };
+    let (run_state, candidate_state, evaluation_state) = if verdict.passed {
+        let approved = SkillCandidateState::Approved;
+        (RunState::Passed, approved, EvaluationState::Passed)
+    } else {
+        let pending = SkillCandidateState::Pending;
+        (RunState::Failed, pending, EvaluationState::Failed)
+    };
     let diagnostic = if verdict.passed {
         String::from(
             "every cited failure is fixed, no protection case regressed critically, and the weighted metric did not decrease",
@@ -593,51 +516,32 @@ pub async fn settle_verdict_in(
             verdict.unfixed, verdict.regressions, verdict.candidate_score, verdict.baseline_score
         )
     };
-    let owned = crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE evaluation_run SET state = $3, baseline_score = $4, candidate_score = $5, diagnostic = $6, finished_at = $7 \
-             WHERE id = $1 AND owner_token = $2 AND state = 'running' \
-               AND EXISTS (SELECT 1 FROM skill_candidate c WHERE c.id = evaluation_run.candidate_id \
-                           AND c.review_token = $2 AND c.state = 'evaluating')")
-        .bind(&run.id).bind(&run.owner_token).bind(state).bind(verdict.baseline_score)
-        .bind(verdict.candidate_score)
-        .bind(&diagnostic).bind(now).execute(conn).await.map(|d| d.rows_affected())
-    })?;
-    if owned != 1 {
+    let outcome = RunOutcome {
+        state: run_state,
+        baseline_score: Some(verdict.baseline_score),
+        candidate_score: Some(verdict.candidate_score),
+        diagnostic: &diagnostic,
+        review_must_be_current: true,
+    };
+    if !store::finish_run_in(tx, run, &outcome, now).await? {
         return Ok(false);
     }
     for attempt in attempts {
-        crate::on_tx!(tx, |conn| {
-            sqlx::query(
-                "INSERT INTO evaluation_result (run_id, case_ordinal, variant, answer, trace, score, passed, critical, reason) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
-            .bind(&run.id).bind(attempt.case_ordinal).bind(attempt.variant).bind(&attempt.answer)
-            .bind(attempt.trace.to_string()).bind(attempt.grade.score.clamp(0.0, 1.0))
-            .bind(attempt.grade.passed)
-            .bind(attempt.grade.critical).bind(&attempt.grade.reason)
-            .execute(conn).await.map(|d| d.rows_affected())
-        })?;
+        store::insert_result_in(tx, &run.id, attempt).await?;
     }
-    let (candidate_state, evaluation_state) = if verdict.passed {
-        (SkillCandidateState::Approved, EvaluationState::Passed)
-    } else {
-        (SkillCandidateState::Pending, EvaluationState::Failed)
+    let end = EvaluationEnd {
+        state: candidate_state,
+        evaluation_state,
+        detail: &diagnostic,
     };
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE skill_candidate SET state = $3, evaluation_state = $4, review_token = NULL, detail = $5, updated_at = $6 \
-             WHERE id = $1 AND review_token = $2 AND state = 'evaluating'")
-        .bind(&run.candidate_id).bind(&run.owner_token).bind(candidate_state.as_str())
-        .bind(evaluation_state.as_str())
-        .bind(&diagnostic).bind(now).execute(conn).await.map(|d| d.rows_affected())
-    })?;
+    candidate_store::end_evaluation_in(tx, &run.candidate_id, &run.owner_token, end, now).await?;
     Ok(true)
 }
 
 /// The candidate's current content and the baseline Skill an attempt starts from: the current
 /// source file for a writable source, nothing otherwise.
 pub fn baseline_skill(candidate: &Candidate) -> Option<String> {
-    if candidate.companion || candidate.source_kind == "absent" {
+    if candidate.companion || candidate.source_kind == SourceKind::Absent {
         return None;
     }
     std::fs::read_to_string(&candidate.source_path).ok()
@@ -664,10 +568,10 @@ mod tests {
         }
     }
 
-    fn outcome(kind: &str, baseline: Grade, candidate: Grade) -> CaseOutcome {
+    fn outcome(kind: CaseKind, baseline: Grade, candidate: Grade) -> CaseOutcome {
         CaseOutcome {
-            kind: kind.into(),
-            weight: if kind == "failure" { 2.0 } else { 1.0 },
+            kind,
+            weight: kind.weight(),
             baseline,
             candidate,
         }
@@ -676,9 +580,13 @@ mod tests {
     #[test]
     fn a_fixed_failure_without_regression_passes() {
         let verdict = decide(&[
-            outcome("failure", grade(0.0, false, false), grade(1.0, true, false)),
             outcome(
-                "protection",
+                CaseKind::Failure,
+                grade(0.0, false, false),
+                grade(1.0, true, false),
+            ),
+            outcome(
+                CaseKind::Protection,
                 grade(1.0, true, false),
                 grade(1.0, true, false),
             ),
@@ -689,9 +597,13 @@ mod tests {
     #[test]
     fn a_critical_protection_regression_fails_even_with_a_better_metric() {
         let verdict = decide(&[
-            outcome("failure", grade(0.0, false, false), grade(1.0, true, false)),
             outcome(
-                "protection",
+                CaseKind::Failure,
+                grade(0.0, false, false),
+                grade(1.0, true, false),
+            ),
+            outcome(
+                CaseKind::Protection,
                 grade(1.0, true, false),
                 grade(0.9, false, true),
             ),
@@ -704,15 +616,19 @@ mod tests {
     #[test]
     fn an_unfixed_failure_or_a_lower_metric_fails() {
         let unfixed = decide(&[outcome(
-            "failure",
+            CaseKind::Failure,
             grade(0.0, false, false),
             grade(0.4, false, false),
         )]);
         assert_eq!(unfixed.unfixed, vec![0]);
         let lower = decide(&[
-            outcome("failure", grade(0.5, false, false), grade(0.6, true, false)),
             outcome(
-                "protection",
+                CaseKind::Failure,
+                grade(0.5, false, false),
+                grade(0.6, true, false),
+            ),
+            outcome(
+                CaseKind::Protection,
                 grade(1.0, true, false),
                 grade(0.0, false, false),
             ),

@@ -21,6 +21,7 @@ pub mod diff;
 pub mod evaluation;
 pub mod pattern;
 pub mod schedule;
+pub mod store;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -12,26 +12,32 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::candidate::{self, Candidate};
+use super::store::pattern::{self as store, EvidenceTally, NextVersion};
 use super::{SkillError, SkillService};
 use crate::db::{StoreError, Tx};
+use crate::learning::experience::store::{self as experience, SeqWindow};
+use crate::learning::extraction::ExperienceKind;
 
-/// Which experiences may be pattern evidence: verified, live, with a current source, and never
-/// an unresolved issue (an issue nobody solved teaches no rule).
-pub const ELIGIBLE: &str = crate::learning::experience::store::evidence_experience!("e");
+pub use super::store::aggregation::{advance_watermark_in, lock_scope_in, watermark_in};
+pub use super::store::pattern::{create_in, evidence_ids_in};
+/// One experience offered to the miner.
+pub use crate::learning::experience::store::MiningInput as Input;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Pattern {
     pub id: String,
     /// `project` or `global`.
-    pub scope: String,
+    #[schema(value_type = String)]
+    pub scope: PatternScope,
     pub project_id: Option<String>,
     /// The semantic concept the model named (untrusted text; never an identity).
     pub concept: String,
     /// At most `learning.skill.max_learned_rules` (15).
     pub rules: Vec<String>,
     /// `mined` or `promote` (an explicit one-evidence promotion).
-    pub origin: String,
+    #[schema(value_type = String)]
+    pub origin: PatternOrigin,
     pub state: PatternState,
     pub version: i64,
     pub evidence_digest: String,
@@ -88,80 +94,9 @@ pub struct NewPattern<'a> {
     pub job_id: Option<&'a str>,
 }
 
-#[derive(sqlx::FromRow)]
-struct PatternRow {
-    id: String,
-    scope: String,
-    project_id: Option<String>,
-    concept: String,
-    rules: String,
-    origin: String,
-    #[sqlx(try_from = "String")]
-    state: PatternState,
-    version: i64,
-    evidence_digest: String,
-    evidence_count: i64,
-    session_count: i64,
-    project_count: i64,
-    rejected_version: Option<i64>,
-    rejected_digest: Option<String>,
-    created_at: i64,
-    updated_at: i64,
-}
-
-const PATTERN_COLUMNS: &str = "id, scope, project_id, concept, rules, origin, state, version, evidence_digest, \
-    evidence_count, session_count, project_count, rejected_version, rejected_digest, created_at, updated_at";
-
-fn rules_json(rules: &[String]) -> String {
-    serde_json::to_string(rules).unwrap_or_else(|_| String::from("[]"))
-}
-
-pub(crate) fn parse_rules(text: &str) -> Result<Vec<String>, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("pattern rules: {e}")))
-}
-
-async fn hydrate_in(tx: &mut Tx, row: PatternRow) -> Result<Pattern, StoreError> {
-    let experience_ids = evidence_ids_in(tx, &row.id).await?;
-    Ok(Pattern {
-        rules: parse_rules(&row.rules)?,
-        id: row.id,
-        scope: row.scope,
-        project_id: row.project_id,
-        concept: row.concept,
-        origin: row.origin,
-        state: row.state,
-        version: row.version,
-        evidence_digest: row.evidence_digest,
-        evidence_count: row.evidence_count,
-        session_count: row.session_count,
-        project_count: row.project_count,
-        rejected_version: row.rejected_version,
-        rejected_digest: row.rejected_digest,
-        experience_ids,
-        created_at: row.created_at,
-        updated_at: row.updated_at,
-    })
-}
-
-pub async fn evidence_ids_in(tx: &mut Tx, pattern_id: &str) -> Result<Vec<String>, StoreError> {
-    Ok(crate::on_tx!(tx, |conn| {
-        sqlx::query_scalar(
-            "SELECT experience_id FROM learning_pattern_evidence WHERE pattern_id = $1 ORDER BY experience_id")
-        .bind(pattern_id).fetch_all(conn).await
-    })?)
-}
 
 pub async fn pattern_in(tx: &mut Tx, id: &str) -> Result<Option<Pattern>, StoreError> {
-    let sql = format!("SELECT {PATTERN_COLUMNS} FROM learning_pattern WHERE id = $1");
-    let row: Option<PatternRow> =
-        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(id)
-            .fetch_optional(conn)
-            .await)?;
-    match row {
-        Some(row) => Ok(Some(hydrate_in(tx, row).await?)),
-        None => Ok(None),
-    }
+    store::get_in(tx, id).await
 }
 
 /// Patterns of a project (`Some`) or the global ones (`None`), newest first.
@@ -169,36 +104,12 @@ pub async fn patterns_in(
     tx: &mut Tx,
     project_id: Option<&str>,
 ) -> Result<Vec<Pattern>, StoreError> {
-    let sql = format!(
-        "SELECT {PATTERN_COLUMNS} FROM learning_pattern WHERE COALESCE(project_id, '') = COALESCE($1, '') \
-         ORDER BY updated_at DESC, id DESC"
-    );
-    let rows: Vec<PatternRow> =
-        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(project_id)
-            .fetch_all(conn)
-            .await)?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        out.push(hydrate_in(tx, row).await?);
-    }
-    Ok(out)
+    store::of_project_in(tx, project_id).await
 }
 
 /// Every promoted project pattern of every project, by id: what global aggregation groups.
 pub async fn promoted_project_patterns_in(tx: &mut Tx) -> Result<Vec<Pattern>, StoreError> {
-    let sql = format!(
-        "SELECT {PATTERN_COLUMNS} FROM learning_pattern WHERE scope = 'project' AND state = 'promoted' ORDER BY id"
-    );
-    let rows: Vec<PatternRow> =
-        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .fetch_all(conn)
-            .await)?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        out.push(hydrate_in(tx, row).await?);
-    }
-    Ok(out)
+    store::in_state_in(tx, PatternScope::Project, PatternState::Promoted).await
 }
 
 /// SHA-256 over the sorted, de-duplicated ids, one per line: the evidence identity.
@@ -212,77 +123,13 @@ pub fn evidence_digest<S: AsRef<str>>(ids: &[S]) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// One experience offered to the miner.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
-pub struct Input {
-    pub id: String,
-    /// The project's commit-ordered experience sequence (see [`watermark_in`]).
-    pub seq: i64,
-    pub kind: String,
-    pub session_id: Option<String>,
-    pub title: String,
-    pub summary: String,
-    pub resolution: Option<String>,
-    pub created_at: i64,
-}
-
 /// The scope key of a project's aggregation watermark.
 pub fn project_key(project_id: &str) -> String {
     format!("project:{project_id}")
 }
 
-/// The project's watermark: the last experience `seq` a completed aggregation read (0 before
-/// the first). `seq` is assigned by the database in commit order per project, so every
-/// experience past the watermark is one no aggregation has read, whatever the hosts' clocks say.
-pub async fn watermark_in(tx: &mut Tx, key: &str) -> Result<i64, StoreError> {
-    let mark: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT watermark_seq FROM learning_aggregation WHERE scope_key = $1"
-    )
-    .bind(key)
-    .fetch_optional(conn)
-    .await)?;
-    Ok(mark.unwrap_or(0))
-}
-
 /// The scope key of the global aggregation (its serialisation row; it has no watermark).
 pub const GLOBAL_KEY: &str = "global";
-
-/// Serialises the settlements of one aggregation scope (`project:<id>` or [`GLOBAL_KEY`]):
-/// upserts the scope's `learning_aggregation` row, whose lock is held until the caller's
-/// transaction ends. Two checks of one scope (a follow-up and the run it follows, or several
-/// hosts) may run at once; without this, both could find no pattern for the same evidence under
-/// Postgres' read-committed isolation and each create one. Admission of a project check and an
-/// aggregation's read of its inputs take the same lock, so evidence committed with an admission
-/// that found a job still queued is read by that job. A missing row reads as "no watermark", so
-/// the row it inserts changes nothing else. (SQLite's write transactions are already serial.)
-pub async fn lock_scope_in(tx: &mut Tx, key: &str, now: i64) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO learning_aggregation (scope_key, watermark_seq, updated_at) VALUES ($1, 0, $2) \
-             ON CONFLICT (scope_key) DO UPDATE SET updated_at = excluded.updated_at")
-        .bind(key).bind(now).execute(conn).await.map(|d| d.rows_affected())
-    })?;
-    Ok(())
-}
-
-/// Moves the watermark forward to `seq` (never back: a follow-up that settles first keeps its
-/// further mark).
-pub async fn advance_watermark_in(
-    tx: &mut Tx,
-    key: &str,
-    seq: i64,
-    now: i64,
-) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO learning_aggregation (scope_key, watermark_seq, updated_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (scope_key) DO UPDATE SET watermark_seq = CASE \
-               WHEN excluded.watermark_seq > learning_aggregation.watermark_seq THEN excluded.watermark_seq \
-               ELSE learning_aggregation.watermark_seq END, updated_at = excluded.updated_at")
-        .bind(key).bind(seq).bind(now).execute(conn).await.map(|d| d.rows_affected())
-    })?;
-    Ok(())
-}
 
 /// What one aggregation read of a project's new experiences saw.
 #[derive(Debug, Clone, PartialEq)]
@@ -318,37 +165,15 @@ pub async fn new_inputs_in(
     limit: i64,
 ) -> Result<NewInputs, StoreError> {
     let watermark = watermark_in(tx, &project_key(project_id)).await?;
-    let newest: Option<i64> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
-        "SELECT MAX(seq) FROM experience_record WHERE project_id = $1"
-    )
-    .bind(project_id)
-    .fetch_one(conn)
-    .await)?;
+    let newest = experience::newest_seq_in(tx, project_id).await?;
     let horizon = newest.unwrap_or(0).max(watermark);
-    let new_records: i64 = crate::on_tx!(tx, |conn| {
-        sqlx::query_scalar(
-        "SELECT COUNT(*) FROM experience_record e WHERE e.project_id = $1 AND e.status = 'active' \
-             AND e.seq > $2 AND e.seq <= $3"
-    )
-    .bind(project_id)
-    .bind(watermark)
-    .bind(horizon)
-    .fetch_one(conn)
-    .await
-    })?;
-    let sql = format!(
-        "SELECT e.id, e.seq, e.kind, e.session_id, e.title, e.summary, e.resolution, e.created_at FROM experience_record e \
-         WHERE e.project_id = $1 AND {ELIGIBLE} AND e.seq > $2 AND e.seq <= $3 \
-         ORDER BY e.seq LIMIT $4"
-    );
-    let inputs: Vec<Input> =
-        crate::on_tx!(tx, |conn| sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
-            .bind(project_id)
-            .bind(watermark)
-            .bind(horizon)
-            .bind(limit)
-            .fetch_all(conn)
-            .await)?;
+    let window = SeqWindow {
+        project_id,
+        after: watermark,
+        through: horizon,
+    };
+    let new_records = experience::active_count_in(tx, window).await?;
+    let inputs = experience::evidence_inputs_in(tx, window, limit).await?;
     Ok(NewInputs {
         horizon,
         new_records,
@@ -402,74 +227,6 @@ fn union_rules(existing: &[String], new: &[String], cap: usize) -> Vec<String> {
     out
 }
 
-async fn insert_evidence_in(
-    tx: &mut Tx,
-    pattern_id: &str,
-    experience_id: &str,
-    source_pattern_id: Option<&str>,
-) -> Result<(), StoreError> {
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO learning_pattern_evidence (pattern_id, experience_id, experience_kind, project_id, session_id, source_pattern_id) \
-             SELECT $1, id, kind, project_id, session_id, $3 FROM experience_record WHERE id = $2 AND kind <> 'unresolved_issue' \
-             ON CONFLICT DO NOTHING")
-        .bind(pattern_id).bind(experience_id).bind(source_pattern_id).execute(conn)
-        .await.map(|d| d.rows_affected())
-    })?;
-    Ok(())
-}
-
-/// Recomputes a pattern's evidence digest and independent session/project counts.
-async fn recount_in(tx: &mut Tx, pattern_id: &str) -> Result<(String, i64, i64, i64), StoreError> {
-    let ids = evidence_ids_in(tx, pattern_id).await?;
-    let (sessions, projects): (i64, i64) = crate::on_tx!(tx, |conn| {
-        sqlx::query_as(
-            "SELECT COUNT(DISTINCT session_id), COUNT(DISTINCT project_id) FROM learning_pattern_evidence WHERE pattern_id = $1")
-        .bind(pattern_id).fetch_one(conn).await
-    })?;
-    Ok((evidence_digest(&ids), ids.len() as i64, sessions, projects))
-}
-
-/// Creates a pattern with its evidence (the caller checked the evidence is eligible).
-pub async fn create_in(
-    tx: &mut Tx,
-    pattern: NewPattern<'_>,
-    now: i64,
-) -> Result<String, StoreError> {
-    let NewPattern {
-        scope,
-        project_id,
-        concept,
-        rules,
-        origin,
-        state,
-        evidence,
-        job_id,
-    } = pattern;
-    let id = crate::ids::new_id("pat");
-    let digest = evidence_digest(&evidence.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>());
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO learning_pattern (id, scope, project_id, concept, rules, origin, state, version, evidence_digest, \
-               evidence_count, session_count, project_count, job_id, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, 1, 0, 0, $9, $10, $10)")
-        .bind(&id).bind(scope.as_str()).bind(project_id).bind(concept).bind(rules_json(rules))
-        .bind(origin.as_str()).bind(state.as_str())
-        .bind(&digest).bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
-    })?;
-    for (experience_id, source_pattern) in evidence {
-        insert_evidence_in(tx, &id, experience_id, source_pattern.as_deref()).await?;
-    }
-    let (digest, count, sessions, projects) = recount_in(tx, &id).await?;
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE learning_pattern SET evidence_digest = $2, evidence_count = $3, session_count = $4, project_count = $5 WHERE id = $1")
-        .bind(&id).bind(digest).bind(count).bind(sessions).bind(projects).execute(conn)
-        .await.map(|d| d.rows_affected())
-    })?;
-    Ok(id)
-}
-
 /// The project pattern a group merges into: the one the model named, if it is this project's;
 /// else the most recently updated one sharing evidence with the group.
 async fn project_target_in(
@@ -484,12 +241,9 @@ async fn project_target_in(
         return Ok(Some(pattern));
     }
     for experience_id in &group.experience_ids {
-        let found: Option<String> = crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
-                 WHERE p.project_id = $1 AND p.scope = 'project' AND v.experience_id = $2 ORDER BY p.updated_at DESC LIMIT 1")
-            .bind(project_id).bind(experience_id).fetch_optional(conn).await
-        })?;
+        let found =
+            store::sharing_evidence_in(tx, PatternScope::Project, Some(project_id), experience_id)
+                .await?;
         if let Some(id) = found {
             return pattern_in(tx, &id).await;
         }
@@ -520,12 +274,8 @@ async fn global_sharing_in(
     evidence: &[(String, Option<String>)],
 ) -> Result<Option<Pattern>, StoreError> {
     for (experience_id, _) in evidence {
-        let found: Option<String> = crate::on_tx!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
-                 WHERE p.scope = 'global' AND v.experience_id = $1 ORDER BY p.updated_at DESC LIMIT 1")
-            .bind(experience_id).fetch_optional(conn).await
-        })?;
+        let found =
+            store::sharing_evidence_in(tx, PatternScope::Global, None, experience_id).await?;
         if let Some(id) = found {
             return pattern_in(tx, &id).await;
         }
@@ -576,22 +326,23 @@ pub async fn merge_project_group_in(
         return Ok((Merge::Unchanged, pattern.id));
     }
     for experience_id in &group.experience_ids {
-        insert_evidence_in(tx, &pattern.id, experience_id, None).await?;
+        store::insert_evidence_in(tx, &pattern.id, experience_id, None).await?;
     }
-    let (digest, count, sessions, projects) = recount_in(tx, &pattern.id).await?;
+    let tally = store::tally_in(tx, &pattern.id).await?;
     let (state, merge) = match pattern.state {
         PatternState::Rejected => (PatternState::Open, Merge::Reopened),
         PatternState::Promoted if !rules_changed => (PatternState::Promoted, Merge::Updated),
         PatternState::Open | PatternState::Promoted => (PatternState::Open, Merge::Updated),
     };
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE learning_pattern SET rules = $2, state = $3, version = version + 1, evidence_digest = $4, evidence_count = $5, \
-               session_count = $6, project_count = $7, job_id = $8, updated_at = $9 WHERE id = $1")
-        .bind(&pattern.id).bind(rules_json(&new_rules)).bind(state.as_str()).bind(digest)
-        .bind(count).bind(sessions).bind(projects)
-        .bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
-    })?;
+    let next = NextVersion {
+        id: &pattern.id,
+        concept: None,
+        rules: &new_rules,
+        state,
+        tally: &tally,
+        job_id,
+    };
+    store::next_version_in(tx, &next, now).await?;
     Ok((merge, pattern.id))
 }
 
@@ -636,30 +387,25 @@ pub async fn upsert_global_in(
         };
         return Ok((merge, pattern.id));
     }
-    crate::on_tx!(tx, |conn| sqlx::query(
-        "DELETE FROM learning_pattern_evidence WHERE pattern_id = $1"
-    )
-    .bind(&pattern.id)
-    .execute(conn)
-    .await
-    .map(|d| d.rows_affected()))?;
+    store::delete_evidence_in(tx, &pattern.id).await?;
     for (experience_id, source) in &evidence {
-        insert_evidence_in(tx, &pattern.id, experience_id, source.as_deref()).await?;
+        store::insert_evidence_in(tx, &pattern.id, experience_id, source.as_deref()).await?;
     }
-    let (digest, count, sessions, projects) = recount_in(tx, &pattern.id).await?;
+    let tally: EvidenceTally = store::tally_in(tx, &pattern.id).await?;
     let merge = if pattern.state == PatternState::Rejected {
         Merge::Reopened
     } else {
         Merge::Updated
     };
-    crate::on_tx!(tx, |conn| {
-        sqlx::query(
-            "UPDATE learning_pattern SET concept = $2, rules = $3, state = 'open', version = version + 1, evidence_digest = $4, \
-               evidence_count = $5, session_count = $6, project_count = $7, job_id = $8, updated_at = $9 WHERE id = $1")
-        .bind(&pattern.id).bind(concept).bind(rules_json(&rules)).bind(digest).bind(count)
-        .bind(sessions).bind(projects)
-        .bind(job_id).bind(now).execute(conn).await.map(|d| d.rows_affected())
-    })?;
+    let next = NextVersion {
+        id: &pattern.id,
+        concept: Some(concept),
+        rules: &rules,
+        state: PatternState::Open,
+        tally: &tally,
+        job_id,
+    };
+    store::next_version_in(tx, &next, now).await?;
     Ok((merge, pattern.id))
 }
 
@@ -685,28 +431,37 @@ pub async fn candidate_gate_in(
     {
         return Ok(None);
     }
-    let exists: Option<String> = crate::on_tx!(tx, |conn| {
-        sqlx::query_scalar(
-            "SELECT id FROM skill_candidate WHERE pattern_id = $1 AND pattern_version = $2 AND operation = 'apply'")
-        .bind(&pattern.id).bind(pattern.version).fetch_optional(conn).await
-    })?;
-    if exists.is_some() {
+    if super::store::candidate::exists_for_version_in(tx, &pattern.id, pattern.version).await? {
         return Ok(None);
     }
     candidate::create_for_pattern_in(service, tx, &project_id, &pattern, now).await
 }
 
-/// project, kind, title, summary, resolution, verification, status, source state.
-type ExperienceFacts = (
-    String,
-    String,
-    String,
-    String,
-    Option<String>,
-    String,
-    String,
-    String,
-);
+/// The experience `experience_id` of `project_id` when it may be pattern evidence.
+async fn promotable_in(
+    tx: &mut Tx,
+    project_id: &str,
+    experience_id: &str,
+) -> Result<experience::EvidenceFacts, SkillError> {
+    let facts = experience::evidence_facts_in(tx, experience_id)
+        .await?
+        .filter(|facts| facts.project_id == project_id)
+        .ok_or_else(|| {
+            SkillError::NotFound(format!("experience `{experience_id}` was not found"))
+        })?;
+    if ExperienceKind::parse(&facts.kind) == Some(ExperienceKind::UnresolvedIssue) {
+        return Err(SkillError::Conflict(String::from(
+            "an unresolved issue cannot become pattern evidence",
+        )));
+    }
+    if !facts.verified_and_live {
+        return Err(SkillError::Conflict(format!(
+            "experience `{experience_id}` is not verified, live evidence ({}, {}, source {})",
+            facts.verification, facts.status, facts.source_state
+        )));
+    }
+    Ok(facts)
+}
 
 /// The result of an explicit promotion.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -742,43 +497,12 @@ impl SkillService {
     ) -> Result<Promoted, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
-        let row: Option<ExperienceFacts> = crate::on_tx!(&mut tx, |conn| {
-            sqlx::query_as(
-                "SELECT project_id, kind, title, summary, resolution, verification, status, source_state FROM experience_record WHERE id = $1")
-            .bind(experience_id).fetch_optional(conn).await
-        })?;
-        let Some((owner, kind, title, summary, resolution, verification, status, source_state)) =
-            row
-        else {
-            return Err(SkillError::NotFound(format!(
-                "experience `{experience_id}` was not found"
-            )));
-        };
-        if owner != project_id {
-            return Err(SkillError::NotFound(format!(
-                "experience `{experience_id}` was not found"
-            )));
-        }
-        if kind == "unresolved_issue" {
-            return Err(SkillError::Conflict(String::from(
-                "an unresolved issue cannot become pattern evidence",
-            )));
-        }
-        if verification != "verified" || status != "active" || source_state != "current" {
-            return Err(SkillError::Conflict(format!(
-                "experience `{experience_id}` is not verified, live evidence ({verification}, {status}, source {source_state})"
-            )));
-        }
-        let existing: Option<String> = crate::on_tx!(&mut tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT p.id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
-                 WHERE p.project_id = $1 AND p.origin = 'promote' AND p.evidence_count = 1 AND v.experience_id = $2")
-            .bind(project_id).bind(experience_id).fetch_optional(conn).await
-        })?;
+        let facts = promotable_in(&mut tx, project_id, experience_id).await?;
+        let existing = store::promotion_of_in(&mut tx, project_id, experience_id).await?;
         let pattern_id = match existing {
             Some(id) => id,
             None => {
-                let rule = resolution.unwrap_or(summary);
+                let rule = facts.resolution.unwrap_or(facts.summary);
                 crate::memory::write_check::check_text("rules", &rule).map_err(|e| {
                     SkillError::Invalid {
                         field: "rules",
@@ -788,7 +512,7 @@ impl SkillService {
                 let pattern = NewPattern {
                     scope: PatternScope::Project,
                     project_id: Some(project_id),
-                    concept: &title,
+                    concept: &facts.title,
                     rules: &[rule],
                     origin: PatternOrigin::Promote,
                     state: PatternState::Promoted,
@@ -823,7 +547,7 @@ impl SkillService {
         let pattern = pattern_in(&mut tx, id)
             .await?
             .ok_or_else(|| SkillError::NotFound(format!("pattern `{id}` was not found")))?;
-        let candidate = if PatternScope::parse(&pattern.scope) == Some(PatternScope::Global) {
+        let candidate = if pattern.scope == PatternScope::Global {
             let project_id = project_id.ok_or_else(|| SkillError::Invalid {
                 field: "projectId",
                 reason: String::from(
@@ -833,14 +557,7 @@ impl SkillService {
             candidate::create_for_pattern_in(self, &mut tx, project_id, &pattern, now).await?
         } else {
             if pattern.state != PatternState::Promoted {
-                crate::on_tx!(&mut tx, |conn| sqlx::query(
-                    "UPDATE learning_pattern SET state = 'promoted', updated_at = $2 WHERE id = $1"
-                )
-                .bind(id)
-                .bind(now)
-                .execute(conn)
-                .await
-                .map(|d| d.rows_affected()))?;
+                store::set_state_in(&mut tx, id, PatternState::Promoted, now).await?;
             }
             let created = candidate_gate_in(self, &mut tx, id, true, now).await?;
             match created {
@@ -859,23 +576,12 @@ impl SkillService {
     pub async fn reject_pattern(&self, id: &str) -> Result<Pattern, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
-        let updated = crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "UPDATE learning_pattern SET state = 'rejected', rejected_version = version, rejected_digest = evidence_digest, \
-                   updated_at = $2 WHERE id = $1")
-            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected())
-        })?;
-        if updated == 0 {
+        if !store::reject_in(&mut tx, id, now).await? {
             return Err(SkillError::NotFound(format!(
                 "pattern `{id}` was not found"
             )));
         }
-        crate::on_tx!(&mut tx, |conn| {
-            sqlx::query(
-                "UPDATE skill_candidate SET state = 'rejected', detail = 'its pattern was rejected', updated_at = $2 \
-                 WHERE pattern_id = $1 AND state IN ('pending', 'approved', 'stale')")
-            .bind(id).bind(now).execute(conn).await.map(|d| d.rows_affected())
-        })?;
+        super::store::candidate::reject_unapplied_of_pattern_in(&mut tx, id, now).await?;
         let pattern = pattern_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
         Ok(pattern)

@@ -4,7 +4,7 @@
 //! (`learning.global_promotion.interval_ms`, 7 days) and digest of the promoted project
 //! evidence. Several hosts checking together admit the same identity, so they share one job.
 
-use super::pattern::{ELIGIBLE, evidence_digest, lock_scope_in, project_key, watermark_in};
+use super::pattern::{evidence_digest, lock_scope_in, project_key, watermark_in};
 use super::{SkillError, SkillService};
 use crate::db::{StoreError, Tx};
 use crate::ledger::{
@@ -19,17 +19,9 @@ pub async fn project_evidence_digest_in(
     project_id: &str,
 ) -> Result<String, StoreError> {
     let watermark = watermark_in(tx, &project_key(project_id)).await?;
-    let sql = format!(
-        "SELECT e.id FROM experience_record e WHERE e.project_id = $1 AND {ELIGIBLE} \
-         AND e.seq > $2 ORDER BY e.id"
-    );
-    let mut ids: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(sqlx::AssertSqlSafe(
-        sql.as_str()
-    ))
-    .bind(project_id)
-    .bind(watermark)
-    .fetch_all(conn)
-    .await)?;
+    let mut ids =
+        crate::learning::experience::store::evidence_ids_after_in(tx, project_id, watermark)
+            .await?;
     for orphaned in super::candidate::orphaned_applied_in(tx, project_id).await? {
         ids.push(format!("revoke:{orphaned}"));
     }
@@ -38,12 +30,7 @@ pub async fn project_evidence_digest_in(
 
 /// The digest of every promoted project pattern's evidence (the global job identity).
 pub async fn promoted_evidence_digest_in(tx: &mut Tx) -> Result<String, StoreError> {
-    let rows: Vec<(String, String)> = crate::on_tx!(tx, |conn| {
-        sqlx::query_as(
-            "SELECT p.id, v.experience_id FROM learning_pattern p JOIN learning_pattern_evidence v ON v.pattern_id = p.id \
-             WHERE p.scope = 'project' AND p.state = 'promoted' ORDER BY p.id, v.experience_id")
-        .fetch_all(conn).await
-    })?;
+    let rows = super::store::pattern::promoted_evidence_in(tx).await?;
     let keys: Vec<String> = rows.into_iter().map(|(p, e)| format!("{p}:{e}")).collect();
     Ok(evidence_digest(&keys))
 }
@@ -115,11 +102,7 @@ impl SkillService {
     /// The periodic (and restart) check: admits a project check for every project and the global
     /// check, for the current buckets. Idempotent per bucket and evidence identity.
     pub async fn admit_checks(&self) -> Result<Vec<Admission>, SkillError> {
-        let projects: Vec<String> = crate::on_db!(self.db, |pool| sqlx::query_scalar(
-            "SELECT id FROM project ORDER BY id"
-        )
-        .fetch_all(pool)
-        .await)?;
+        let projects = super::store::aggregation::project_ids(&self.db).await?;
         let mut tx = self.db.begin().await?;
         let mut admissions = Vec::new();
         for project in projects {

@@ -19,7 +19,7 @@ use zuno_shared::config::GuardDecision;
 use zuno_shared::guards::call::tool_call;
 use zuno_shared::guards::compile::compile;
 use zuno_shared::guards::matcher::{Matcher, ToolCall};
-use zuno_shared::guards::store::Guard;
+use zuno_shared::guards::store::{Guard, GuardState};
 use zuno_shared::transcript::Part;
 use zuno_shared::transcript::import::{Host, Position};
 
@@ -39,7 +39,7 @@ fn guard(id: String, matcher: Matcher, alternative: Option<String>, reason: &str
         source_entry_id: None,
         evidence: Vec::new(),
         origin: String::from("rules"),
-        state: String::from("active"),
+        state: GuardState::Active,
         decision: String::from("ask"),
         blocks: 0,
         violations: 0,

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use zuno_shared::skills::SkillError;
+use zuno_shared::skills::apply::OperationKind;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{PROJECT, World};
@@ -44,7 +45,7 @@ async fn a_read_only_skill_gets_a_companion_and_a_read_only_companion_is_stale(d
     std::fs::set_permissions(&builtin, permissions.clone()).unwrap();
     let candidate = world.promoted_candidate("Migrations", SUMMARY).await;
     assert!(candidate.companion);
-    assert_eq!(candidate.source_kind, "read_only");
+    assert_eq!(candidate.source_kind.as_str(), "read_only");
     assert!(!candidate.writable);
     assert!(
         candidate
@@ -94,7 +95,11 @@ async fn crashed_between_snapshot_and_rename(db: TestDb, file: Option<&str>) -> 
     let world = world(db).await;
     let candidate = world.promoted_candidate("Migrations", SUMMARY).await;
     world.force_approved(&candidate.id).await;
-    let operation = world.skills.prepare(&candidate.id, "apply").await.unwrap();
+    let operation = world
+        .skills
+        .prepare(&candidate.id, OperationKind::Apply)
+        .await
+        .unwrap();
     assert_eq!(operation.before, None);
     assert_eq!(operation.after, candidate.content);
     assert_eq!(

@@ -112,7 +112,7 @@ async fn promoted_patterns_matched_across_two_projects_make_one_global_pattern_a
     let global = world.skills.patterns(None).await.unwrap();
     assert_eq!(global.len(), 1, "{global:?}");
     let global = &global[0];
-    assert_eq!(global.scope, "global");
+    assert_eq!(global.scope.as_str(), "global");
     assert_eq!(global.project_id, None);
     assert_eq!(global.state.as_str(), "open");
     assert_eq!(global.project_count, 2);

@@ -103,7 +103,7 @@ async fn three_sessions_are_needed_for_an_automatic_candidate(db: TestDb) {
     let candidate = &candidates[0];
     assert_eq!(candidate.pattern_id.as_deref(), Some(pattern.id.as_str()));
     assert_eq!(candidate.state.as_str(), "pending");
-    assert_eq!(candidate.operation, "apply");
+    assert_eq!(candidate.operation.as_str(), "apply");
     assert_eq!(candidate.evidence.len(), 4);
     assert!(
         candidate
@@ -125,7 +125,7 @@ async fn three_sessions_are_needed_for_an_automatic_candidate(db: TestDb) {
         "{}",
         candidate.diff
     );
-    assert_eq!(candidate.source_kind, "absent");
+    assert_eq!(candidate.source_kind.as_str(), "absent");
     assert!(candidate.writable && !candidate.companion);
 }
 
@@ -339,7 +339,7 @@ async fn promote_bypasses_the_count_gate_but_not_review(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(promoted.pattern.evidence_count, 1);
-    assert_eq!(promoted.pattern.origin, "promote");
+    assert_eq!(promoted.pattern.origin.as_str(), "promote");
     let candidate = promoted.candidate.unwrap();
     assert_eq!(candidate.state.as_str(), "pending");
     assert_eq!(candidate.evaluation_state.as_str(), "none");

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use zuno_shared::ledger::JobKind;
 use zuno_shared::skills::SkillError;
+use zuno_shared::skills::candidate::SkillCandidateState;
 use zuno_tests::{TestDb, on_both_backends};
 
 use crate::harness::{PROJECT, World};
@@ -49,12 +50,12 @@ async fn an_applied_skill_whose_evidence_was_forgotten_is_revoked_once_and_undo_
     assert_eq!((report.completed, report.failed), (1, 0), "{report:?}");
     let revocations = world
         .skills
-        .candidates(PROJECT, Some("pending"))
+        .candidates(PROJECT, Some(SkillCandidateState::Pending))
         .await
         .unwrap();
     assert_eq!(revocations.len(), 1, "{revocations:?}");
     let revocation = &revocations[0];
-    assert_eq!(revocation.operation, "revoke");
+    assert_eq!(revocation.operation.as_str(), "revoke");
     assert_eq!(revocation.revokes_id.as_deref(), Some(applied.id.as_str()));
     assert_eq!(revocation.target_path, applied.target_path);
     assert_eq!(revocation.content, None, "a revocation removes the file");
@@ -157,11 +158,11 @@ async fn a_revocation_whose_file_changed_is_stale_and_removes_nothing(db: TestDb
     world.run_mine().await;
     let revocation = world
         .skills
-        .candidates(PROJECT, Some("pending"))
+        .candidates(PROJECT, Some(SkillCandidateState::Pending))
         .await
         .unwrap()
         .remove(0);
-    assert_eq!(revocation.operation, "revoke");
+    assert_eq!(revocation.operation.as_str(), "revoke");
     // Someone edited the Skill after the revocation was proposed.
     let target = Path::new(&applied.target_path);
     std::fs::write(target, "hand-edited skill\n").unwrap();

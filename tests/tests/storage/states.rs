@@ -5,11 +5,15 @@
 use std::collections::BTreeSet;
 
 use zuno_shared::db::Backend;
+use zuno_shared::guards::store::GuardState;
 use zuno_shared::ledger::JobState;
 use zuno_shared::memory::store::MemoryCandidateState;
-use zuno_shared::skills::candidate::{EvaluationState, SkillCandidateState};
-use zuno_shared::skills::evaluation::RunState;
-use zuno_shared::skills::pattern::PatternState;
+use zuno_shared::skills::apply::{OperationKind, OperationState};
+use zuno_shared::skills::candidate::{
+    CandidateOperation, EvaluationState, SkillCandidateState, SourceKind,
+};
+use zuno_shared::skills::evaluation::{AttemptVariant, CaseKind, RunState};
+use zuno_shared::skills::pattern::{PatternOrigin, PatternScope, PatternState};
 use zuno_tests::{TestDb, on_both_backends};
 
 /// The quoted values of the `column IN (…)` / `column = ANY (ARRAY[…])` CHECK on `table`.
@@ -60,7 +64,7 @@ fn texts(states: impl IntoIterator<Item = &'static str>) -> BTreeSet<String> {
 }
 
 async fn every_state_enum_matches_its_check_constraint(db: TestDb) {
-    let typed: [((&str, &str), BTreeSet<String>); 6] = [
+    let typed: [((&str, &str), BTreeSet<String>); 15] = [
         (
             MemoryCandidateState::COLUMN,
             texts(MemoryCandidateState::ALL.iter().map(|s| s.as_str())),
@@ -80,6 +84,42 @@ async fn every_state_enum_matches_its_check_constraint(db: TestDb) {
         (
             RunState::COLUMN,
             texts(RunState::ALL.iter().map(|s| s.as_str())),
+        ),
+        (
+            PatternScope::COLUMN,
+            texts(PatternScope::ALL.iter().map(|s| s.as_str())),
+        ),
+        (
+            PatternOrigin::COLUMN,
+            texts(PatternOrigin::ALL.iter().map(|s| s.as_str())),
+        ),
+        (
+            CandidateOperation::COLUMN,
+            texts(CandidateOperation::ALL.iter().map(|s| s.as_str())),
+        ),
+        (
+            SourceKind::COLUMN,
+            texts(SourceKind::ALL.iter().map(|s| s.as_str())),
+        ),
+        (
+            OperationKind::COLUMN,
+            texts(OperationKind::ALL.iter().map(|s| s.as_str())),
+        ),
+        (
+            OperationState::COLUMN,
+            texts(OperationState::ALL.iter().map(|s| s.as_str())),
+        ),
+        (
+            CaseKind::COLUMN,
+            texts(CaseKind::ALL.iter().map(|s| s.as_str())),
+        ),
+        (
+            AttemptVariant::COLUMN,
+            texts(AttemptVariant::ALL.iter().map(|s| s.as_str())),
+        ),
+        (
+            GuardState::COLUMN,
+            texts(GuardState::ALL.iter().map(|s| s.as_str())),
         ),
         (
             ("learning_job", "state"),

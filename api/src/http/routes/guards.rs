@@ -6,7 +6,9 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use zuno_shared::config::GuardDecision;
-use zuno_shared::guards::{self, Decision, GuardError, call, matcher::ToolCall, store::Guard};
+use zuno_shared::guards::{
+    self, Decision, GuardError, call, matcher::ToolCall, store::Guard, store::GuardState,
+};
 use zuno_shared::tokens::GlobalAccess;
 
 use super::visible::visible_project;
@@ -43,7 +45,13 @@ pub async fn list(
     Query(params): Query<ListParams>,
 ) -> ApiResult<Json<Vec<Guard>>> {
     visible_project(&state, &caller, &project_id).await?;
-    let mut found = guards::store::list(&state.db, &project_id, params.state.as_deref()).await?;
+    // A state no guard can be in lists nothing, as filtering by it always did.
+    let state_filter = match params.state.as_deref().map(GuardState::parse) {
+        None => None,
+        Some(Some(known)) => Some(known),
+        Some(None) => return Ok(Json(Vec::new())),
+    };
+    let mut found = guards::store::list(&state.db, &project_id, state_filter).await?;
     if !caller.can_read_global() {
         found.retain(|guard| guard.project_id.is_some());
     }
@@ -178,13 +186,11 @@ pub async fn test(
     };
     let mut matches = Vec::new();
     for guard in guards::store::list(&state.db, &project_id, None).await? {
-        if !matches!(guard.state.as_str(), "pending" | "active")
-            || (guard.project_id.is_none() && !caller.can_read_global())
-        {
+        if !guard.state.is_live() || (guard.project_id.is_none() && !caller.can_read_global()) {
             continue;
         }
         if let Some(matched) = guard.matcher.matches(&call) {
-            let decision = if guard.state != "active" {
+            let decision = if guard.state != GuardState::Active {
                 "none"
             } else if guard.decision == "deny"
                 || state.config.guards.decision == GuardDecision::Deny

@@ -8,7 +8,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use zuno_shared::ledger::Admission;
-use zuno_shared::skills::candidate::Candidate;
+use zuno_shared::skills::candidate::{Candidate, SkillCandidateState};
 use zuno_shared::skills::evaluation::{ReviewStarted, Run};
 use zuno_shared::skills::pattern::{Pattern, Promoted};
 use zuno_shared::skills::{SkillError, SkillService};
@@ -184,9 +184,17 @@ pub async fn candidates(
     Query(params): Query<CandidateParams>,
 ) -> ApiResult<Json<Vec<Candidate>>> {
     visible_project(&state, &caller, &project_id).await?;
+    // A state no candidate can be in lists nothing, as filtering by it always did.
+    let state_filter = match params.state.as_deref() {
+        None => None,
+        Some(text) => match SkillCandidateState::parse(text) {
+            Some(state) => Some(state),
+            None => return Ok(Json(Vec::new())),
+        },
+    };
     Ok(Json(
         service(&state)
-            .candidates(&project_id, params.state.as_deref())
+            .candidates(&project_id, state_filter)
             .await?,
     ))
 }
