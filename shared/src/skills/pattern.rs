@@ -94,7 +94,6 @@ pub struct NewPattern<'a> {
     pub job_id: Option<&'a str>,
 }
 
-
 pub async fn pattern_in(tx: &mut Tx, id: &str) -> Result<Option<Pattern>, StoreError> {
     store::get_in(tx, id).await
 }
