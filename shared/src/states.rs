@@ -19,37 +19,21 @@ macro_rules! stored_states {
             $( $(#[$variant_meta:meta])* $variant:ident = $text:literal ),+ $(,)?
         }
     ) => {
-        $(#[$meta])*
-        #[derive(
-            Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize,
-            ::utoipa::ToSchema,
-        )]
-        #[serde(rename_all = "snake_case")]
-        $vis enum $name {
-            $( $(#[$variant_meta])* $variant ),+
+        ::zuno_queue::text_enum! {
+            $(#[$meta])*
+            #[derive(
+                Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize,
+                ::serde::Deserialize, ::utoipa::ToSchema,
+            )]
+            #[serde(rename_all = "snake_case")]
+            $vis enum $name {
+                $( $(#[$variant_meta])* $variant = $text ),+
+            }
         }
 
         impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
             /// The table and column storing it; their CHECK constraint lists exactly `ALL`.
             pub const COLUMN: (&'static str, &'static str) = ($table, $column);
-
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text),+
-                }
-            }
-
-            pub fn parse(value: &str) -> Option<$name> {
-                $name::ALL.iter().copied().find(|state| state.as_str() == value)
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
         }
 
         impl TryFrom<String> for $name {
@@ -68,7 +52,7 @@ pub(crate) use stored_states;
 
 #[cfg(test)]
 mod tests {
-    use crate::guards::store::GuardState;
+    use crate::guards::store::{GuardDecision, GuardOrigin, GuardState};
     use crate::memory::store::MemoryCandidateState;
     use crate::skills::apply::{OperationKind, OperationState};
     use crate::skills::candidate::{
@@ -98,51 +82,65 @@ mod tests {
     #[test]
     fn every_stored_state_round_trips_through_its_text() {
         round_trips(
-            MemoryCandidateState::ALL,
+            &MemoryCandidateState::ALL,
             MemoryCandidateState::as_str,
             MemoryCandidateState::parse,
         );
-        round_trips(PatternState::ALL, PatternState::as_str, PatternState::parse);
-        round_trips(PatternScope::ALL, PatternScope::as_str, PatternScope::parse);
         round_trips(
-            PatternOrigin::ALL,
+            &PatternState::ALL,
+            PatternState::as_str,
+            PatternState::parse,
+        );
+        round_trips(
+            &PatternScope::ALL,
+            PatternScope::as_str,
+            PatternScope::parse,
+        );
+        round_trips(
+            &PatternOrigin::ALL,
             PatternOrigin::as_str,
             PatternOrigin::parse,
         );
         round_trips(
-            SkillCandidateState::ALL,
+            &SkillCandidateState::ALL,
             SkillCandidateState::as_str,
             SkillCandidateState::parse,
         );
         round_trips(
-            EvaluationState::ALL,
+            &EvaluationState::ALL,
             EvaluationState::as_str,
             EvaluationState::parse,
         );
-        round_trips(RunState::ALL, RunState::as_str, RunState::parse);
+        round_trips(&RunState::ALL, RunState::as_str, RunState::parse);
         round_trips(
-            CandidateOperation::ALL,
+            &CandidateOperation::ALL,
             CandidateOperation::as_str,
             CandidateOperation::parse,
         );
-        round_trips(SourceKind::ALL, SourceKind::as_str, SourceKind::parse);
+        round_trips(&SourceKind::ALL, SourceKind::as_str, SourceKind::parse);
         round_trips(
-            OperationKind::ALL,
+            &OperationKind::ALL,
             OperationKind::as_str,
             OperationKind::parse,
         );
         round_trips(
-            OperationState::ALL,
+            &OperationState::ALL,
             OperationState::as_str,
             OperationState::parse,
         );
-        round_trips(CaseKind::ALL, CaseKind::as_str, CaseKind::parse);
+        round_trips(&CaseKind::ALL, CaseKind::as_str, CaseKind::parse);
         round_trips(
-            AttemptVariant::ALL,
+            &AttemptVariant::ALL,
             AttemptVariant::as_str,
             AttemptVariant::parse,
         );
-        round_trips(GuardState::ALL, GuardState::as_str, GuardState::parse);
+        round_trips(&GuardState::ALL, GuardState::as_str, GuardState::parse);
+        round_trips(&GuardOrigin::ALL, GuardOrigin::as_str, GuardOrigin::parse);
+        round_trips(
+            &GuardDecision::ALL,
+            GuardDecision::as_str,
+            GuardDecision::parse,
+        );
     }
 
     #[test]

@@ -20,44 +20,18 @@ use crate::clock::SharedClock;
 use crate::db::{Db, StoreError};
 use crate::paths::Paths;
 
-/// What a token may do with global Memory.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum GlobalAccess {
-    #[default]
-    None,
-    Read,
-    Write,
-}
-
-impl GlobalAccess {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GlobalAccess::None => "none",
-            GlobalAccess::Read => "read",
-            GlobalAccess::Write => "write",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<GlobalAccess> {
-        match value {
-            "none" => Some(GlobalAccess::None),
-            "read" => Some(GlobalAccess::Read),
-            "write" => Some(GlobalAccess::Write),
-            _ => None,
-        }
+zuno_queue::text_enum! {
+    /// What a token may do with global Memory.
+    #[derive(
+        Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+        utoipa::ToSchema,
+    )]
+    #[serde(rename_all = "snake_case")]
+    pub enum GlobalAccess {
+        #[default]
+        None = "none",
+        Read = "read",
+        Write = "write",
     }
 }
 

@@ -8,14 +8,14 @@
 //! tool call is answered only by an exact recorded call; anything else returns a refusal and
 //! nothing is executed. The grader sees the expected answer, the attempt's answer and its call
 //! trace. The whole run is bounded by the run's absolute deadline; expiry or cancellation ends
-//! the run with a terminal diagnostic. The verdict settles in the job's fenced settlement and
-//! only while the run's ownership token is still the candidate's review token.
+//! the run with a terminal diagnostic. Every write settles through the job's lease: a newer
+//! review or a rejection revokes the job, and its fence then refuses the stale write.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use zuno_shared::ledger::{Job, JobKind};
+use zuno_shared::ledger::{Job, JobKind, LedgerError};
 use zuno_shared::provider::{LearningModelClient, LearningRequest, ResolvedModel, resolve_model};
 use zuno_shared::runtime::{JobContext, JobError, JobHandler, model_call};
 use zuno_shared::skills::SkillService;
@@ -389,13 +389,19 @@ impl EvaluateHandler {
                     .await?)
             }
             Ended::Cancelled => {
-                // Persist the cancellation (fenced by the run's token, not the lease, which may be
-                // gone); a later attempt of this job finds the run ended.
+                // On shutdown the lease still holds: the run ends, and a later attempt of this job
+                // finds it ended. After a lost lease (revoked by a newer review or a rejection, or
+                // rescued by another worker) the fenced write is refused and nothing changes.
                 let diagnostic =
                     "the evaluation was cancelled (lease lost or shutdown) before a verdict";
-                self.skills
-                    .end_run(run, RunEnding::Cancelled, diagnostic)
-                    .await?;
+                match ctx.fenced_tx().await {
+                    Ok(mut tx) => {
+                        end_run_in(&mut tx, run, RunEnding::Cancelled, diagnostic, now).await?;
+                        tx.commit().await?;
+                    }
+                    Err(LedgerError::LeaseLost { .. }) => {}
+                    Err(error) => return Err(error.into()),
+                }
                 Err(JobError::LeaseLost)
             }
         }

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use zuno_shared::config::EmbeddingsConfig;
-use zuno_shared::learning::experience;
+use zuno_shared::learning::experience::{self, ExperienceStatus};
 use zuno_shared::learning::recall::semantic;
 use zuno_shared::ledger::{Job, JobKind};
 use zuno_shared::provider::{EmbeddingClient, ProviderError};
@@ -68,7 +68,7 @@ impl JobHandler for EmbedHandler {
         let source = experience::embedding_source_in(&mut read, &experience_id).await?;
         let stored = semantic::stored_digest_in(&mut read, &experience_id, &model).await?;
         read.rollback().await?;
-        let Some(source) = source.filter(|s| s.status == "active") else {
+        let Some(source) = source.filter(|s| s.status == ExperienceStatus::Active) else {
             return Err(JobError::SourceChanged(String::from(
                 "the experience was forgotten or deleted",
             )));

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use zuno_shared::config::Config;
 use zuno_shared::db::{Db, StoreError, Tx};
 use zuno_shared::guards::{compile, endorse};
-use zuno_shared::learning::experience::{self, MaintenanceInput, MemoryHint};
+use zuno_shared::learning::experience::{self, ExperienceOrigin, MaintenanceInput, MemoryHint};
 use zuno_shared::learning::extraction::{MemoryAction, MemoryTarget};
 use zuno_shared::learning::{MODEL_EXTRACTOR_VERSION, extractor_version};
 use zuno_shared::ledger::{Job, JobKind, Settlement};
@@ -791,7 +791,7 @@ fn deterministic_plan(
 ) -> Vec<Change> {
     let mut plan = Vec::new();
     for input in inputs {
-        if input.origin == "remember" {
+        if input.origin == ExperienceOrigin::Remember {
             plan.push(Change {
                 target: MemoryTarget::Project,
                 action: MemoryAction::Add,

@@ -7,7 +7,7 @@ use serde::Serialize;
 use zuno_shared::guards::compile::compile;
 use zuno_shared::guards::endorse::endorses;
 use zuno_shared::guards::matcher::Matcher;
-use zuno_shared::learning::experience::Experience;
+use zuno_shared::learning::experience::{Experience, Verification};
 use zuno_shared::learning::signals::is_host_generated;
 use zuno_shared::memory::store::{Scope as MemoryScope, SupportedEntry};
 use zuno_shared::transcript::Role;
@@ -421,7 +421,7 @@ fn score_experiences<'a>(
             kind: experience.kind.as_str().to_owned(),
             summary: experience.summary.clone(),
             keywords: experience.keywords.clone(),
-            verified: experience.verification == "verified",
+            verified: experience.verification == Verification::Verified,
             source,
             label: label.map(LabelRef::of),
             precise,

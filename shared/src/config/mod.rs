@@ -283,22 +283,7 @@ pub enum GuardPromotion {
     Automatic,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum GuardDecision {
-    #[default]
-    Ask,
-    Deny,
-}
-
-impl GuardDecision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GuardDecision::Ask => "ask",
-            GuardDecision::Deny => "deny",
-        }
-    }
-}
+pub use crate::guards::store::GuardDecision;
 
 /// HTTP server deployment values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

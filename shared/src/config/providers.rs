@@ -5,35 +5,26 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// How a provider is reached: one of three HTTP wire formats, or an agent's own command line
-/// run headless under the user's existing login.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderApi {
-    /// OpenAI-compatible Chat Completions (`POST {base_url}/chat/completions`).
-    OpenaiChat,
-    /// OpenAI Responses (`POST {base_url}/responses`).
-    OpenaiResponses,
-    /// Anthropic Messages (`POST {base_url}/messages`).
-    AnthropicMessages,
-    /// Claude Code's command line, `claude -p --output-format json`, under the user's login.
-    ClaudeCli,
-    /// Codex's command line, `codex exec --json`, under the user's login.
-    CodexCli,
+zuno_queue::text_enum! {
+    /// How a provider is reached: one of three HTTP wire formats, or an agent's own command line
+    /// run headless under the user's existing login.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum ProviderApi {
+        /// OpenAI-compatible Chat Completions (`POST {base_url}/chat/completions`).
+        OpenaiChat = "openai_chat",
+        /// OpenAI Responses (`POST {base_url}/responses`).
+        OpenaiResponses = "openai_responses",
+        /// Anthropic Messages (`POST {base_url}/messages`).
+        AnthropicMessages = "anthropic_messages",
+        /// Claude Code's command line, `claude -p --output-format json`, under the user's login.
+        ClaudeCli = "claude_cli",
+        /// Codex's command line, `codex exec --json`, under the user's login.
+        CodexCli = "codex_cli",
+    }
 }
 
 impl ProviderApi {
-    /// The configuration spelling (`openai_chat`, …, `codex_cli`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderApi::OpenaiChat => "openai_chat",
-            ProviderApi::OpenaiResponses => "openai_responses",
-            ProviderApi::AnthropicMessages => "anthropic_messages",
-            ProviderApi::ClaudeCli => "claude_cli",
-            ProviderApi::CodexCli => "codex_cli",
-        }
-    }
-
     /// The executable a command-line kind runs when `command` is not configured; `None` for
     /// the HTTP kinds.
     pub fn default_command(self) -> Option<&'static str> {

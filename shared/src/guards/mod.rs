@@ -18,12 +18,12 @@ pub mod store;
 
 use std::path::Path;
 
-use crate::config::{GuardDecision, GuardPromotion, GuardsConfig};
+use crate::config::{GuardPromotion, GuardsConfig};
 use crate::db::{StoreError, Tx};
 use crate::memory::store::{self as memory_store, Scope};
 use crate::transcript::{Message, Part, Role};
 use matcher::ToolCall;
-use store::{Guard, GuardState, NewGuard};
+use store::{Guard, GuardDecision, GuardOrigin, GuardState, NewGuard};
 
 /// The states in which a guard still stands for its lesson.
 const LIVE: &[GuardState] = &[GuardState::Pending, GuardState::Active];
@@ -66,12 +66,12 @@ pub async fn compile_memory_in(
                     reason: &entry.content,
                     source_entry_id: Some(&entry.id),
                     evidence: &evidence,
-                    origin: "rules",
+                    origin: GuardOrigin::Rules,
                     state: match config.promotion {
                         GuardPromotion::Review => GuardState::Pending,
                         GuardPromotion::Automatic => GuardState::Active,
                     },
-                    decision: config.decision.as_str(),
+                    decision: config.decision,
                 };
                 if let Some(id) = propose_in(tx, &new, now).await? {
                     compiled.proposed.push(id);
@@ -80,7 +80,7 @@ pub async fn compile_memory_in(
         }
     }
     for guard in store::of_project_in(tx, project_id).await? {
-        let orphaned = guard.origin != "user"
+        let orphaned = guard.origin != GuardOrigin::User
             && guard.state.is_live()
             && guard
                 .source_entry_id
@@ -148,7 +148,7 @@ pub fn verdict<'a>(
     configured: GuardDecision,
 ) -> Option<Verdict<'a>> {
     let decision_of = |guard: &Guard| {
-        if guard.decision == "deny" || configured == GuardDecision::Deny {
+        if guard.decision == GuardDecision::Deny || configured == GuardDecision::Deny {
             GuardDecision::Deny
         } else {
             GuardDecision::Ask
@@ -282,17 +282,19 @@ pub enum GuardError {
     Store(#[from] StoreError),
 }
 
-/// A person's decision on a guard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// `pending` → `active`.
-    Approve,
-    /// `pending` → `rejected` (never proposed again).
-    Reject,
-    /// `pending` or `active` → `disabled`.
-    Disable,
-    /// `disabled` → `active`.
-    Enable,
+zuno_queue::text_enum! {
+    /// A person's decision on a guard.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Decision {
+        /// `pending` → `active`.
+        Approve = "approve",
+        /// `pending` → `rejected` (never proposed again).
+        Reject = "reject",
+        /// `pending` or `active` → `disabled`.
+        Disable = "disable",
+        /// `disabled` → `active`.
+        Enable = "enable",
+    }
 }
 
 impl Decision {
@@ -312,15 +314,6 @@ impl Decision {
             Decision::Reject => (&[Pending], Rejected, "rejected", "pending"),
             Decision::Disable => (LIVE, Disabled, "disabled", "pending or active"),
             Decision::Enable => (&[Disabled], Active, "enabled", "disabled"),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Approve => "approve",
-            Decision::Reject => "reject",
-            Decision::Disable => "disable",
-            Decision::Enable => "enable",
         }
     }
 }

@@ -22,12 +22,14 @@ pub struct Guard {
     /// The experiences that entry rests on (the citation).
     pub evidence: Vec<String>,
     /// `rules`, `model` or `user`.
-    pub origin: String,
+    #[schema(value_type = String)]
+    pub origin: GuardOrigin,
     /// `pending`, `active`, `disabled`, `rejected` or `retired` (its lesson left Memory).
     #[schema(value_type = String)]
     pub state: GuardState,
     /// `ask` or `deny`.
-    pub decision: String,
+    #[schema(value_type = String)]
+    pub decision: GuardDecision,
     /// Calls it stopped through a hook.
     pub blocks: i64,
     /// Imported transcripts in which the agent ran what it forbids.
@@ -45,6 +47,26 @@ crate::states::stored_states! {
         Disabled = "disabled",
         Rejected = "rejected",
         Retired = "retired",
+    }
+}
+
+crate::states::stored_states! {
+    /// What proposed a guard: the rule compiler, a model, or a person.
+    pub enum GuardOrigin in "guard"."origin" {
+        Rules = "rules",
+        Model = "model",
+        User = "user",
+    }
+}
+
+crate::states::stored_states! {
+    /// What the hook answers for a call a guard matches: ask the person, or refuse the call.
+    /// `guards.decision = "deny"` hardens every guard to `deny`.
+    #[derive(Default)]
+    pub enum GuardDecision in "guard"."decision" {
+        #[default]
+        Ask = "ask",
+        Deny = "deny",
     }
 }
 
@@ -88,9 +110,9 @@ fn guard_of(row: Row) -> Result<Guard, StoreError> {
         reason,
         source_entry_id,
         evidence: serde_json::from_str(&evidence).unwrap_or_default(),
-        origin,
+        origin: GuardOrigin::try_from(origin).map_err(|e| StoreError::Corrupt(e.to_string()))?,
         state: GuardState::try_from(state).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-        decision: row.9,
+        decision: GuardDecision::try_from(row.9).map_err(|e| StoreError::Corrupt(e.to_string()))?,
         blocks: row.10,
         violations: row.11,
         created_at: row.12,
@@ -106,9 +128,9 @@ pub struct NewGuard<'a> {
     pub reason: &'a str,
     pub source_entry_id: Option<&'a str>,
     pub evidence: &'a [String],
-    pub origin: &'a str,
+    pub origin: GuardOrigin,
     pub state: GuardState,
-    pub decision: &'a str,
+    pub decision: GuardDecision,
 }
 
 /// Inserts `guard` unless one already guards the same thing in the same scope; returns the new
@@ -137,9 +159,9 @@ pub async fn insert_in(
             guard.reason.into(),
             guard.source_entry_id.into(),
             (&evidence).into(),
-            guard.origin.into(),
+            guard.origin.as_str().into(),
             guard.state.as_str().into(),
-            guard.decision.into(),
+            guard.decision.as_str().into(),
             now.into(),
         ],
     )

@@ -5,45 +5,19 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::memory::MemoryAction;
 
-/// What an experience records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ExperienceKind {
-    Outcome,
-    Problem,
-    Correction,
-    Feedback,
-    VerifiedProcedure,
-    /// Durable evidence of something not solved yet; never Memory, pattern or evaluation
-    /// evidence.
-    UnresolvedIssue,
-}
-
-impl ExperienceKind {
-    pub const ALL: [ExperienceKind; 6] = [
-        ExperienceKind::Outcome,
-        ExperienceKind::Problem,
-        ExperienceKind::Correction,
-        ExperienceKind::Feedback,
-        ExperienceKind::VerifiedProcedure,
-        ExperienceKind::UnresolvedIssue,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExperienceKind::Outcome => "outcome",
-            ExperienceKind::Problem => "problem",
-            ExperienceKind::Correction => "correction",
-            ExperienceKind::Feedback => "feedback",
-            ExperienceKind::VerifiedProcedure => "verified_procedure",
-            ExperienceKind::UnresolvedIssue => "unresolved_issue",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<ExperienceKind> {
-        ExperienceKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == value)
+zuno_queue::text_enum! {
+    /// What an experience records.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum ExperienceKind {
+        Outcome = "outcome",
+        Problem = "problem",
+        Correction = "correction",
+        Feedback = "feedback",
+        VerifiedProcedure = "verified_procedure",
+        /// Durable evidence of something not solved yet; never Memory, pattern or evaluation
+        /// evidence.
+        UnresolvedIssue = "unresolved_issue",
     }
 }
 
@@ -71,27 +45,13 @@ pub struct ProposedExperience {
     pub keywords: Vec<String>,
 }
 
-/// Where a memory hint would apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum MemoryTarget {
-    Global,
-    Project,
-}
-
-impl MemoryTarget {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemoryTarget::Global => "global",
-            MemoryTarget::Project => "project",
-        }
-    }
-
-    /// The target a stored hint names (`global`, `project`).
-    pub fn parse(value: &str) -> Option<MemoryTarget> {
-        [MemoryTarget::Global, MemoryTarget::Project]
-            .into_iter()
-            .find(|target| target.as_str() == value)
+zuno_queue::text_enum! {
+    /// Where a memory hint would apply.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum MemoryTarget {
+        Global = "global",
+        Project = "project",
     }
 }
 

@@ -10,27 +10,12 @@ use super::store::feedback as store;
 use crate::db::{StoreError, Tx};
 use crate::transcript::Role;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum FeedbackValue {
-    Positive,
-    Negative,
-}
-
-impl FeedbackValue {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FeedbackValue::Positive => "positive",
-            FeedbackValue::Negative => "negative",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<FeedbackValue> {
-        match value {
-            "positive" => Some(FeedbackValue::Positive),
-            "negative" => Some(FeedbackValue::Negative),
-            _ => None,
-        }
+zuno_queue::text_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum FeedbackValue {
+        Positive = "positive",
+        Negative = "negative",
     }
 }
 

@@ -8,32 +8,14 @@ use super::store::policy as store;
 use crate::config::LearningConfig;
 use crate::db::{StoreError, Tx};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Generation {
-    Enabled,
-    Disabled,
-    /// Fail-closed state for an ineligible session; it can never be enabled again.
-    Excluded,
-}
-
-impl Generation {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Generation::Enabled => "enabled",
-            Generation::Disabled => "disabled",
-            Generation::Excluded => "excluded",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<Generation> {
-        [
-            Generation::Enabled,
-            Generation::Disabled,
-            Generation::Excluded,
-        ]
-        .into_iter()
-        .find(|g| g.as_str() == value)
+zuno_queue::text_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Generation {
+        Enabled = "enabled",
+        Disabled = "disabled",
+        /// Fail-closed state for an ineligible session; it can never be enabled again.
+        Excluded = "excluded",
     }
 }
 

@@ -17,7 +17,7 @@ pub(crate) mod store;
 
 pub(crate) use store::CandidateRow;
 
-use super::experience::{self, Experience, ExperienceRow};
+use super::experience::{self, Experience, ExperienceRow, Verification};
 use super::recall::floor::Floor;
 use super::recall::index;
 use super::recall::search_terms::{self, MatchMode, QueryTerms};
@@ -255,7 +255,7 @@ fn keep_recent_substrings(
 pub(crate) fn final_score(relevance: f64, candidate: &CandidateRow, now: i64) -> f64 {
     use ranking::*;
     let signals = &candidate.record;
-    let verification = if signals.verification == "verified" {
+    let verification = if signals.verification == Verification::Verified {
         1.0
     } else {
         UNVERIFIED
@@ -488,7 +488,7 @@ fn rendered_item<'a>(experience: &'a Experience, source: &'a str) -> render::Ren
     render::RenderedItem {
         id: &experience.id,
         kind: experience.kind.as_str(),
-        verification: &experience.verification,
+        verification: experience.verification.as_str(),
         source,
         title: &experience.title,
         summary: &experience.summary,

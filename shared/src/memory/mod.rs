@@ -11,21 +11,13 @@ pub mod write_check;
 
 use serde::{Deserialize, Serialize};
 
-/// What a change does to a Memory document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum MemoryAction {
-    Add,
-    Replace,
-    Remove,
-}
-
-impl MemoryAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemoryAction::Add => "add",
-            MemoryAction::Replace => "replace",
-            MemoryAction::Remove => "remove",
-        }
+zuno_queue::text_enum! {
+    /// What a change does to a Memory document.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum MemoryAction {
+        Add = "add",
+        Replace = "replace",
+        Remove = "remove",
     }
 }

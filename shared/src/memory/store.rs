@@ -22,29 +22,16 @@ macro_rules! statement_in {
     )*};
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    Global,
-    Project,
+zuno_queue::text_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Scope {
+        Global = "global",
+        Project = "project",
+    }
 }
 
 impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Global => "global",
-            Scope::Project => "project",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<Scope> {
-        match value {
-            "global" => Some(Scope::Global),
-            "project" => Some(Scope::Project),
-            _ => None,
-        }
-    }
-
     /// The prompt section this scope renders as.
     pub fn section(self) -> &'static str {
         match self {

@@ -58,24 +58,16 @@ pub enum ModelUnavailable {
     ProviderNotConfigured { provider: String, model: String },
 }
 
-/// Where the selected model came from, in order of authority.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelSource {
-    /// `learning.extractor_model`.
-    ExtractorModel,
-    /// The active provider's `small_model`.
-    SmallModel,
-    /// The session's own model.
-    SessionModel,
-}
-
-impl ModelSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ModelSource::ExtractorModel => "extractor_model",
-            ModelSource::SmallModel => "small_model",
-            ModelSource::SessionModel => "session_model",
-        }
+zuno_queue::text_enum! {
+    /// Where the selected model came from, in order of authority.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ModelSource {
+        /// `learning.extractor_model`.
+        ExtractorModel = "extractor_model",
+        /// The active provider's `small_model`.
+        SmallModel = "small_model",
+        /// The session's own model.
+        SessionModel = "session_model",
     }
 }
 

@@ -405,7 +405,7 @@ impl SkillService {
     }
 
     /// `skill-reject`: a candidate that was not applied is rejected (an evaluation in flight can
-    /// no longer settle it: its ownership token is cleared).
+    /// no longer settle it: its job is revoked).
     pub async fn reject(&self, id: &str) -> Result<Candidate, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
@@ -421,7 +421,7 @@ impl SkillService {
             });
         }
         let diagnostic = "the candidate was rejected during evaluation";
-        super::store::evaluation::cancel_running_in(&mut tx, id, diagnostic, now).await?;
+        self.cancel_review_in(&mut tx, id, diagnostic, now).await?;
         let candidate = candidate_in(&mut tx, id).await?.expect("exists");
         tx.commit().await?;
         Ok(candidate)

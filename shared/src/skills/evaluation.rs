@@ -1,11 +1,13 @@
 //! Offline evaluation of Skill candidates (spec 002 "Skill candidates and evaluation").
 //!
 //! Only an explicit review ([`SkillService::review`]) builds an immutable, versioned suite and
-//! starts a run with an absolute deadline and an ownership token. The worker runs a bounded
-//! baseline and candidate attempt per case through the [`CassetteDispatcher`], which answers
-//! only exact recorded calls; a grader scores each attempt; [`decide`] applies the pass rule.
-//! A result settles only while the run's token is still the candidate's review token, so a late
-//! result from an old attempt can never settle a newer review.
+//! starts a run with an absolute deadline and admits its `evaluate` job. The worker runs a
+//! bounded baseline and candidate attempt per case through the [`CassetteDispatcher`], which
+//! answers only exact recorded calls; a grader scores each attempt; [`decide`] applies the pass
+//! rule. The job's lease fences every write of the worker: a newer review, a rejection or a
+//! start-up expiry revokes the job ([`Ledger::revoke_in`](crate::ledger::Ledger::revoke_in))
+//! before it touches the run, so a late result from an old attempt or a superseded review can
+//! never settle (ADR 0011).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -243,8 +245,6 @@ pub struct Run {
     pub suite_id: String,
     pub candidate_id: String,
     pub job_id: Option<String>,
-    #[serde(skip)]
-    pub owner_token: String,
     #[sqlx(try_from = "String")]
     pub state: RunState,
     pub deadline_at: i64,
@@ -363,9 +363,9 @@ impl SkillService {
     /// `skill-review`: builds the next immutable suite version from the candidate's evidence
     /// (observation-only failure cases with the read-only evidence lookup) and up to three
     /// protection cases from other verified project experience, starts a run with an absolute
-    /// deadline (`learning.execution.timeout_ms` from now) and a fresh ownership token, and
-    /// admits the evaluation job — all in one transaction. A newer review supersedes a running
-    /// one: the old run's token no longer matches, so its result cannot settle.
+    /// deadline (`learning.execution.timeout_ms` from now) and admits the evaluation job — all in
+    /// one transaction. A newer review supersedes a running one: the old run's job is revoked,
+    /// so its worker's result cannot settle.
     pub async fn review(&self, candidate_id: &str) -> Result<ReviewStarted, SkillError> {
         let now = self.now();
         let mut tx = self.db.begin().await?;
@@ -375,11 +375,9 @@ impl SkillService {
         check_reviewable(&candidate)?;
         let cases = suite_cases_in(&mut tx, &candidate).await?;
         let (suite_id, version) = insert_suite_in(&mut tx, &candidate, &cases, now).await?;
-        // Supersede a running review.
-        let superseded = "superseded by a newer review";
-        store::cancel_running_in(&mut tx, candidate_id, superseded, now).await?;
+        self.cancel_review_in(&mut tx, candidate_id, "superseded by a newer review", now)
+            .await?;
         let run_id = crate::ids::new_id("erun");
-        let token = crate::ids::new_lease_token();
         let deadline_at =
             now + i64::try_from(self.config.learning.execution.timeout_ms).unwrap_or(i64::MAX / 4);
         let identity = JobIdentity::evaluate(&candidate.project_id, candidate_id, &suite_id);
@@ -392,16 +390,16 @@ impl SkillService {
                     .with_trace_parent(crate::telemetry::current_traceparent()),
             )
             .await?;
+        let job_id = &admission.job().id;
         let run = NewRun {
             id: &run_id,
             suite_id: &suite_id,
             candidate_id,
-            job_id: &admission.job().id,
-            owner_token: &token,
+            job_id,
             deadline_at,
         };
         store::insert_run_in(&mut tx, &run, now).await?;
-        candidate_store::start_evaluation_in(&mut tx, candidate_id, &token, now).await?;
+        candidate_store::start_evaluation_in(&mut tx, candidate_id, job_id, now).await?;
         tx.commit().await?;
         Ok(ReviewStarted {
             run_id,
@@ -418,8 +416,25 @@ impl SkillService {
         Ok(store::runs_of_candidate(&self.db, candidate_id).await?)
     }
 
-    /// Ends a run without a verdict with a terminal diagnostic, fenced by its ownership token.
-    /// Returns false when the run was no longer this token's.
+    /// Ends the candidate's running review owner-side: revokes its evaluate jobs first (a
+    /// worker's settlement locks the job row before the runs, so the same order cannot
+    /// deadlock), then cancels the runs with `diagnostic`.
+    pub(crate) async fn cancel_review_in(
+        &self,
+        tx: &mut Tx,
+        candidate_id: &str,
+        diagnostic: &str,
+        now: i64,
+    ) -> Result<(), SkillError> {
+        for job_id in store::running_jobs_in(tx, candidate_id).await? {
+            self.ledger.revoke_in(tx, &job_id, diagnostic).await?;
+        }
+        store::cancel_running_in(tx, candidate_id, diagnostic, now).await?;
+        Ok(())
+    }
+
+    /// Ends a run without a verdict, owner-side, with a terminal diagnostic: revokes its job
+    /// first, so a worker still on it cannot settle. Returns false when the run had ended.
     pub async fn end_run(
         &self,
         run: &Run,
@@ -427,6 +442,9 @@ impl SkillService {
         diagnostic: &str,
     ) -> Result<bool, SkillError> {
         let mut tx = self.db.begin().await?;
+        if let Some(job_id) = &run.job_id {
+            self.ledger.revoke_in(&mut tx, job_id, diagnostic).await?;
+        }
         let ended = end_run_in(&mut tx, run, ending, diagnostic, self.now()).await?;
         tx.commit().await?;
         Ok(ended)
@@ -450,7 +468,8 @@ impl SkillService {
     }
 }
 
-/// [`SkillService::end_run`] in the caller's transaction.
+/// Ends `run` without a verdict in the caller's transaction: a worker's fenced transaction, or
+/// an owner's that revoked the run's job ([`SkillService::end_run`]).
 pub async fn end_run_in(
     tx: &mut Tx,
     run: &Run,
@@ -463,7 +482,6 @@ pub async fn end_run_in(
         baseline_score: None,
         candidate_score: None,
         diagnostic,
-        review_must_be_current: false,
     };
     let ended = store::finish_run_in(tx, run, &outcome, now).await?;
     if ended {
@@ -472,8 +490,7 @@ pub async fn end_run_in(
             evaluation_state: ending.evaluation_state(),
             detail: diagnostic,
         };
-        candidate_store::end_evaluation_in(tx, &run.candidate_id, &run.owner_token, end, now)
-            .await?;
+        candidate_store::end_evaluation_in(tx, &run.candidate_id, end, now).await?;
     }
     Ok(ended)
 }
@@ -488,10 +505,11 @@ pub struct AttemptRecord {
     pub grade: Grade,
 }
 
-/// Settles a run's verdict in the caller's (fenced) transaction: results, scores, the run's
-/// state and the candidate's (`approved` on a pass, back to `pending` with `failed` otherwise).
-/// Nothing is written and `false` returned when the run's token is no longer the candidate's
-/// review token (a newer review, a rejection, an expiry). Passing writes no file.
+/// Settles a run's verdict in the caller's transaction, fenced by the run's job lease: results,
+/// scores, the run's state and the candidate's (`approved` on a pass, back to `pending` with
+/// `failed` otherwise). A newer review, a rejection or an expiry revokes the job first, so the
+/// fence refuses a stale verdict before this runs; `false` (nothing written) when the run had
+/// ended all the same. Passing writes no file.
 pub async fn settle_verdict_in(
     tx: &mut Tx,
     run: &Run,
@@ -521,7 +539,6 @@ pub async fn settle_verdict_in(
         baseline_score: Some(verdict.baseline_score),
         candidate_score: Some(verdict.candidate_score),
         diagnostic: &diagnostic,
-        review_must_be_current: true,
     };
     if !store::finish_run_in(tx, run, &outcome, now).await? {
         return Ok(false);
@@ -534,7 +551,7 @@ pub async fn settle_verdict_in(
         evaluation_state,
         detail: &diagnostic,
     };
-    candidate_store::end_evaluation_in(tx, &run.candidate_id, &run.owner_token, end, now).await?;
+    candidate_store::end_evaluation_in(tx, &run.candidate_id, end, now).await?;
     Ok(true)
 }
 

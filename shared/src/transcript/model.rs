@@ -24,95 +24,43 @@ pub struct Session {
     pub created_at: i64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    User,
-    Assistant,
-    System,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::System => "system",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<Role> {
-        [Role::User, Role::Assistant, Role::System]
-            .into_iter()
-            .find(|role| role.as_str() == value)
+zuno_queue::text_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Role {
+        User = "user",
+        Assistant = "assistant",
+        System = "system",
     }
 }
 
-/// An assistant message's completion status. User and system messages are `completed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum MessageStatus {
-    InProgress,
-    Completed,
-    Failed,
-    Truncated,
-    PendingTools,
+zuno_queue::text_enum! {
+    /// An assistant message's completion status. User and system messages are `completed`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum MessageStatus {
+        InProgress = "in_progress",
+        Completed = "completed",
+        Failed = "failed",
+        Truncated = "truncated",
+        PendingTools = "pending_tools",
+    }
 }
 
 impl MessageStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MessageStatus::InProgress => "in_progress",
-            MessageStatus::Completed => "completed",
-            MessageStatus::Failed => "failed",
-            MessageStatus::Truncated => "truncated",
-            MessageStatus::PendingTools => "pending_tools",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<MessageStatus> {
-        [
-            MessageStatus::InProgress,
-            MessageStatus::Completed,
-            MessageStatus::Failed,
-            MessageStatus::Truncated,
-            MessageStatus::PendingTools,
-        ]
-        .into_iter()
-        .find(|status| status.as_str() == value)
-    }
-
     /// True when the message ended a turn (successfully or not).
     pub fn ends_turn(self) -> bool {
         self != MessageStatus::InProgress
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolStatus {
-    Pending,
-    Completed,
-    Error,
-}
-
-impl ToolStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolStatus::Pending => "pending",
-            ToolStatus::Completed => "completed",
-            ToolStatus::Error => "error",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<ToolStatus> {
-        [
-            ToolStatus::Pending,
-            ToolStatus::Completed,
-            ToolStatus::Error,
-        ]
-        .into_iter()
-        .find(|status| status.as_str() == value)
+zuno_queue::text_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum ToolStatus {
+        Pending = "pending",
+        Completed = "completed",
+        Error = "error",
     }
 }
 

@@ -19,7 +19,7 @@ use zuno_shared::config::GuardDecision;
 use zuno_shared::guards::call::tool_call;
 use zuno_shared::guards::compile::compile;
 use zuno_shared::guards::matcher::{Matcher, ToolCall};
-use zuno_shared::guards::store::{Guard, GuardState};
+use zuno_shared::guards::store::{Guard, GuardOrigin, GuardState};
 use zuno_shared::transcript::Part;
 use zuno_shared::transcript::import::{Host, Position};
 
@@ -38,9 +38,9 @@ fn guard(id: String, matcher: Matcher, alternative: Option<String>, reason: &str
         reason: reason.to_owned(),
         source_entry_id: None,
         evidence: Vec::new(),
-        origin: String::from("rules"),
+        origin: GuardOrigin::Rules,
         state: GuardState::Active,
-        decision: String::from("ask"),
+        decision: GuardDecision::Ask,
         blocks: 0,
         violations: 0,
         created_at: 0,

@@ -57,7 +57,7 @@ async fn the_rules_extractor_turns_a_correction_into_a_verified_cited_experience
         view.session_experiences
     );
     let experience = &view.session_experiences[0];
-    assert_eq!(experience.verification, "verified");
+    assert_eq!(experience.verification.as_str(), "verified");
     assert_eq!(experience.kind.as_str(), "correction");
     // The citation is the exact user text, with the reason sentence that follows the rule.
     assert_eq!(

@@ -224,7 +224,7 @@ async fn forgotten_evidence_cannot_be_readmitted(db: TestDb) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(forgotten.status, "forgotten");
+    assert_eq!(forgotten.status.as_str(), "forgotten");
     let reflect = world
         .ingestion
         .reflect(&session, ReflectScope::Turn, None)

@@ -363,7 +363,7 @@ async fn editing_or_deleting_a_source_withholds_derived_recall(db: TestDb) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(changed.status, "active", "the audit row stays");
+    assert_eq!(changed.status.as_str(), "active", "the audit row stays");
     assert!(turn.message.id != user_message);
 }
 

@@ -55,7 +55,7 @@ async fn forgetting_evidence_retracts_only_unsupported_automatic_entries(db: Tes
     assert_eq!(env.revision(Scope::Project).await, 3);
 
     let (experience, documents) = ingestion.forget(&forgotten).await.unwrap().unwrap();
-    assert_eq!(experience.status, "forgotten");
+    assert_eq!(experience.status.as_str(), "forgotten");
     let project_document = env.document_id(Scope::Project).await;
     assert_eq!(documents, std::slice::from_ref(&project_document));
 

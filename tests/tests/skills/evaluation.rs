@@ -1,9 +1,15 @@
 //! Offline evaluation: a passing review approves without writing a file; a critical protection
 //! regression fails it; an unknown tool call never reaches the filesystem; the absolute deadline
 //! ends a run with a diagnostic; start-up reconciles only expired runs; a superseded run's late
-//! result cannot settle.
+//! result cannot settle. The run's writes are fenced by its job's lease: a newer review or a
+//! rejection revokes the job, and a worker whose lease expired is refused while the worker that
+//! rescued the job settles.
+
+use std::sync::Arc;
 
 use serde_json::json;
+use zuno_shared::clock::{ManualClock, SharedClock};
+use zuno_shared::ledger::{AllowAll, ClaimRequest, ClaimedJob, JobKind, JobState, LedgerError};
 use zuno_shared::skills::SkillService;
 use zuno_shared::skills::evaluation::{self, Verdict};
 use zuno_tests::fake_provider::{FakeProvider, Reply};
@@ -220,15 +226,8 @@ async fn startup_reconciles_only_expired_runs_and_late_results_cannot_settle(db:
     };
     // A newer review supersedes it; the old attempt's late verdict cannot settle the new one.
     let second = world.skills.review(&candidate.id).await.unwrap();
-    let verdict = Verdict {
-        passed: true,
-        baseline_score: 0.0,
-        candidate_score: 1.0,
-        unfixed: vec![],
-        regressions: vec![],
-    };
     let mut tx = world.db.db.begin().await.unwrap();
-    let settled = evaluation::settle_verdict_in(&mut tx, &old_run, &[], &verdict, 1)
+    let settled = evaluation::settle_verdict_in(&mut tx, &old_run, &[], &passing(), 1)
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -252,7 +251,143 @@ async fn startup_reconciles_only_expired_runs_and_late_results_cannot_settle(db:
     );
 }
 
+const LEASE_MS: i64 = 30_000;
+
+async fn claim_evaluation(world: &World, worker: &str) -> ClaimedJob {
+    let kinds = [JobKind::Evaluate];
+    let request = ClaimRequest {
+        worker_id: worker,
+        kinds: &kinds,
+        limit: 1,
+        lease_ms: LEASE_MS,
+        scopes: None,
+    };
+    let mut batch = world.ledger.claim(&request, &AllowAll).await.unwrap();
+    batch
+        .claimed
+        .pop()
+        .expect("the review's evaluate job is claimable")
+}
+
+fn passing() -> Verdict {
+    Verdict {
+        passed: true,
+        baseline_score: 0.0,
+        candidate_score: 1.0,
+        unfixed: vec![],
+        regressions: vec![],
+    }
+}
+
+async fn run_of(world: &World, run_id: &str) -> evaluation::Run {
+    let mut tx = world.db.db.begin_read().await.unwrap();
+    let run = evaluation::run_in(&mut tx, run_id).await.unwrap().unwrap();
+    tx.rollback().await.unwrap();
+    run
+}
+
+/// A worker holding a superseded or rejected review's job can write nothing: the owner revoked
+/// the job (`skipped`, a `revoked` event) before it cancelled the run.
+async fn a_newer_review_or_a_rejection_revokes_the_running_job(db: TestDb) {
+    let world = World::new(db, model_config("http://127.0.0.1:9/v1")).await;
+    let candidate = world
+        .promoted_candidate("Migrations by hand", FAILURE_SUMMARY)
+        .await;
+    let first = world.skills.review(&candidate.id).await.unwrap();
+    let old = claim_evaluation(&world, "w1").await;
+    assert_eq!(old.job.payload["runId"], json!(first.run_id));
+
+    let second = world.skills.review(&candidate.id).await.unwrap();
+    let revoked = world.ledger.get(&old.job.id).await.unwrap();
+    assert_eq!(revoked.state, JobState::Skipped);
+    let mut settlement = world.ledger.begin_settlement(&old.lease).await.unwrap();
+    assert!(matches!(
+        settlement.tx().await,
+        Err(LedgerError::LeaseLost { .. })
+    ));
+    drop(settlement);
+    assert!(matches!(
+        world.ledger.fenced_tx(&old.lease).await,
+        Err(LedgerError::LeaseLost { .. })
+    ));
+    assert_eq!(world.ledger.event_count("revoked").await.unwrap(), 1);
+    assert_eq!(
+        run_of(&world, &first.run_id).await.state.as_str(),
+        "cancelled"
+    );
+
+    // A rejection revokes the newer review's job the same way, claimed or not.
+    let newer = claim_evaluation(&world, "w2").await;
+    assert_eq!(newer.job.payload["runId"], json!(second.run_id));
+    world.skills.reject(&candidate.id).await.unwrap();
+    assert!(matches!(
+        world.ledger.fenced_tx(&newer.lease).await,
+        Err(LedgerError::LeaseLost { .. })
+    ));
+    assert_eq!(world.ledger.event_count("revoked").await.unwrap(), 2);
+    assert_eq!(
+        run_of(&world, &second.run_id).await.state.as_str(),
+        "cancelled"
+    );
+    let rejected = world.skills.candidate(&candidate.id).await.unwrap();
+    assert_eq!(
+        (rejected.state.as_str(), rejected.evaluation_state.as_str()),
+        ("rejected", "cancelled")
+    );
+}
+
+/// Evaluator A's lease expires and B rescues the job: A's verdict is refused by the lease, B's
+/// settles the candidate.
+async fn an_expired_evaluators_verdict_is_refused_and_the_rescuers_settles(db: TestDb) {
+    let clock = ManualClock::starting_at(1_800_000_000_000);
+    let shared: SharedClock = Arc::new(clock.clone());
+    let world = World::with_clock(db, model_config("http://127.0.0.1:9/v1"), shared).await;
+    let candidate = world
+        .promoted_candidate("Migrations by hand", FAILURE_SUMMARY)
+        .await;
+    let started = world.skills.review(&candidate.id).await.unwrap();
+    let a = claim_evaluation(&world, "a").await;
+    clock.advance(LEASE_MS + 1);
+    let b = claim_evaluation(&world, "b").await;
+    assert_eq!(b.job.id, a.job.id);
+    assert_eq!(b.lease.attempt, 2);
+    let run = run_of(&world, &started.run_id).await;
+
+    let mut late = world.ledger.begin_settlement(&a.lease).await.unwrap();
+    assert!(matches!(
+        late.tx().await,
+        Err(LedgerError::LeaseLost { .. })
+    ));
+    drop(late);
+
+    let mut settlement = world.ledger.begin_settlement(&b.lease).await.unwrap();
+    let now = world.ledger.now_ms();
+    let tx = settlement.tx().await.unwrap();
+    assert!(
+        evaluation::settle_verdict_in(tx, &run, &[], &passing(), now)
+            .await
+            .unwrap()
+    );
+    let job = settlement
+        .complete(json!({ "outcome": "passed" }))
+        .await
+        .unwrap();
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(
+        run_of(&world, &started.run_id).await.state.as_str(),
+        "passed"
+    );
+    let approved = world.skills.candidate(&candidate.id).await.unwrap();
+    assert_eq!(
+        (approved.state.as_str(), approved.evaluation_state.as_str()),
+        ("approved", "passed")
+    );
+    assert_eq!(world.ledger.event_count("fenced").await.unwrap(), 1);
+}
+
 on_both_backends!(
+    a_newer_review_or_a_rejection_revokes_the_running_job,
+    an_expired_evaluators_verdict_is_refused_and_the_rescuers_settles,
     a_passing_evaluation_approves_and_writes_no_file,
     a_critical_protection_regression_fails_the_review,
     an_unknown_tool_call_never_reaches_the_filesystem,

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use zuno_shared::db::Backend;
-use zuno_shared::guards::store::GuardState;
+use zuno_shared::guards::store::{GuardDecision, GuardOrigin, GuardState};
 use zuno_shared::ledger::JobState;
 use zuno_shared::memory::store::MemoryCandidateState;
 use zuno_shared::skills::apply::{OperationKind, OperationState};
@@ -63,69 +63,37 @@ fn texts(states: impl IntoIterator<Item = &'static str>) -> BTreeSet<String> {
     states.into_iter().map(str::to_owned).collect()
 }
 
+/// Each stored state enum's column and the texts of its variants.
+macro_rules! stored_columns {
+    ($($state:ty),+ $(,)?) => {
+        vec![$((<$state>::COLUMN, texts(<$state>::ALL.iter().map(|s| s.as_str())))),+]
+    };
+}
+
 async fn every_state_enum_matches_its_check_constraint(db: TestDb) {
-    let typed: [((&str, &str), BTreeSet<String>); 15] = [
-        (
-            MemoryCandidateState::COLUMN,
-            texts(MemoryCandidateState::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            PatternState::COLUMN,
-            texts(PatternState::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            SkillCandidateState::COLUMN,
-            texts(SkillCandidateState::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            EvaluationState::COLUMN,
-            texts(EvaluationState::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            RunState::COLUMN,
-            texts(RunState::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            PatternScope::COLUMN,
-            texts(PatternScope::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            PatternOrigin::COLUMN,
-            texts(PatternOrigin::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            CandidateOperation::COLUMN,
-            texts(CandidateOperation::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            SourceKind::COLUMN,
-            texts(SourceKind::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            OperationKind::COLUMN,
-            texts(OperationKind::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            OperationState::COLUMN,
-            texts(OperationState::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            CaseKind::COLUMN,
-            texts(CaseKind::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            AttemptVariant::COLUMN,
-            texts(AttemptVariant::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            GuardState::COLUMN,
-            texts(GuardState::ALL.iter().map(|s| s.as_str())),
-        ),
-        (
-            ("learning_job", "state"),
-            texts(JobState::ALL.iter().map(|s| s.as_str())),
-        ),
+    let mut typed = stored_columns![
+        MemoryCandidateState,
+        PatternState,
+        SkillCandidateState,
+        EvaluationState,
+        RunState,
+        PatternScope,
+        PatternOrigin,
+        CandidateOperation,
+        SourceKind,
+        OperationKind,
+        OperationState,
+        CaseKind,
+        AttemptVariant,
+        GuardState,
+        GuardOrigin,
+        GuardDecision,
     ];
+    typed.push((
+        ("learning_job", "state"),
+        texts(JobState::ALL.iter().map(|s| s.as_str())),
+    ));
+    assert_eq!(typed.len(), 17, "every stored state enum is listed");
     for ((table, column), variants) in typed {
         assert_eq!(
             allowed(&db, table, column).await,

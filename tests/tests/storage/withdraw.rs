@@ -218,7 +218,84 @@ async fn revoking_a_source_records_events_and_metrics(db: TestDb) {
     assert_eq!(counter(&guard, "zuno_jobs_revoked", JobKind::Extract), "1");
 }
 
+/// `revoke_in` takes one queued or running job out: `skipped`, a `revoked` event, the metric;
+/// its holder's heartbeat and settlement are refused; a job already settled stays as it was.
+async fn revoking_one_job_fences_its_holder(db: TestDb) {
+    let guard = metrics();
+    let ledger = db.ledger();
+    let queued = admit(
+        &ledger,
+        JobIdentity::maintain("p", "/memory", "queued"),
+        JobOrigin::Explicit,
+    )
+    .await;
+    let running = admit(
+        &ledger,
+        JobIdentity::maintain("p", "/memory", "running"),
+        JobOrigin::Explicit,
+    )
+    .await;
+    let kinds = [JobKind::Maintain];
+    let request = ClaimRequest {
+        worker_id: "w1",
+        kinds: &kinds,
+        limit: 1,
+        lease_ms: 10_000,
+        scopes: None,
+    };
+    let claimed = ledger.claim(&request, &AllowAll).await.unwrap().claimed;
+    assert_eq!(claimed.len(), 1);
+    let holder = claimed.into_iter().next().unwrap();
+    let (holder, queued) = if holder.job.id == running {
+        (holder, queued)
+    } else {
+        (holder, running)
+    };
+
+    let mut tx = db.db.begin().await.unwrap();
+    assert!(
+        ledger
+            .revoke_in(&mut tx, &holder.job.id, "withdrawn")
+            .await
+            .unwrap()
+    );
+    assert!(
+        ledger
+            .revoke_in(&mut tx, &queued, "withdrawn")
+            .await
+            .unwrap()
+    );
+    tx.commit().await.unwrap();
+    for job in [&holder.job.id, &queued] {
+        let job_row = ledger.get(job).await.unwrap();
+        assert_eq!(job_row.state, JobState::Skipped);
+        assert_eq!(job_row.lease_expires_at, None);
+        assert_eq!(
+            events(&ledger, job).await.last().cloned(),
+            Some(("revoked".to_owned(), Some("withdrawn".to_owned())))
+        );
+    }
+    assert_eq!(counter(&guard, "zuno_jobs_revoked", JobKind::Maintain), "2");
+    let heartbeat = ledger.heartbeat(&holder.lease, 10_000, &AllowAll).await;
+    assert!(matches!(heartbeat, Err(LedgerError::LeaseLost { .. })));
+    let settled = ledger
+        .begin_settlement(&holder.lease)
+        .await
+        .unwrap()
+        .complete(serde_json::json!({}))
+        .await;
+    assert!(matches!(settled, Err(LedgerError::LeaseLost { .. })));
+
+    // A settled job is not revoked again: no second event, no count.
+    let mut tx = db.db.begin().await.unwrap();
+    assert!(!ledger.revoke_in(&mut tx, &queued, "again").await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(ledger.get(&queued).await.unwrap().state, JobState::Skipped);
+    assert_eq!(counter(&guard, "zuno_jobs_revoked", JobKind::Maintain), "2");
+}
+
 on_both_backends!(
+    revoking_one_job_fences_its_holder,
     skipping_queued_automatic_jobs_records_events_and_metrics,
     pruning_a_project_deletes_its_jobs_with_events_and_metrics,
     pruning_a_session_leaves_other_sessions_jobs,

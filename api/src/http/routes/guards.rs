@@ -192,7 +192,7 @@ pub async fn test(
         if let Some(matched) = guard.matcher.matches(&call) {
             let decision = if guard.state != GuardState::Active {
                 "none"
-            } else if guard.decision == "deny"
+            } else if guard.decision == GuardDecision::Deny
                 || state.config.guards.decision == GuardDecision::Deny
             {
                 "deny"

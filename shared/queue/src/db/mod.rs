@@ -22,19 +22,12 @@ pub use migrate::{
 };
 pub use scratch::{ScratchError, create_scratch_database, drop_scratch_database, scratch_url};
 
-/// Which database engine a [`Db`] talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
-        }
+crate::text_enum! {
+    /// Which database engine a [`Db`] talks to.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Backend {
+        Sqlite = "sqlite",
+        Postgres = "postgres",
     }
 }
 

@@ -1,8 +1,9 @@
 //! Owner-side operations that take jobs out of the queue before or instead of running them:
-//! skipping queued jobs, pruning a forgotten session's or project's jobs, and reading the runs of
-//! an interval bucket to reuse one. Each runs inside the caller's transaction (the owner's own
-//! writes commit with it), records one audit event per job and counts a metric, so the audit
-//! table and the counters agree with what happened to the rows.
+//! skipping queued jobs, revoking one queued or running job, pruning a forgotten session's or
+//! project's jobs, and reading the runs of an interval bucket to reuse one. Each runs inside the
+//! caller's transaction (the owner's own writes commit with it), records one audit event per
+//! job and counts a metric, so the audit table and the counters agree with what happened to the
+//! rows.
 
 use super::model::{Job, JobKind, JobOrigin};
 use super::row::{JOB_COLUMNS, JobRow};
@@ -87,6 +88,46 @@ impl Ledger {
             super::metrics::ledger().skipped(selection.kind);
         }
         Ok(skipped)
+    }
+
+    /// Revokes job `job_id` inside the caller's transaction when it is queued or running (its
+    /// owner superseded or withdrew the work) and returns whether it did. The job settles
+    /// `skipped` with `reason`; a running worker's lease stops matching, so its heartbeat fails
+    /// and its settlement or any fenced write is refused. It gets a `revoked` event and
+    /// `zuno_jobs_revoked` counts it. Take it before writing rows the job's settlement also
+    /// writes: a settlement locks the job row first, so the same order cannot deadlock.
+    pub async fn revoke_in(
+        &self,
+        tx: &mut Tx,
+        job_id: &str,
+        reason: &str,
+    ) -> Result<bool, LedgerError> {
+        let now = self.statement_now();
+        let sql = format!(
+            "UPDATE learning_job SET state = 'skipped', result = $2, lease_token = NULL, \
+               lease_owner = NULL, lease_expires_at = NULL, finished_at = {now_at}, \
+               updated_at = {now_at} \
+             WHERE id = $1 AND state IN ('queued', 'running') RETURNING kind",
+            now_at = now_sql(tx.backend(), 3)
+        );
+        let result = serde_json::json!({ "skipped": reason }).to_string();
+        let kind: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
+            sqlx::AssertSqlSafe(sql.as_str())
+        )
+        .bind(job_id)
+        .bind(&result)
+        .bind(now)
+        .fetch_optional(conn)
+        .await)?;
+        let Some(kind) = kind else {
+            return Ok(false);
+        };
+        let kind = JobKind::parse(&kind).ok_or_else(|| {
+            crate::db::StoreError::Corrupt(format!("job {job_id} has unknown kind {kind}"))
+        })?;
+        insert_event(tx, job_id, "revoked", None, reason, now).await?;
+        super::metrics::ledger().revoked(kind);
+        Ok(true)
     }
 
     /// Deletes every job of `scope`, whatever its state, inside the caller's transaction (the

@@ -16,21 +16,28 @@ pub use store::{
     maintenance_inputs_in, mark_without_global_write_in, user_backed_in,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ExperienceOrigin {
-    Extraction,
-    Remember,
-    Issue,
+crate::states::stored_states! {
+    /// What recorded an experience: extraction from a turn, an explicit `remember`, or an issue.
+    pub enum ExperienceOrigin in "experience_record"."origin" {
+        Extraction = "extraction",
+        Remember = "remember",
+        Issue = "issue",
+    }
 }
 
-impl ExperienceOrigin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExperienceOrigin::Extraction => "extraction",
-            ExperienceOrigin::Remember => "remember",
-            ExperienceOrigin::Issue => "issue",
-        }
+crate::states::stored_states! {
+    /// Whether an experience is verified: its citations checked out.
+    pub enum Verification in "experience_record"."verification" {
+        Verified = "verified",
+        Unverified = "unverified",
+    }
+}
+
+crate::states::stored_states! {
+    /// Whether an experience is still recalled (`active`) or a person forgot it.
+    pub enum ExperienceStatus in "experience_record"."status" {
+        Active = "active",
+        Forgotten = "forgotten",
     }
 }
 
@@ -56,7 +63,8 @@ pub struct Experience {
     pub session_id: Option<String>,
     pub job_id: Option<String>,
     pub ordinal: Option<i64>,
-    pub origin: String,
+    #[schema(value_type = String)]
+    pub origin: ExperienceOrigin,
     pub extractor_version: Option<String>,
     pub kind: ExperienceKind,
     pub title: String,
@@ -64,9 +72,11 @@ pub struct Experience {
     pub resolution: Option<String>,
     pub confidence: f64,
     /// `verified` or `unverified` (an observation whose citations did not check out).
-    pub verification: String,
+    #[schema(value_type = String)]
+    pub verification: Verification,
     /// `active` or `forgotten`.
-    pub status: String,
+    #[schema(value_type = String)]
+    pub status: ExperienceStatus,
     /// SHA-256 of kind, title, summary and resolution.
     pub content_digest: String,
     pub use_count: i64,
@@ -396,7 +406,7 @@ pub async fn forget_in(
     let Some(experience) = get_in(tx, id).await? else {
         return Ok(Err(ExperienceError::NotFound(id.to_owned())));
     };
-    if experience.status == "forgotten" {
+    if experience.status == ExperienceStatus::Forgotten {
         return Ok(Ok(experience));
     }
     store::set_forgotten_in(tx, id, now).await?;
@@ -465,7 +475,8 @@ pub struct MaintenanceInput {
     pub id: String,
     pub kind: String,
     /// `remember` for an explicit user record.
-    pub origin: String,
+    #[sqlx(try_from = "String")]
+    pub origin: ExperienceOrigin,
     pub title: String,
     pub summary: String,
     pub resolution: Option<String>,
@@ -484,6 +495,6 @@ pub struct EmbeddingSource {
     pub summary: String,
     pub resolution: Option<String>,
     pub keywords: String,
-    /// `active` or `forgotten`.
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: ExperienceStatus,
 }

@@ -5,7 +5,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{EmbeddingSource, Evidence, Experience, MaintenanceInput, MemoryHint};
+use super::{
+    EmbeddingSource, Evidence, Experience, ExperienceOrigin, ExperienceStatus, MaintenanceInput,
+    MemoryHint, Verification,
+};
 use crate::db::{Arg, Db, StoreError, Tx};
 use crate::learning::extraction::ExperienceKind;
 use crate::learning::store::{keyed, write_in};
@@ -61,15 +64,18 @@ pub(crate) struct ExperienceRow {
     pub(crate) session_id: Option<String>,
     pub(crate) job_id: Option<String>,
     pub(crate) ordinal: Option<i64>,
-    pub(crate) origin: String,
+    #[sqlx(try_from = "String")]
+    pub(crate) origin: ExperienceOrigin,
     pub(crate) extractor_version: Option<String>,
     pub(crate) kind: String,
     pub(crate) title: String,
     pub(crate) summary: String,
     pub(crate) resolution: Option<String>,
     pub(crate) confidence: f64,
-    pub(crate) verification: String,
-    pub(crate) status: String,
+    #[sqlx(try_from = "String")]
+    pub(crate) verification: Verification,
+    #[sqlx(try_from = "String")]
+    pub(crate) status: ExperienceStatus,
     pub(crate) content_digest: String,
     pub(crate) use_count: i64,
     pub(crate) last_used_at: Option<i64>,
@@ -565,22 +571,6 @@ pub(crate) async fn set_solved_in(
     )
     .await
     .map(drop)
-}
-
-/// Whether an experience is verified: its citations checked out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verification {
-    Verified,
-    Unverified,
-}
-
-impl Verification {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Verification::Verified => "verified",
-            Verification::Unverified => "unverified",
-        }
-    }
 }
 
 /// Sets experience `id`'s verification.

@@ -110,7 +110,9 @@ pub fn reciprocal_rank_fusion(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::learning::experience::Experience;
+    use crate::learning::experience::{
+        Experience, ExperienceOrigin, ExperienceStatus, Verification,
+    };
     use crate::learning::extraction::ExperienceKind;
 
     fn hit(id: &str) -> SearchHit {
@@ -122,15 +124,15 @@ mod tests {
                 session_id: None,
                 job_id: None,
                 ordinal: None,
-                origin: "remember".into(),
+                origin: ExperienceOrigin::Remember,
                 extractor_version: None,
                 kind: ExperienceKind::Feedback,
                 title: id.to_owned(),
                 summary: id.to_owned(),
                 resolution: None,
                 confidence: 1.0,
-                verification: "verified".into(),
-                status: "active".into(),
+                verification: Verification::Verified,
+                status: ExperienceStatus::Active,
                 content_digest: String::new(),
                 use_count: 0,
                 last_used_at: None,

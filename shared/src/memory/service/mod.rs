@@ -27,27 +27,21 @@ mod sync;
 
 pub use super::store::retract_unsupported_in;
 
-/// Who proposed a change; decides the new entry's owner and which rules apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Origin {
-    /// The model-visible `memory_update` tool.
-    Tool,
-    /// The no-tools maintenance stage, from verified evidence.
-    Maintenance,
-    /// A person, through the CLI, the page or an explicit command.
-    User,
+zuno_queue::text_enum! {
+    /// Who proposed a change; decides the new entry's owner and which rules apply.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Origin {
+        /// The model-visible `memory_update` tool.
+        Tool = "tool",
+        /// The no-tools maintenance stage, from verified evidence.
+        Maintenance = "maintenance",
+        /// A person, through the CLI, the page or an explicit command.
+        User = "user",
+    }
 }
 
 impl Origin {
-    fn as_str(self) -> &'static str {
-        match self {
-            Origin::Tool => "tool",
-            Origin::Maintenance => "maintenance",
-            Origin::User => "user",
-        }
-    }
-
     fn owner(self) -> &'static str {
         match self {
             Origin::User => "user",

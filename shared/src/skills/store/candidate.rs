@@ -299,18 +299,19 @@ pub async fn reject_unapplied_of_pattern_in(
     Ok(())
 }
 
-/// A candidate under review: `evaluating`, its evaluation `running`.
+/// A candidate under review by evaluate job `job_id`: `evaluating`, its evaluation `running`
+/// (`review_token` names the job).
 pub async fn start_evaluation_in(
     tx: &mut Tx,
     id: &str,
-    review_token: &str,
+    job_id: &str,
     now: i64,
 ) -> Result<(), StoreError> {
     crate::db::execute_in(
         tx,
         "UPDATE skill_candidate SET state = 'evaluating', evaluation_state = 'running', \
            review_token = $2, detail = NULL, updated_at = $3 WHERE id = $1",
-        &[id.into(), review_token.into(), now.into()],
+        &[id.into(), job_id.into(), now.into()],
     )
     .await?;
     Ok(())
@@ -324,22 +325,20 @@ pub struct EvaluationEnd<'a> {
     pub detail: &'a str,
 }
 
-/// Ends the evaluation of a candidate that is still `evaluating` under `review_token`.
+/// Ends the evaluation of a candidate that is still `evaluating` (the caller holds its review
+/// job's lease, or revoked the job).
 pub async fn end_evaluation_in(
     tx: &mut Tx,
     id: &str,
-    review_token: &str,
     end: EvaluationEnd<'_>,
     now: i64,
 ) -> Result<(), StoreError> {
     crate::db::execute_in(
         tx,
-        "UPDATE skill_candidate SET state = $3, evaluation_state = $4, review_token = NULL, \
-           detail = $5, updated_at = $6 WHERE id = $1 AND review_token = $2 \
-           AND state = 'evaluating'",
+        "UPDATE skill_candidate SET state = $2, evaluation_state = $3, review_token = NULL, \
+           detail = $4, updated_at = $5 WHERE id = $1 AND state = 'evaluating'",
         &[
             id.into(),
-            review_token.into(),
             end.state.as_str().into(),
             end.evaluation_state.as_str().into(),
             end.detail.into(),

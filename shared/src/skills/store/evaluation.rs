@@ -3,7 +3,7 @@
 use crate::db::{Db, StoreError, Tx};
 use crate::skills::evaluation::{AttemptRecord, Case, CaseKind, Run, RunState};
 
-const RUN_COLUMNS: &str = "id, suite_id, candidate_id, job_id, owner_token, state, deadline_at, \
+const RUN_COLUMNS: &str = "id, suite_id, candidate_id, job_id, state, deadline_at, \
     baseline_score, candidate_score, diagnostic, started_at, finished_at";
 
 pub async fn run_in(tx: &mut Tx, id: &str) -> Result<Option<Run>, StoreError> {
@@ -192,6 +192,17 @@ pub async fn insert_suite_in(
     Ok((suite_id, version))
 }
 
+/// The evaluate jobs of the candidate's running runs (a run whose job was pruned has none).
+pub async fn running_jobs_in(tx: &mut Tx, candidate_id: &str) -> Result<Vec<String>, StoreError> {
+    Ok(crate::on_tx!(tx, |conn| sqlx::query_scalar(
+        "SELECT job_id FROM evaluation_run \
+         WHERE candidate_id = $1 AND state = 'running' AND job_id IS NOT NULL"
+    )
+    .bind(candidate_id)
+    .fetch_all(conn)
+    .await)?)
+}
+
 /// Cancels the candidate's running runs with `diagnostic`.
 pub async fn cancel_running_in(
     tx: &mut Tx,
@@ -209,14 +220,14 @@ pub async fn cancel_running_in(
     Ok(())
 }
 
-/// A run to start.
+/// A run to start. Its job's lease fences every write of the run's worker; the
+/// `owner_token` column (NOT NULL since migration 0004) holds the job's id.
 #[derive(Debug, Clone, Copy)]
 pub struct NewRun<'a> {
     pub id: &'a str,
     pub suite_id: &'a str,
     pub candidate_id: &'a str,
     pub job_id: &'a str,
-    pub owner_token: &'a str,
     pub deadline_at: i64,
 }
 
@@ -225,13 +236,12 @@ pub async fn insert_run_in(tx: &mut Tx, run: &NewRun<'_>, now: i64) -> Result<()
         tx,
         "INSERT INTO evaluation_run \
            (id, suite_id, candidate_id, job_id, owner_token, state, deadline_at, started_at) \
-         VALUES ($1, $2, $3, $4, $5, 'running', $6, $7)",
+         VALUES ($1, $2, $3, $4, $4, 'running', $5, $6)",
         &[
             run.id.into(),
             run.suite_id.into(),
             run.candidate_id.into(),
             run.job_id.into(),
-            run.owner_token.into(),
             run.deadline_at.into(),
             now.into(),
         ],
@@ -247,12 +257,11 @@ pub struct RunOutcome<'a> {
     pub baseline_score: Option<f64>,
     pub candidate_score: Option<f64>,
     pub diagnostic: &'a str,
-    /// Only while the run's token is still its candidate's review token and the candidate is
-    /// `evaluating` (a verdict); an ending without one needs only the run's own token.
-    pub review_must_be_current: bool,
 }
 
-/// Ends `run` if it is still running under its owner token; `false` when it was not.
+/// Ends `run` if it is still running; `false` when it was not. The caller proves its right to:
+/// a worker through its job's lease (a newer review, a rejection or an expiry revokes the job
+/// first), the owner by revoking the job in the same transaction.
 pub async fn finish_run_in(
     tx: &mut Tx,
     run: &Run,
@@ -260,21 +269,16 @@ pub async fn finish_run_in(
     now: i64,
 ) -> Result<bool, StoreError> {
     let finished = crate::on_tx!(tx, |conn| sqlx::query(
-        "UPDATE evaluation_run SET state = $3, baseline_score = $4, candidate_score = $5, \
-           diagnostic = $6, finished_at = $7 \
-         WHERE id = $1 AND owner_token = $2 AND state = 'running' \
-           AND (NOT $8 OR EXISTS (SELECT 1 FROM skill_candidate c \
-             WHERE c.id = evaluation_run.candidate_id AND c.review_token = $2 \
-               AND c.state = 'evaluating'))"
+        "UPDATE evaluation_run SET state = $2, baseline_score = $3, candidate_score = $4, \
+           diagnostic = $5, finished_at = $6 \
+         WHERE id = $1 AND state = 'running'"
     )
     .bind(&run.id)
-    .bind(&run.owner_token)
     .bind(outcome.state.as_str())
     .bind(outcome.baseline_score)
     .bind(outcome.candidate_score)
     .bind(outcome.diagnostic)
     .bind(now)
-    .bind(outcome.review_must_be_current)
     .execute(conn)
     .await
     .map(|done| done.rows_affected()))?;

@@ -22,12 +22,14 @@ pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 /// Parts per assistant message before the turn is split (the store accepts 512).
 pub const MAX_PARTS_PER_MESSAGE: usize = 480;
 
-/// Which host wrote the transcript.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Host {
-    ClaudeCode,
-    Codex,
-    Aider,
+zuno_queue::text_enum! {
+    /// Which host wrote the transcript.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Host {
+        ClaudeCode = "claude-code",
+        Codex = "codex",
+        Aider = "aider",
+    }
 }
 
 impl Host {
@@ -37,14 +39,6 @@ impl Host {
             Host::ClaudeCode => "cc",
             Host::Codex => "cx",
             Host::Aider => "ad",
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Host::ClaudeCode => "claude-code",
-            Host::Codex => "codex",
-            Host::Aider => "aider",
         }
     }
 }
