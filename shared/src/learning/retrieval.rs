@@ -599,18 +599,19 @@ pub async fn assemble(
     };
     let session_policy = policy::effective(db, session_id, &config.learning, now).await?;
     let use_memories = session_policy.use_memories && config.learning.use_enabled();
-    let (mut sections, memory_revisions) = if use_memories {
-        memory_sections(db, &project_id).await?
+    // Memory and retrieval read independently (each on its own pooled connection), so they
+    // overlap: Memory's reads cost nothing on top of the text search's.
+    let ((mut sections, memory_revisions), retrieved) = if use_memories {
+        tokio::try_join!(
+            memory_sections(db, &project_id),
+            retrieve(db, config, &project_id, prompt, now)
+        )?
     } else {
-        (Vec::new(), serde_json::Map::new())
-    };
-    let retrieved = if use_memories {
-        retrieve(db, config, &project_id, prompt, now).await?
-    } else {
-        Retrieved {
+        let nothing = Retrieved {
             snapshot: serde_json::json!({}),
             ..Retrieved::default()
-        }
+        };
+        ((Vec::new(), serde_json::Map::new()), nothing)
     };
     sections.extend(retrieved.section);
     let mut context = PromptContext {

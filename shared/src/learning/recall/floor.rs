@@ -179,15 +179,18 @@ impl Floor {
     fn words_in(&self, text: &str) -> HashSet<String> {
         text.split(|c: char| !c.is_alphanumeric() || !c.is_ascii())
             .filter(|w| w.len() >= 2)
-            // A generic word of the lesson never carries a match either: the prompt's generic
-            // words are already left out, so it could only meet a word whose stem collides
-            // with it ("note" and "not" share the stem `not`).
-            .filter(|w| !GENERIC_WORDS.contains(&w.to_ascii_lowercase().as_str()))
+            // The prefix test first: it is one hash lookup and leaves out most words of a
+            // lesson, so the generic-word scan below runs for few of them (`context` scores
+            // every candidate's text this way).
             .filter(|w| {
                 let [a, b] = [w.as_bytes()[0], w.as_bytes()[1]];
                 self.prefixes
                     .contains(&[a.to_ascii_lowercase(), b.to_ascii_lowercase()])
             })
+            // A generic word of the lesson never carries a match either: the prompt's generic
+            // words are already left out, so it could only meet a word whose stem collides
+            // with it ("note" and "not" share the stem `not`).
+            .filter(|w| !GENERIC_WORDS.iter().any(|g| g.eq_ignore_ascii_case(w)))
             .map(|w| stem(&w.to_lowercase()))
             .collect()
     }
