@@ -3,8 +3,8 @@
 //! test is its own process, so the meter provider installed here sees this test's counts alone.
 
 use zuno_shared::ledger::{
-    AllowAll, ClaimRequest, JobIdentity, JobKind, JobOrigin, JobScope, JobState, Ledger,
-    LedgerError, NewJob, QueuedJobs,
+    AllowAll, ClaimRequest, ClaimedJob, JobIdentity, JobKind, JobOrigin, JobScope, JobState,
+    Ledger, LedgerError, NewJob, QueuedJobs,
 };
 use zuno_shared::telemetry::{self, TelemetryConfig, TelemetryGuard};
 use zuno_tests::{TestDb, on_both_backends};
@@ -35,6 +35,21 @@ async fn admit(ledger: &Ledger, identity: JobIdentity, origin: JobOrigin) -> Str
         .unwrap()
         .into_job()
         .id
+}
+
+/// Claims one maintain job (of those queued) for worker `w1`.
+async fn claim_one_maintain(ledger: &Ledger) -> ClaimedJob {
+    let kinds = [JobKind::Maintain];
+    let request = ClaimRequest {
+        worker_id: "w1",
+        kinds: &kinds,
+        limit: 1,
+        lease_ms: 10_000,
+        scopes: None,
+    };
+    let mut claimed = ledger.claim(&request, &AllowAll).await.unwrap().claimed;
+    assert_eq!(claimed.len(), 1);
+    claimed.pop().unwrap()
 }
 
 async fn events(ledger: &Ledger, job_id: &str) -> Vec<(String, Option<String>)> {
@@ -119,16 +134,7 @@ async fn pruning_a_project_deletes_its_jobs_with_events_and_metrics(db: TestDb) 
         JobOrigin::Explicit,
     )
     .await;
-    let kinds = [JobKind::Maintain];
-    let request = ClaimRequest {
-        worker_id: "w1",
-        kinds: &kinds,
-        limit: 1,
-        lease_ms: 10_000,
-        scopes: None,
-    };
-    let claimed = ledger.claim(&request, &AllowAll).await.unwrap().claimed;
-    assert_eq!(claimed.len(), 1);
+    let claimed = claim_one_maintain(&ledger).await;
 
     let mut tx = db.db.begin().await.unwrap();
     let pruned = ledger
@@ -153,7 +159,7 @@ async fn pruning_a_project_deletes_its_jobs_with_events_and_metrics(db: TestDb) 
     }
     assert_eq!(ledger.get(&kept).await.unwrap().state, JobState::Queued);
     // The worker that held a pruned job learns it lost the lease: nothing it writes commits.
-    let settlement = ledger.begin_settlement(&claimed[0].lease).await.unwrap();
+    let settlement = ledger.begin_settlement(&claimed.lease).await.unwrap();
     assert!(matches!(
         settlement.complete(serde_json::json!({})).await,
         Err(LedgerError::LeaseLost { .. })
@@ -229,27 +235,18 @@ async fn revoking_one_job_fences_its_holder(db: TestDb) {
         JobOrigin::Explicit,
     )
     .await;
-    let running = admit(
+    let other = admit(
         &ledger,
-        JobIdentity::maintain("p", "/memory", "running"),
+        JobIdentity::maintain("p", "/memory", "other"),
         JobOrigin::Explicit,
     )
     .await;
-    let kinds = [JobKind::Maintain];
-    let request = ClaimRequest {
-        worker_id: "w1",
-        kinds: &kinds,
-        limit: 1,
-        lease_ms: 10_000,
-        scopes: None,
-    };
-    let claimed = ledger.claim(&request, &AllowAll).await.unwrap().claimed;
-    assert_eq!(claimed.len(), 1);
-    let holder = claimed.into_iter().next().unwrap();
-    let (holder, queued) = if holder.job.id == running {
-        (holder, queued)
+    let holder = claim_one_maintain(&ledger).await;
+    // The job not claimed stays queued.
+    let queued = if holder.job.id == queued {
+        other
     } else {
-        (holder, running)
+        queued
     };
 
     let mut tx = db.db.begin().await.unwrap();
