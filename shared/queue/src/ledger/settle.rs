@@ -215,13 +215,11 @@ impl Ledger {
     ) -> Result<Vec<String>, LedgerError> {
         let now = self.statement_now();
         let sql = format!(
-            "UPDATE learning_job SET state = 'skipped', result = $4, lease_token = NULL, \
-               lease_owner = NULL, lease_expires_at = NULL, finished_at = {now_at}, \
-               updated_at = {now_at} \
+            "UPDATE learning_job SET {} \
              WHERE kind = 'extract' AND session_id = $1 AND source_message_id = $2 \
                AND id <> $3 AND state IN ('queued', 'running') \
              RETURNING id",
-            now_at = now_sql(tx.backend(), 5)
+            revoked_set(tx.backend(), 4, 5)
         );
         let result = skip_result(reason);
         let revoked: Vec<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
@@ -271,7 +269,18 @@ fn proof_sql(backend: crate::db::Backend) -> String {
     )
 }
 
-fn skip_result(reason: &str) -> String {
+/// The assignments that revoke a queued or running job: `skipped` with the result in
+/// placeholder `$result`, its lease cleared (the holder's next fenced write is refused), finished
+/// at the time in placeholder `$now` (the database's clock on Postgres).
+pub(super) fn revoked_set(backend: crate::db::Backend, result: usize, now: usize) -> String {
+    format!(
+        "state = 'skipped', result = ${result}, lease_token = NULL, lease_owner = NULL, \
+         lease_expires_at = NULL, finished_at = {now_at}, updated_at = {now_at}",
+        now_at = now_sql(backend, now)
+    )
+}
+
+pub(super) fn skip_result(reason: &str) -> String {
     serde_json::json!({ "skipped": reason }).to_string()
 }
 

@@ -104,13 +104,11 @@ impl Ledger {
     ) -> Result<bool, LedgerError> {
         let now = self.statement_now();
         let sql = format!(
-            "UPDATE learning_job SET state = 'skipped', result = $2, lease_token = NULL, \
-               lease_owner = NULL, lease_expires_at = NULL, finished_at = {now_at}, \
-               updated_at = {now_at} \
+            "UPDATE learning_job SET {} \
              WHERE id = $1 AND state IN ('queued', 'running') RETURNING kind",
-            now_at = now_sql(tx.backend(), 3)
+            super::settle::revoked_set(tx.backend(), 2, 3)
         );
-        let result = serde_json::json!({ "skipped": reason }).to_string();
+        let result = super::settle::skip_result(reason);
         let kind: Option<String> = crate::on_tx!(tx, |conn| sqlx::query_scalar(
             sqlx::AssertSqlSafe(sql.as_str())
         )
